@@ -1,0 +1,369 @@
+"""Multi-step time-series forecasting: weather (air temperature) and electricity load.
+
+The model reads a window of raw values per input column and the Unix time of the
+window's last step, scales the inputs inside the graph, adds calendar features,
+encodes the window with stacked LSTM/GRU layers and emits the whole horizon at
+once. With ``residual_period`` set, it learns a correction on top of the
+seasonal-naive forecast (the value one season earlier), which starts training at
+that baseline: with 12 weeks of load data this is what beats "same time last week".
+
+Splits are chronological (70/10/20 by default); a window belongs to the split its
+forecast targets fall in. Metrics on the test split are reported beside two
+seasonal-naive baselines: same time yesterday and same time last week.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import keras
+import numpy as np
+import pandas as pd
+import tensorflow as tf
+
+from seqapps import metrics as forecast_metrics_lib
+from seqapps.config import TrainingConfig, require
+from seqapps.data import datasets
+from seqapps.data.tables import FILL_METHODS, parse_duration, read_csv, to_time_series
+from seqapps.errors import DataError
+from seqapps.layers.time_features import CalendarFeatures, SeasonalNaive
+from seqapps.pipeline import Pipeline, Splits, register_pipeline
+
+END_TIME = "end_time"
+FORECAST_TIME = "forecast_time"
+
+
+@dataclasses.dataclass
+class ForecastingConfig(TrainingConfig):
+    """Forecasting settings. Durations ("1D", "7D", "24h") or step counts are accepted.
+
+    Attributes:
+        timestamp_col: the CSV column of timestamps.
+        target_cols: columns to forecast.
+        feature_cols: input covariates besides the targets (None: every other numeric column).
+        horizon: how far ahead to forecast.
+        lookback: how much history the model reads.
+        residual_period: forecast a correction to the seasonal-naive forecast of this
+            period (None: forecast directly).
+        cell: "gru" or "lstm".
+        units: units per recurrent layer.
+        layers: stacked recurrent layers.
+        dropout: input dropout of each recurrent layer.
+        l2: L2 penalty on the recurrent layers' kernels.
+        calendar_features: add time-of-day/week/year features.
+        fill_gaps: "none" (gaps and empty cells are errors), "interpolate" or "ffill".
+        val_fraction, test_fraction: chronological split sizes.
+    """
+
+    timestamp_col: str = "timestamp"
+    target_cols: list[str] = dataclasses.field(default_factory=list)
+    feature_cols: list[str] | None = None
+    horizon: int | str = "1D"
+    lookback: int | str = "7D"
+    residual_period: int | str | None = None
+    cell: str = "gru"
+    units: int = 64
+    layers: int = 2
+    dropout: float = 0.0
+    l2: float = 0.0
+    calendar_features: bool = True
+    fill_gaps: str = "none"
+    val_fraction: float = 0.1
+    test_fraction: float = 0.2
+
+    def validate(self) -> None:
+        super().validate()
+        require(bool(self.target_cols), "target_cols", self.target_cols, "at least one column name")
+        require(self.cell in ("gru", "lstm"), "cell", self.cell, "gru or lstm")
+        require(self.units >= 1 and self.layers >= 1, "units/layers", (self.units, self.layers), "integers >= 1")
+        require(0 <= self.dropout < 1, "dropout", self.dropout, "a number in [0, 1)")
+        require(self.l2 >= 0, "l2", self.l2, "a number >= 0")
+        require(self.fill_gaps in FILL_METHODS, "fill_gaps", self.fill_gaps, f"one of {', '.join(FILL_METHODS)}")
+        require(0 < self.val_fraction < 0.5 and 0 < self.test_fraction < 0.5
+                 and self.val_fraction + self.test_fraction < 0.8,
+                 "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing below 0.8")
+
+
+@dataclasses.dataclass
+class WeatherConfig(ForecastingConfig):
+    target_cols: list[str] = dataclasses.field(default_factory=lambda: ["temp_air"])
+    lookback: int | str = "5D"
+    residual_period: int | str | None = "1D"
+    PRESETS = {
+        "tiny": {"lookback": "2D", "units": 8, "layers": 1, "epochs": 1, "steps_per_epoch": 4, "batch_size": 32},
+        "default": {},
+        "full": {"units": 128, "epochs": 60, "early_stopping_patience": 8},
+    }
+
+
+@dataclasses.dataclass
+class LoadConfig(ForecastingConfig):
+    target_cols: list[str] = dataclasses.field(default_factory=lambda: ["demand"])
+    lookback: int | str = "7D"
+    residual_period: int | str | None = "7D"
+    PRESETS = {
+        "tiny": {"lookback": "7D", "units": 8, "layers": 1, "epochs": 1, "steps_per_epoch": 4, "batch_size": 32},
+        "default": {},
+        "full": {"units": 128, "epochs": 60, "early_stopping_patience": 8},
+    }
+
+
+class Forecasting(Pipeline):
+    """Shared implementation; subclasses name the default data and defaults."""
+
+    Config = ForecastingConfig
+
+    def default_data(self) -> pd.DataFrame:
+        """Returns the embedded default table."""
+        raise NotImplementedError
+
+    # --- data ---------------------------------------------------------------------------
+
+    def load_data(self, config: ForecastingConfig, data_path: str | None,
+                  state: dict[str, Any] | None = None) -> Splits:
+        frame = read_csv(data_path) if data_path else self.default_data()
+        source = frame.attrs.get("source", "data")
+        if state is not None:
+            input_cols, targets = state["input_cols"], state["target_cols"]
+            config = dataclasses.replace(config, timestamp_col=state["timestamp_col"])
+        else:
+            targets = list(config.target_cols)
+            input_cols = targets + [c for c in self._feature_columns(frame, config) if c not in targets]
+        series = to_time_series(frame, config.timestamp_col, input_cols, config.fill_gaps)
+        step_seconds = int(series.step.total_seconds())
+        if state is not None and step_seconds != state["step_seconds"]:
+            raise DataError(f"{source}: sampling interval is {series.step}, but the model was trained on "
+                            f"{pd.Timedelta(seconds=state['step_seconds'])} data")
+        steps = self._steps(config, series.step) if state is None else {
+            k: state[k] for k in ("horizon", "lookback", "residual_period", "daily_lag", "weekly_lag")}
+        values = series.frame.to_numpy(dtype="float64")
+        n = len(values)
+        n_test = int(round(n * config.test_fraction))
+        n_val = int(round(n * config.val_fraction))
+        bounds = {"train": (0, n - n_val - n_test), "val": (n - n_val - n_test, n - n_test), "test": (n - n_test, n)}
+        lookback, horizon = steps["lookback"], steps["horizon"]
+        history = max(lookback, steps["weekly_lag"])
+        origins = {name: self._origins(start, stop, lookback, horizon) for name, (start, stop) in bounds.items()}
+        for name, found in origins.items():
+            if len(found) == 0 or (name == "test" and found[0] < history - 1):
+                raise DataError(
+                    f"{source}: series of {n} rows is too short: the {name} split "
+                    f"({bounds[name][1] - bounds[name][0]} rows) must hold a {horizon}-step horizon after "
+                    f"{lookback} steps of lookback and a week of history for the baselines")
+        train_values = values[: bounds["train"][1]]
+        if state is None:
+            state = {
+                "timestamp_col": config.timestamp_col, "target_cols": targets, "input_cols": input_cols,
+                "step_seconds": step_seconds, **steps,
+                "mean": train_values.mean(axis=0).tolist(),
+                "std": np.maximum(train_values.std(axis=0), 1e-6).tolist(),
+            }
+        times = series.frame.index.to_numpy().astype("datetime64[s]").astype("int64")
+        target_index = [input_cols.index(c) for c in targets]
+        report = {"source": source, "rows": n, "step": str(series.step), "input_cols": input_cols,
+                  "target_cols": targets, "filled_values": series.filled,
+                  "windows": {name: int(len(found)) for name, found in origins.items()}}
+        arrays = {"values": values[:, target_index], "times": times, "test_origins": origins["test"],
+                  "mase_scale": forecast_metrics_lib.mase_scale(train_values[:, target_index], steps["daily_lag"])}
+        datasets_ = {name: self._windows(values, times, found, state) for name, found in origins.items()}
+        arrays["test_inputs"] = datasets_["test"][0]
+        arrays["test_targets"] = datasets_["test"][1]
+        return Splits(*(tf.data.Dataset.from_tensor_slices(datasets_[name]) for name in ("train", "val", "test")),
+                      state=state, report=report, arrays=arrays)
+
+    @staticmethod
+    def _feature_columns(frame: pd.DataFrame, config: ForecastingConfig) -> list[str]:
+        if config.feature_cols is not None:
+            return list(config.feature_cols)
+        candidates = [c for c in frame.columns if c != config.timestamp_col and c not in config.target_cols]
+        numeric = []
+        for column in candidates:
+            parsed = pd.to_numeric(frame[column], errors="coerce")
+            present = frame[column].notna()
+            if present.any() and parsed[present].notna().mean() >= 0.5:  # mostly numbers: validate every cell
+                numeric.append(column)
+        return numeric
+
+    @staticmethod
+    def _steps(config: ForecastingConfig, step: pd.Timedelta) -> dict[str, int | None]:
+        horizon = parse_duration(config.horizon, step, "horizon")
+        lookback = parse_duration(config.lookback, step, "lookback")
+        day = max(1, int(pd.Timedelta("1D") // step))
+        residual = None if config.residual_period is None else parse_duration(config.residual_period, step,
+                                                                               "residual_period")
+        if residual is not None and residual > lookback:
+            raise DataError(f"config field 'residual_period': {config.residual_period} is longer than the "
+                            f"lookback ({config.lookback}); the model must see one whole season")
+        return {"horizon": horizon, "lookback": lookback, "residual_period": residual,
+                "daily_lag": day, "weekly_lag": 7 * day}
+
+    @staticmethod
+    def _origins(start: int, stop: int, lookback: int, horizon: int) -> np.ndarray:
+        """Indices t of the last observed step of windows whose targets t+1..t+horizon lie in [start, stop)."""
+        first = max(start - 1, lookback - 1)
+        return np.arange(first, stop - horizon, dtype="int64")
+
+    @staticmethod
+    def _windows(values: np.ndarray, times: np.ndarray, origins: np.ndarray,
+                 state: dict[str, Any]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        lookback, horizon = state["lookback"], state["horizon"]
+        past = origins[:, None] + np.arange(-(lookback - 1), 1)[None, :]
+        future = origins[:, None] + np.arange(1, horizon + 1)[None, :]
+        inputs = {name: values[past, i].astype("float32") for i, name in enumerate(state["input_cols"])}
+        inputs[END_TIME] = times[origins]
+        target_index = [state["input_cols"].index(c) for c in state["target_cols"]]
+        return inputs, values[future][:, :, target_index].astype("float32")
+
+    # --- model ----------------------------------------------------------------------------
+
+    def build_model(self, config: ForecastingConfig, data: Splits) -> keras.Model:
+        state = data.state
+        lookback, horizon = state["lookback"], state["horizon"]
+        columns, targets = state["input_cols"], state["target_cols"]
+        inputs = {name: keras.Input((lookback,), name=name) for name in columns}
+        inputs[END_TIME] = keras.Input((), dtype="int64", name=END_TIME)
+        stacked = [keras.layers.Reshape((lookback, 1))(inputs[name]) for name in columns]
+        window = keras.layers.Concatenate(name="window")(stacked) if len(stacked) > 1 else stacked[0]
+        scaled = keras.layers.Normalization(axis=-1, mean=state["mean"], variance=np.square(state["std"]),
+                                            name="scale_inputs")(window)
+        sequence, future = scaled, None
+        if config.calendar_features:
+            past_calendar, future_calendar = CalendarFeatures(state["step_seconds"], lookback, horizon,
+                                                              name="calendar")(inputs[END_TIME])
+            sequence = keras.layers.Concatenate()([scaled, past_calendar])
+            future = keras.layers.Flatten()(future_calendar)
+        recurrent = {"gru": keras.layers.GRU, "lstm": keras.layers.LSTM}[config.cell]
+        regularizer = keras.regularizers.L2(config.l2) if config.l2 else None
+        for i in range(config.layers):
+            sequence = recurrent(config.units, return_sequences=i < config.layers - 1, dropout=config.dropout,
+                                 kernel_regularizer=regularizer, name=f"{config.cell}_{i + 1}")(sequence)
+        summary = keras.layers.Concatenate()([sequence, future]) if future is not None else sequence
+        summary = keras.layers.Dense(config.units, activation="relu", name="head")(summary)
+        correction = keras.layers.Dense(horizon * len(targets), kernel_initializer="zeros", name="forecast")(summary)
+        scaled_forecast = keras.layers.Reshape((horizon, len(targets)))(correction)
+        target_index = [columns.index(c) for c in targets]
+        if state["residual_period"]:
+            base = SeasonalNaive(state["residual_period"], horizon, target_index, name="seasonal_naive")(scaled)
+            scaled_forecast = keras.layers.Add()([base, scaled_forecast])
+        mean, std = np.array(state["mean"])[target_index], np.array(state["std"])[target_index]
+        forecast = keras.layers.Normalization(axis=-1, mean=mean, variance=np.square(std), invert=True,
+                                              name="unscale_forecast")(scaled_forecast)
+        return keras.Model(inputs, forecast, name=self.name)
+
+    def compile_args(self, config: ForecastingConfig, data: Splits) -> dict[str, Any]:
+        target_index = [data.state["input_cols"].index(c) for c in data.state["target_cols"]]
+        std = np.array(data.state["std"], dtype="float32")[target_index]
+        return {"loss": ScaledMeanAbsoluteError(std.tolist()), "metrics": ["mae"]}
+
+    # --- evaluation -----------------------------------------------------------------------
+
+    def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+        arrays, state = data.arrays, data.state
+        predicted = model.predict(data.test.batch(256).map(lambda x, y: x), verbose=0)
+        truth = arrays["test_targets"]
+        origins, horizon = arrays["test_origins"], state["horizon"]
+        baselines = {"naive_daily": state["daily_lag"], "naive_weekly": state["weekly_lag"]}
+        score = {}
+        for name, forecast in [("model", predicted)] + [
+                (label, forecast_metrics_lib.seasonal_naive(arrays["values"], origins, horizon, lag))
+                for label, lag in baselines.items()]:
+            score[name] = self._score(truth, forecast, arrays["mase_scale"], state["target_cols"])
+        return score.pop("model"), score
+
+    @staticmethod
+    def _score(truth: np.ndarray, forecast: np.ndarray, scale: np.ndarray, targets: list[str]) -> dict[str, float]:
+        per_target = [forecast_metrics_lib.forecast_metrics(truth[..., i], forecast[..., i], scale[i])
+                      for i in range(len(targets))]
+        result = {key: float(np.mean([m[key] for m in per_target])) for key in per_target[0]}
+        if len(targets) > 1:
+            result.update({f"{t}/{k}": v for t, m in zip(targets, per_target) for k, v in m.items()})
+        return result
+
+    # --- serving --------------------------------------------------------------------------
+
+    def serving_function(self, model: keras.Model, data: Splits) -> tuple[Callable, list]:
+        state = data.state
+        lookback, step = state["lookback"], state["step_seconds"]
+        future_offsets = tf.constant(np.arange(1, state["horizon"] + 1) * step, tf.int64)
+        signature = {name: tf.TensorSpec([None, lookback], tf.float32, name=name) for name in state["input_cols"]}
+        signature[END_TIME] = tf.TensorSpec([None], tf.int64, name=END_TIME)
+
+        def serve(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            forecast = model(inputs, training=False)
+            outputs = {name: forecast[:, :, i] for i, name in enumerate(state["target_cols"])}
+            outputs[FORECAST_TIME] = inputs[END_TIME][:, None] + future_offsets[None, :]
+            return outputs
+
+        return serve, [signature]
+
+    def serving_example(self, data: Splits) -> dict[str, np.ndarray]:
+        return {name: value[:2] for name, value in data.arrays["test_inputs"].items()}
+
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str]) -> dict[str, np.ndarray]:
+        if len(inputs) != 1:
+            raise DataError(f"expected one INPUT, a CSV file with the last {state['lookback']} rows or more "
+                            f"of columns {', '.join([state['timestamp_col'], *state['input_cols']])}")
+        frame = read_csv(inputs[0])
+        series = to_time_series(frame, state["timestamp_col"], state["input_cols"])
+        if int(series.step.total_seconds()) != state["step_seconds"]:
+            raise DataError(f"{inputs[0]}: sampling interval is {series.step}, the model expects "
+                            f"{pd.Timedelta(seconds=state['step_seconds'])}")
+        if len(series.frame) < state["lookback"]:
+            raise DataError(f"{inputs[0]}: has {len(series.frame)} rows, the model needs the last "
+                            f"{state['lookback']} rows ({pd.Timedelta(seconds=state['step_seconds'] * state['lookback'])})")
+        window = series.frame.iloc[-state["lookback"]:]
+        features = {name: window[name].to_numpy("float32")[None, :] for name in state["input_cols"]}
+        features[END_TIME] = window.index.to_numpy().astype("datetime64[s]").astype("int64")[-1:]
+        return features
+
+    def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
+                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+        times = pd.to_datetime(outputs[FORECAST_TIME][0], unit="s")
+        rows = [{state["timestamp_col"]: time.isoformat(),
+                 **{name: round(float(outputs[name][0, i]), 4) for name in state["target_cols"]}}
+                for i, time in enumerate(times)]
+        table = pd.DataFrame(rows).to_string(index=False)
+        return table, {"forecast": rows}
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+class ScaledMeanAbsoluteError(keras.losses.Loss):
+    """Mean absolute error with each target divided by its training standard deviation.
+
+    The model forecasts in the user's units; dividing by the scale keeps targets of
+    different units comparable and gradients of a sensible size for clipping.
+
+    Args:
+        scale: one positive number per target column.
+    """
+
+    def __init__(self, scale: list[float], name: str = "scaled_mae", **kwargs: Any) -> None:
+        super().__init__(name=name, **kwargs)
+        self.scale = [float(s) for s in scale]
+
+    def call(self, y_true: Any, y_pred: Any) -> Any:
+        scale = keras.ops.convert_to_tensor(np.array(self.scale, "float32"))
+        return keras.ops.mean(keras.ops.abs(y_true - y_pred) / scale, axis=-1)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "scale": self.scale}
+
+
+@register_pipeline("weather_forecasting")
+class WeatherForecasting(Forecasting):
+    """Next 24 hours of air temperature from past hourly weather (pvlib TMY3, BSD-3)."""
+
+    Config = WeatherConfig
+
+    def default_data(self) -> pd.DataFrame:
+        return datasets.tmy3_weather()
+
+
+@register_pipeline("load_forecasting")
+class LoadForecasting(Forecasting):
+    """Next day of half-hourly electricity demand (pmdarima Taylor series, MIT)."""
+
+    Config = LoadConfig
+
+    def default_data(self) -> pd.DataFrame:
+        return datasets.taylor_load()

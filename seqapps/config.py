@@ -1,0 +1,196 @@
+"""Dataclass configs with presets, YAML files and ``--set key=value`` overrides.
+
+Precedence (lowest first): dataclass defaults, the preset, ``--config file.yaml``,
+then each ``--set key=value``. The result is type-checked field by field and then
+validated by the config's own ``validate()``; the resolved config is saved beside
+every export so that a run can be repeated or fine-tuned.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any, ClassVar, Union
+
+import yaml
+
+from seqapps.errors import ConfigError
+
+PRESETS = ("tiny", "default", "full")
+
+
+@dataclasses.dataclass
+class TrainingConfig:
+    """Settings every pipeline shares; pipeline configs subclass it.
+
+    Attributes:
+        epochs: maximum number of epochs (early stopping may end sooner).
+        batch_size: global batch size (split across replicas under tf.distribute).
+        learning_rate: initial learning rate; halved when validation loss plateaus.
+        optimizer: "adam" or "sgd".
+        clipnorm: global gradient-norm clipping threshold (0 disables it).
+        early_stopping_patience: epochs without validation improvement before stopping.
+        lr_patience: epochs without validation improvement before halving the learning rate.
+        steps_per_epoch: cap on training steps per epoch (None: one pass over the data).
+        seed: seed for Python, NumPy and TensorFlow.
+    """
+
+    epochs: int = 20
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    optimizer: str = "adam"
+    clipnorm: float = 5.0
+    early_stopping_patience: int = 5
+    lr_patience: int = 2
+    steps_per_epoch: int | None = None
+    seed: int = 42
+
+    #: preset name -> field overrides; "default" is usually empty.
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {"tiny": {}, "default": {}, "full": {}}
+
+    def validate(self) -> None:
+        """Raises ConfigError when a value is out of range. Subclasses extend it."""
+        require(self.epochs >= 1, "epochs", self.epochs, "an integer >= 1")
+        require(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
+        require(self.learning_rate > 0, "learning_rate", self.learning_rate, "a number > 0")
+        require(self.optimizer in ("adam", "sgd"), "optimizer", self.optimizer, "one of adam, sgd")
+        require(self.clipnorm >= 0, "clipnorm", self.clipnorm, "a number >= 0")
+        require(self.steps_per_epoch is None or self.steps_per_epoch >= 1,
+                 "steps_per_epoch", self.steps_per_epoch, "null or an integer >= 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns the fields as plain YAML/JSON-able values."""
+        return dataclasses.asdict(self)
+
+
+def require(condition: bool, field: str, value: Any, expected: str) -> None:
+    """Raises ConfigError naming the field and value unless ``condition`` holds."""
+    if not condition:
+        raise ConfigError(f"config field {field!r}: got {value!r}, expected {expected}")
+
+
+def resolve_config(
+    config_class: type[TrainingConfig],
+    preset: str = "default",
+    config_file: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    base: dict[str, Any] | None = None,
+) -> TrainingConfig:
+    """Builds a validated config from defaults, preset, YAML file and overrides.
+
+    Args:
+        config_class: the pipeline's config dataclass.
+        preset: one of ``PRESETS``.
+        config_file: optional YAML mapping of field -> value.
+        overrides: ``"key=value"`` strings; values are parsed as YAML scalars or lists.
+        base: values that replace the defaults and preset (used by finetune to start
+            from an export's saved config).
+
+    Returns:
+        An instance of ``config_class``.
+
+    Raises:
+        ConfigError: unknown preset or key, a value of the wrong type, or out of range.
+    """
+    if preset not in config_class.PRESETS:
+        raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(config_class.PRESETS)}")
+    fields = {f.name: f for f in dataclasses.fields(config_class)}
+    values: dict[str, Any] = {}
+    layers: list[tuple[str, dict[str, Any]]] = [(f"preset {preset!r}", config_class.PRESETS[preset])]
+    if base is not None:
+        layers = [("saved config", base)]
+    if config_file is not None:
+        layers.append((str(config_file), _read_yaml_mapping(Path(config_file))))
+    layers.append(("--set", _parse_overrides(overrides)))
+    for source, layer in layers:
+        for key, value in layer.items():
+            if key not in fields:
+                close = difflib.get_close_matches(key, fields, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"{source}: unknown config field {key!r} for {config_class.__name__}{hint}")
+            values[key] = value
+    hints = typing.get_type_hints(config_class)
+    coerced = {key: _coerce(key, value, hints[key]) for key, value in values.items()}
+    config = config_class(**coerced)
+    config.validate()
+    return config
+
+
+def _read_yaml_mapping(path: Path) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: not valid YAML ({error.__class__.__name__})") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: expected a mapping of config fields, got {type(loaded).__name__}")
+    return loaded
+
+
+def _parse_overrides(overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    parsed: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        try:
+            parsed[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            parsed[key.strip()] = raw
+    return parsed
+
+
+def _coerce(key: str, value: Any, annotation: Any) -> Any:
+    """Checks ``value`` against a field's type, converting strings and scalars where safe."""
+    origin = typing.get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        for option in (o for o in options if o is not type(None)):
+            try:
+                return _coerce(key, value, option)
+            except ConfigError:
+                continue
+        raise ConfigError(f"config field {key!r}: got {value!r}, expected {_type_name(annotation)}")
+    if origin is list:
+        (item_type,) = typing.get_args(annotation)
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config field {key!r}: got {value!r}, expected a list")
+        return [_coerce(key, item, item_type) for item in value]
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no"):
+            return value.lower() in ("true", "yes")
+    elif annotation is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif annotation is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif annotation is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    raise ConfigError(f"config field {key!r}: got {value!r}, expected {_type_name(annotation)}")
+
+
+def _type_name(annotation: Any) -> str:
+    if isinstance(annotation, type):
+        return {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}.get(
+            annotation.__name__, annotation.__name__)
+    return str(annotation).replace("typing.", "")
+
+
+def dump_config(config: TrainingConfig, pipeline: str, preset: str) -> str:
+    """Returns the YAML text saved beside an export."""
+    return yaml.safe_dump({"pipeline": pipeline, "preset": preset, "config": config.to_dict()}, sort_keys=False)

@@ -1,0 +1,109 @@
+"""Keras layers for forecasting models: calendar features and the seasonal-naive base."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import keras
+import numpy as np
+from keras import ops
+
+SECONDS_PER_DAY = 86_400
+_DAYS_PER_YEAR = 365.2425
+_THURSDAY = 3  # 1970-01-01, with Monday = 0
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+class CalendarFeatures(keras.layers.Layer):
+    """Time-of-day, day-of-week and day-of-year as sine/cosine pairs, for past and future steps.
+
+    From the Unix time of a window's last observed step it computes the times of
+    the ``lookback`` observed steps and the ``horizon`` forecast steps, so that a
+    served model needs only one timestamp per request.
+
+    Args:
+        step_seconds: the series' sampling interval in seconds.
+        lookback: observed steps in a window (the last is at ``end_time``).
+        horizon: forecast steps after ``end_time``.
+
+    Call arguments:
+        end_time: int64 tensor [batch], Unix seconds of the last observed step
+            (wall-clock time of the data, read as UTC).
+
+    Returns:
+        ``(past, future)``: float32 tensors [batch, lookback, 6] and [batch, horizon, 6].
+
+    Example:
+        >>> past, future = CalendarFeatures(3600, 48, 24)(np.array([0], "int64"))
+    """
+
+    def __init__(self, step_seconds: int, lookback: int, horizon: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.step_seconds = int(step_seconds)
+        self.lookback = int(lookback)
+        self.horizon = int(horizon)
+
+    def _features(self, times: Any) -> Any:
+        day_seconds = ops.cast(ops.mod(times, SECONDS_PER_DAY), "float32")
+        days = ops.floor_divide(times, SECONDS_PER_DAY)
+        weekday = ops.cast(ops.mod(days + _THURSDAY, 7), "float32")
+        year_day = ops.mod(ops.cast(days, "float32"), _DAYS_PER_YEAR)
+        angles = ops.stack([day_seconds * (2 * math.pi / SECONDS_PER_DAY), weekday * (2 * math.pi / 7),
+                            year_day * (2 * math.pi / _DAYS_PER_YEAR)], axis=-1)
+        return ops.concatenate([ops.sin(angles), ops.cos(angles)], axis=-1)
+
+    def call(self, end_time: Any) -> tuple[Any, Any]:
+        end_time = ops.cast(end_time, "int64")
+        past = np.arange(-(self.lookback - 1), 1, dtype="int64") * self.step_seconds
+        future = np.arange(1, self.horizon + 1, dtype="int64") * self.step_seconds
+        return (self._features(end_time[:, None] + past[None, :]),
+                self._features(end_time[:, None] + future[None, :]))
+
+    def compute_output_shape(self, input_shape: tuple) -> tuple[tuple, tuple]:
+        return (input_shape[0], self.lookback, 6), (input_shape[0], self.horizon, 6)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "step_seconds": self.step_seconds, "lookback": self.lookback,
+                "horizon": self.horizon}
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+class SeasonalNaive(keras.layers.Layer):
+    """The seasonal-naive forecast taken from a window: step h repeats the value one season before.
+
+    A model that adds its output to this base learns a correction to the naive
+    forecast (residual learning), which starts exactly at the baseline.
+
+    Args:
+        period: season length in steps; it must not exceed the window length.
+        horizon: forecast steps.
+        feature_indices: which input features are forecast, in output order.
+
+    Call arguments:
+        window: float tensor [batch, lookback, features].
+
+    Returns:
+        Float tensor [batch, horizon, len(feature_indices)].
+    """
+
+    def __init__(self, period: int, horizon: int, feature_indices: list[int], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.period = int(period)
+        self.horizon = int(horizon)
+        self.feature_indices = [int(i) for i in feature_indices]
+
+    def call(self, window: Any) -> Any:
+        lookback = window.shape[1]
+        steps = np.arange(1, self.horizon + 1)
+        positions = lookback - 1 + steps - self.period * np.ceil(steps / self.period).astype(int)
+        if positions.min() < 0:
+            raise ValueError(f"SeasonalNaive: period {self.period} is longer than the window ({lookback} steps)")
+        chosen = ops.take(window, positions.astype("int32"), axis=1)
+        return ops.take(chosen, np.array(self.feature_indices, "int32"), axis=2)
+
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
+        return input_shape[0], self.horizon, len(self.feature_indices)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "period": self.period, "horizon": self.horizon,
+                "feature_indices": self.feature_indices}

@@ -1,0 +1,144 @@
+"""Runs a pipeline end to end: config, data, training, evaluation, export; and fine-tuning.
+
+This is the one place that strings the shared parts together, so that every
+pipeline is run, fine-tuned and predicted the same way.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from seqapps.config import TrainingConfig, dump_config, resolve_config
+from seqapps.errors import DataError, ExportError
+from seqapps.pipeline import REGISTRY, Pipeline, Splits
+
+
+def _checkpoint_dir(model_root: Path, key: dict[str, Any]) -> Path:
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return model_root / ".checkpoints" / digest
+
+
+def _train_evaluate_export(pipeline: Pipeline, config: TrainingConfig, preset: str, data: Splits,
+                           model_root: Path, checkpoint_key: dict[str, Any], strategy: Any,
+                           verbose: bool, load_model: Any = None) -> dict[str, Any]:
+    import keras
+
+    from seqapps import export, training
+
+    keras.utils.set_random_seed(config.seed)
+    model = training.build_and_compile(pipeline, config, data, strategy, load_model=load_model)
+    before = pipeline.evaluate(model, data)[0] if load_model else None
+    report = training.fit(model, data, config, _checkpoint_dir(model_root, checkpoint_key), verbose=verbose)
+    metrics, baseline = pipeline.evaluate(model, data)
+    result: dict[str, Any] = {"metrics": metrics, "baseline": baseline}
+    if before is not None:
+        result["metrics_before"] = before
+    result.update(training=report, data=data.report)
+    if not training.is_chief(strategy):
+        result["export"] = None
+        return result
+    serving_fn, signature = pipeline.serving_function(model, data)
+    path = export.write_export(model, serving_fn, signature, pipeline.serving_example(data), model_root,
+                               dump_config(config, pipeline.name, preset), result, data.state)
+    result["export"] = str(path)
+    return result
+
+
+def run(name: str, preset: str = "default", data_path: str | None = None, config_file: str | None = None,
+        overrides: tuple[str, ...] | list[str] = (), out: str | Path = "saved_models", strategy: str = "auto",
+        verbose: bool = False) -> dict[str, Any]:
+    """Trains, evaluates and exports a named pipeline.
+
+    Args:
+        name: a registered pipeline name.
+        preset: "tiny", "default" or "full".
+        data_path: the user's data, or None for the embedded default data.
+        config_file: optional YAML config.
+        overrides: ``key=value`` config overrides.
+        out: the export root; the export goes to ``out/name/<version>``.
+        strategy: "auto", "mirrored" or "multiworker".
+        verbose: show progress bars.
+
+    Returns:
+        ``{"pipeline", "preset", "metrics", "baseline", "export", "seconds", ...}``.
+    """
+    from seqapps.training import make_strategy
+
+    start = time.perf_counter()
+    pipeline_class = REGISTRY.get(name)
+    config = resolve_config(pipeline_class.Config, preset, config_file, overrides)
+    distribution = make_strategy(strategy)  # before other TensorFlow work, as multi-worker needs
+    pipeline = pipeline_class()
+    data = pipeline.load_data(config, data_path)
+    key = {"pipeline": name, "config": config.to_dict(), "data": str(Path(data_path).resolve()) if data_path else None}
+    result = _train_evaluate_export(pipeline, config, preset, data, Path(out) / name, key, distribution, verbose)
+    return {"pipeline": name, "preset": preset, **result, "seconds": round(time.perf_counter() - start, 1)}
+
+
+def finetune(name: str, from_path: str | Path, data_path: str, overrides: tuple[str, ...] | list[str] = (),
+             strategy: str = "auto", verbose: bool = False) -> dict[str, Any]:
+    """Continues training an export's model on new data and exports the next version.
+
+    Args:
+        name: the pipeline the export belongs to.
+        from_path: ``saved_models/NAME/VERSION`` (or ``saved_models/NAME`` for the latest).
+        data_path: the user's data; it must match the export's columns and format.
+        overrides: ``key=value`` config overrides on top of the export's saved config.
+        strategy: "auto", "mirrored" or "multiworker".
+        verbose: show progress bars.
+
+    Returns:
+        The run result with ``metrics_before`` (the loaded model on the new test split),
+        ``metrics`` after fine-tuning, and the new ``export``.
+    """
+    from seqapps.export import read_export
+    from seqapps.training import make_strategy
+
+    start = time.perf_counter()
+    info = read_export(from_path)
+    if info.pipeline != name:
+        raise ExportError(f"{info.path}: is an export of {info.pipeline!r}, not {name!r}")
+    if not data_path:
+        raise DataError("finetune needs --data PATH with your own data")
+    pipeline_class = REGISTRY.get(name)
+    config = resolve_config(pipeline_class.Config, info.preset, None, overrides, base=info.config)
+    distribution = make_strategy(strategy)
+    pipeline = pipeline_class()
+    data = pipeline.load_data(config, data_path, state=info.state)
+
+    def load_model() -> Any:
+        import keras
+
+        return keras.saving.load_model(info.keras_model_path)
+
+    key = {"pipeline": name, "config": config.to_dict(), "data": str(Path(data_path).resolve()),
+           "from": str(info.path.resolve())}
+    result = _train_evaluate_export(pipeline, config, info.preset, data, info.path.parent, key, distribution, verbose,
+                                    load_model=load_model)
+    return {"pipeline": name, "preset": info.preset, "finetuned_from": str(info.path), **result,
+            "seconds": round(time.perf_counter() - start, 1)}
+
+
+def predict(model_path: str | Path, inputs: list[str]) -> tuple[str, Any]:
+    """Runs an export's ``serving_default`` signature on command-line inputs.
+
+    Args:
+        model_path: ``saved_models/NAME[/VERSION]``.
+        inputs: pipeline-specific raw inputs (a CSV path for forecasting, text for text models).
+
+    Returns:
+        ``(text, json_value)`` as the pipeline formats them.
+    """
+    import tensorflow as tf
+
+    from seqapps.export import read_export
+
+    info = read_export(model_path)
+    pipeline = REGISTRY.get(info.pipeline)()
+    features = pipeline.predict_inputs(info.state, inputs)
+    signature = tf.saved_model.load(str(info.path)).signatures["serving_default"]
+    outputs = signature(**{name: tf.constant(value) for name, value in features.items()})
+    return pipeline.format_prediction(info.state, features, {k: v.numpy() for k, v in outputs.items()})
