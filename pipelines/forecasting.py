@@ -26,7 +26,7 @@ from seqapps.config import TrainingConfig, require
 from seqapps.data import datasets
 from seqapps.data.tables import FILL_METHODS, parse_duration, read_csv, to_time_series
 from seqapps.errors import DataError
-from seqapps.layers.time_features import CalendarFeatures, SeasonalNaive
+from seqapps.layers.time_features import CalendarFeatures, SeasonalDifference, SeasonalNaive
 from seqapps.pipeline import Pipeline, Splits, register_pipeline
 
 END_TIME = "end_time"
@@ -44,7 +44,8 @@ class ForecastingConfig(TrainingConfig):
         horizon: how far ahead to forecast.
         lookback: how much history the model reads.
         residual_period: forecast a correction to the seasonal-naive forecast of this
-            period (None: forecast directly).
+            period (None: forecast directly). The encoder then reads the last
+            ``lookback - residual_period`` steps and their change over one period.
         cell: "gru" or "lstm".
         units: units per recurrent layer.
         layers: stacked recurrent layers.
@@ -99,10 +100,10 @@ class WeatherConfig(ForecastingConfig):
 @dataclasses.dataclass
 class LoadConfig(ForecastingConfig):
     target_cols: list[str] = dataclasses.field(default_factory=lambda: ["demand"])
-    lookback: int | str = "7D"
+    lookback: int | str = "8D"
     residual_period: int | str | None = "7D"
     PRESETS = {
-        "tiny": {"lookback": "7D", "units": 8, "layers": 1, "epochs": 1, "steps_per_epoch": 4, "batch_size": 32},
+        "tiny": {"lookback": "8D", "units": 8, "layers": 1, "epochs": 1, "steps_per_epoch": 4, "batch_size": 32},
         "default": {},
         "full": {"units": 128, "epochs": 60, "early_stopping_patience": 8},
     }
@@ -191,9 +192,9 @@ class Forecasting(Pipeline):
         day = max(1, int(pd.Timedelta("1D") // step))
         residual = None if config.residual_period is None else parse_duration(config.residual_period, step,
                                                                                "residual_period")
-        if residual is not None and residual > lookback:
-            raise DataError(f"config field 'residual_period': {config.residual_period} is longer than the "
-                            f"lookback ({config.lookback}); the model must see one whole season")
+        if residual is not None and residual >= lookback:
+            raise DataError(f"config field 'residual_period': {config.residual_period} must be shorter than the "
+                            f"lookback ({config.lookback}): the model reads the last season's change")
         return {"horizon": horizon, "lookback": lookback, "residual_period": residual,
                 "daily_lag": day, "weekly_lag": 7 * day}
 
@@ -226,11 +227,14 @@ class Forecasting(Pipeline):
         window = keras.layers.Concatenate(name="window")(stacked) if len(stacked) > 1 else stacked[0]
         scaled = keras.layers.Normalization(axis=-1, mean=state["mean"], variance=np.square(state["std"]),
                                             name="scale_inputs")(window)
+        period = state["residual_period"]
         sequence, future = scaled, None
+        if period:
+            sequence = SeasonalDifference(period, name="seasonal_difference")(scaled)
         if config.calendar_features:
-            past_calendar, future_calendar = CalendarFeatures(state["step_seconds"], lookback, horizon,
+            past_calendar, future_calendar = CalendarFeatures(state["step_seconds"], sequence.shape[1], horizon,
                                                               name="calendar")(inputs[END_TIME])
-            sequence = keras.layers.Concatenate()([scaled, past_calendar])
+            sequence = keras.layers.Concatenate()([sequence, past_calendar])
             future = keras.layers.Flatten()(future_calendar)
         recurrent = {"gru": keras.layers.GRU, "lstm": keras.layers.LSTM}[config.cell]
         regularizer = keras.regularizers.L2(config.l2) if config.l2 else None
@@ -242,8 +246,8 @@ class Forecasting(Pipeline):
         correction = keras.layers.Dense(horizon * len(targets), kernel_initializer="zeros", name="forecast")(summary)
         scaled_forecast = keras.layers.Reshape((horizon, len(targets)))(correction)
         target_index = [columns.index(c) for c in targets]
-        if state["residual_period"]:
-            base = SeasonalNaive(state["residual_period"], horizon, target_index, name="seasonal_naive")(scaled)
+        if period:
+            base = SeasonalNaive(period, horizon, target_index, name="seasonal_naive")(scaled)
             scaled_forecast = keras.layers.Add()([base, scaled_forecast])
         mean, std = np.array(state["mean"])[target_index], np.array(state["std"])[target_index]
         forecast = keras.layers.Normalization(axis=-1, mean=mean, variance=np.square(std), invert=True,

@@ -165,6 +165,6 @@ def _backup_epoch(checkpoint_dir: Path) -> int | None:
     if not metadata.is_file():
         return None
     try:
-        return int(json.loads(metadata.read_text())["epoch"]) + 1
+        return int(json.loads(metadata.read_text())["epoch"])  # epochs completed
     except (ValueError, KeyError):
         return None

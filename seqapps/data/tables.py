@@ -39,7 +39,8 @@ def read_csv(path: str | Path) -> pd.DataFrame:
     if not text.strip():
         raise DataError(f"{path}: the file is empty, expected a header row and data rows")
     try:
-        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, na_values=[""])
+        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False,
+                            na_values=["", "NaN", "nan", "NA", "N/A", "null"])
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as error:
         raise DataError(f"{path}: not a readable CSV ({str(error).splitlines()[0]})") from None
     if frame.empty:

@@ -9,13 +9,16 @@ import numpy as np
 from keras import ops
 
 SECONDS_PER_DAY = 86_400
-_DAYS_PER_YEAR = 365.2425
 _THURSDAY = 3  # 1970-01-01, with Monday = 0
 
 
 @keras.saving.register_keras_serializable(package="seqapps")
 class CalendarFeatures(keras.layers.Layer):
-    """Time-of-day, day-of-week and day-of-year as sine/cosine pairs, for past and future steps.
+    """Time-of-day and day-of-week as sine/cosine pairs, for past and future steps.
+
+    There is no day-of-year feature on purpose: with chronological splits of less
+    than a few years of data, test days of the year never occur in training, and
+    the model would extrapolate from them.
 
     From the Unix time of a window's last observed step it computes the times of
     the ``lookback`` observed steps and the ``horizon`` forecast steps, so that a
@@ -31,7 +34,8 @@ class CalendarFeatures(keras.layers.Layer):
             (wall-clock time of the data, read as UTC).
 
     Returns:
-        ``(past, future)``: float32 tensors [batch, lookback, 6] and [batch, horizon, 6].
+        ``(past, future)``: float32 tensors [batch, lookback, 4] and [batch, horizon, 4]:
+        sin and cos of the time of day, then of the day of the week.
 
     Example:
         >>> past, future = CalendarFeatures(3600, 48, 24)(np.array([0], "int64"))
@@ -47,9 +51,7 @@ class CalendarFeatures(keras.layers.Layer):
         day_seconds = ops.cast(ops.mod(times, SECONDS_PER_DAY), "float32")
         days = ops.floor_divide(times, SECONDS_PER_DAY)
         weekday = ops.cast(ops.mod(days + _THURSDAY, 7), "float32")
-        year_day = ops.mod(ops.cast(days, "float32"), _DAYS_PER_YEAR)
-        angles = ops.stack([day_seconds * (2 * math.pi / SECONDS_PER_DAY), weekday * (2 * math.pi / 7),
-                            year_day * (2 * math.pi / _DAYS_PER_YEAR)], axis=-1)
+        angles = ops.stack([day_seconds * (2 * math.pi / SECONDS_PER_DAY), weekday * (2 * math.pi / 7)], axis=-1)
         return ops.concatenate([ops.sin(angles), ops.cos(angles)], axis=-1)
 
     def call(self, end_time: Any) -> tuple[Any, Any]:
@@ -60,7 +62,7 @@ class CalendarFeatures(keras.layers.Layer):
                 self._features(end_time[:, None] + future[None, :]))
 
     def compute_output_shape(self, input_shape: tuple) -> tuple[tuple, tuple]:
-        return (input_shape[0], self.lookback, 6), (input_shape[0], self.horizon, 6)
+        return (input_shape[0], self.lookback, 4), (input_shape[0], self.horizon, 4)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "step_seconds": self.step_seconds, "lookback": self.lookback,
@@ -107,3 +109,40 @@ class SeasonalNaive(keras.layers.Layer):
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "period": self.period, "horizon": self.horizon,
                 "feature_indices": self.feature_indices}
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+class SeasonalDifference(keras.layers.Layer):
+    """The last ``lookback - period`` steps of a window, beside their change over one season.
+
+    Feeding an encoder ``x[t]`` and ``x[t] - x[t - period]`` lets a residual model see
+    how this season departs from the last one (a level shift in this week's demand,
+    a warmer day) without reading the whole season step by step.
+
+    Args:
+        period: season length in steps; shorter than the window.
+
+    Call arguments:
+        window: float tensor [batch, lookback, features].
+
+    Returns:
+        Float tensor [batch, lookback - period, 2 * features]: values, then differences.
+    """
+
+    def __init__(self, period: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.period = int(period)
+
+    def call(self, window: Any) -> Any:
+        if window.shape[1] is not None and window.shape[1] <= self.period:
+            raise ValueError(f"SeasonalDifference: period {self.period} must be shorter than the window "
+                             f"({window.shape[1]} steps)")
+        recent = window[:, self.period:, :]
+        return ops.concatenate([recent, recent - window[:, : -self.period, :]], axis=-1)
+
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
+        steps = None if input_shape[1] is None else input_shape[1] - self.period
+        return input_shape[0], steps, 2 * input_shape[2]
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "period": self.period}

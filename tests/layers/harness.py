@@ -39,7 +39,8 @@ def run_layer_test(
         layer_cls: the layer class under test.
         init_kwargs: constructor arguments.
         input_data: NumPy input (an array, or a list/dict of arrays) for one batch.
-        expected_output_shape: if given, the eager output must have this shape.
+        expected_output_shape: if given, the eager output must have this shape
+            (a list of shapes for a layer with several outputs).
         call_kwargs: extra keyword arguments for ``layer(inputs, **call_kwargs)``.
         run_training_check: whether to compile and fit one step.
         training_loss: loss for the fit check, ``fn(y_true, y_pred)``; default
@@ -66,26 +67,29 @@ def run_layer_test(
     assert restored.get_config() == config
 
     # Eager call.
-    outputs = layer(input_data, **call_kwargs)
+    outputs = keras.tree.flatten(layer(input_data, **call_kwargs))
     if expected_output_shape is not None:
-        assert tuple(outputs.shape) == tuple(expected_output_shape), (outputs.shape, expected_output_shape)
-    assert np.all(np.isfinite(keras.ops.convert_to_numpy(outputs))), "eager output is not finite"
+        expected = expected_output_shape if isinstance(expected_output_shape, list) else [expected_output_shape]
+        assert [tuple(o.shape) for o in outputs] == [tuple(s) for s in expected], (outputs, expected)
+    for output in outputs:
+        assert np.all(np.isfinite(keras.ops.convert_to_numpy(output))), "eager output is not finite"
 
     # Symbolic call inside a functional model, then a one-step fit.
     symbolic_inputs = _as_inputs(input_data)
     model_layer = layer_cls(**init_kwargs)
     model = keras.Model(symbolic_inputs, model_layer(symbolic_inputs, **call_kwargs))
     if run_training_check:
-        target = np.zeros(keras.ops.shape(model(input_data)), dtype="float32")
+        target = np.zeros(keras.ops.shape(model(input_data)), dtype="float32")  # single-output layers only
         model.compile(optimizer=keras.optimizers.SGD(0.01), loss=training_loss or "mse")
         history = model.fit(input_data, target, batch_size=len(target), epochs=1, verbose=0)
         assert np.isfinite(history.history["loss"][0]), "training loss is not finite"
 
     # .keras save and reload keeps the outputs.
-    expected = keras.ops.convert_to_numpy(model(input_data))
+    expected = [keras.ops.convert_to_numpy(o) for o in keras.tree.flatten(model(input_data))]
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "model.keras")
         model.save(path)
         reloaded = keras.saving.load_model(path)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(reloaded(input_data)), expected, atol=atol)
+    for actual, wanted in zip(keras.tree.flatten(reloaded(input_data)), expected):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(actual), wanted, atol=atol)
     return layer

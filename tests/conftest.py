@@ -1,0 +1,20 @@
+"""Test configuration: size markers (as keras-hub does) and quiet TensorFlow logs."""
+import os
+
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-extra-large", action="store_true", default=False,
+                     help="also run tests marked extra_large (default presets, benchmarks)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-extra-large"):
+        return
+    marker = pytest.mark.skip(reason="extra_large: opt in with --run-extra-large")
+    for item in items:
+        if "extra_large" in item.keywords:
+            item.add_marker(marker)

@@ -1,0 +1,33 @@
+import numpy as np
+import pandas as pd
+
+from seqapps.layers.time_features import CalendarFeatures, SeasonalNaive
+from tests.layers.harness import run_layer_test
+
+
+def test_calendar_features_match_pandas_calendar():
+    end = pd.Timestamp("2024-03-06 18:00")  # a Wednesday
+    end_time = np.array([end.value // 10**9], "int64")
+    past, future = CalendarFeatures(step_seconds=3600, lookback=3, horizon=2)(end_time)
+    assert past.shape == (1, 3, 4) and future.shape == (1, 2, 4)
+    times = pd.date_range(end + pd.Timedelta("1h"), periods=2, freq="1h")
+    hour_angle = 2 * np.pi * (times.hour * 3600) / 86400
+    weekday_angle = 2 * np.pi * times.weekday / 7
+    # float32 sin/cos of angles below 2*pi: 1e-5 absolute is well above their rounding.
+    np.testing.assert_allclose(np.asarray(future)[0, :, 0], np.sin(hour_angle), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(future)[0, :, 1], np.sin(weekday_angle), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(future)[0, :, 3], np.cos(weekday_angle), atol=1e-5)
+
+
+def test_calendar_features_layer_harness():
+    run_layer_test(CalendarFeatures, {"step_seconds": 1800, "lookback": 4, "horizon": 2},
+                   np.array([0, 86_400], "int64"), run_training_check=False)
+
+
+def test_seasonal_naive_takes_the_value_one_period_back():
+    window = np.arange(2 * 6 * 2, dtype="float32").reshape(2, 6, 2)
+    output = np.asarray(SeasonalNaive(period=4, horizon=5, feature_indices=[1])(window))
+    # Window positions 2,3,4,5 then 2 again (5 steps, period 4), feature 1.
+    np.testing.assert_array_equal(output[0, :, 0], window[0, [2, 3, 4, 5, 2], 1])
+    run_layer_test(SeasonalNaive, {"period": 4, "horizon": 5, "feature_indices": [1]}, window,
+                   expected_output_shape=(2, 5, 1), run_training_check=False)

@@ -1,0 +1,224 @@
+"""End-to-end checks of the forecasting pipelines on their tiny presets, through the CLI."""
+import json
+import re
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pandas as pd
+import pytest
+
+from seqapps import cli, runner, training
+from seqapps.data import datasets
+from seqapps.pipeline import REGISTRY
+
+pytestmark = pytest.mark.large
+
+
+def run_cli(capsys, *argv):
+    """Runs ``seqapps ARGV`` in-process; returns (exit code, last stdout line as JSON or None, stderr)."""
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    lines = captured.out.strip().splitlines()
+    try:
+        last = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        last = None
+    return code, last, captured.err
+
+
+@pytest.fixture(scope="module")
+def weather_export(tmp_path_factory):
+    """Runs the weather pipeline's tiny preset once for the tests that read its export."""
+    out = tmp_path_factory.mktemp("exports")
+    result = runner.run("weather_forecasting", "tiny", out=out)
+    return out, result
+
+
+def test_list_names_both_pipelines(capsys):
+    code, listing, _ = run_cli(capsys, "list", "--json")
+    names = [p["name"] for p in listing["pipelines"]]
+    assert code == 0 and {"weather_forecasting", "load_forecasting"} <= set(names)
+
+
+def test_weather_tiny_run_exports_versions_1_then_2(capsys, tmp_path):
+    code, result, _ = run_cli(capsys, "run", "weather_forecasting", "--preset", "tiny", "--json",
+                              "--out", str(tmp_path))
+    assert code == 0
+    assert result["export"] == str(tmp_path / "weather_forecasting" / "1")
+    assert set(result) >= {"pipeline", "preset", "metrics", "baseline", "export", "seconds"}
+    assert set(result["baseline"]) == {"naive_daily", "naive_weekly"}
+    assert set(result["metrics"]) == {"mae", "rmse", "smape", "mase"}
+    code, again, _ = run_cli(capsys, "run", "weather_forecasting", "--preset", "tiny", "--json",
+                             "--out", str(tmp_path))
+    assert code == 0 and again["export"] == str(tmp_path / "weather_forecasting" / "2")
+
+
+def test_export_serves_celsius_forecasts_in_a_tensorflow_only_process(weather_export, tmp_path):
+    out, result = weather_export
+    frame = datasets.tmy3_weather()
+    window = frame.iloc[-120:-72]  # two days of raw hourly weather (the tiny preset's lookback)
+    request = {column: [window[column].tolist()] * 3 for column in datasets.WEATHER_COLUMNS}
+    end_time = int(pd.Timestamp(window["timestamp"].iloc[-1]).value // 10**9)
+    (tmp_path / "request.json").write_text(json.dumps(request))
+    script = textwrap.dedent(f"""
+        import json, sys
+        import tensorflow as tf
+        request = json.load(open({str(tmp_path / "request.json")!r}))
+        model = tf.saved_model.load({result["export"]!r})
+        inputs = {{k: tf.constant(v, tf.float32) for k, v in request.items()}}
+        inputs["end_time"] = tf.constant([{end_time}] * 3, tf.int64)
+        outputs = model.signatures["serving_default"](**inputs)
+        print(json.dumps({{"shape": outputs["temp_air"].shape.as_list(),
+                          "first": outputs["temp_air"].numpy()[0].tolist(),
+                          "times": outputs["forecast_time"].numpy()[0].tolist(),
+                          "imported": sorted(m for m in ("keras", "seqapps", "pipelines") if m in sys.modules)}}))
+    """)
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    answer = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert answer["shape"] == [3, 24]
+    assert "seqapps" not in answer["imported"] and "pipelines" not in answer["imported"]
+    # Degrees Celsius, not scaled units: the next day's temperature is near the last observed ones.
+    last = window["temp_air"].to_numpy()
+    assert last.min() - 15 < min(answer["first"]) and max(answer["first"]) < last.max() + 15
+    assert answer["times"][0] == end_time + 3600 and answer["times"][-1] == end_time + 24 * 3600
+
+
+def test_predict_prints_the_forecast_with_timestamps(weather_export, tmp_path, capsys):
+    _, result = weather_export
+    recent = tmp_path / "recent.csv"
+    datasets.tmy3_weather().iloc[-100:].to_csv(recent, index=False)
+    code, answer, _ = run_cli(capsys, "predict", result["export"], str(recent), "--json")
+    assert code == 0 and len(answer["forecast"]) == 24
+    assert answer["forecast"][0]["timestamp"] == "1991-01-01T01:00:00"
+    code, _, _ = run_cli(capsys, "predict", result["export"], str(recent))
+    assert code == 0
+
+
+def write_load_csv(path, rows=2000, freq="30min", column="demand"):
+    values = datasets.taylor_load()["demand"].to_numpy()[:rows]
+    frame = pd.DataFrame({"time": pd.date_range("2021-03-01", periods=rows, freq=freq), column: values})
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_load_finetune_on_a_user_csv_exports_the_next_version(capsys, tmp_path):
+    code, first, _ = run_cli(capsys, "run", "load_forecasting", "--preset", "tiny", "--json", "--out", str(tmp_path))
+    assert code == 0
+    user_csv = write_load_csv(tmp_path / "my_load.csv")
+    # Column names must match the export's; the timestamp column is read from the export.
+    renamed = pd.read_csv(user_csv).rename(columns={"time": "timestamp"})
+    renamed.to_csv(user_csv, index=False)
+    code, result, _ = run_cli(capsys, "finetune", "load_forecasting", "--from", first["export"], "--data",
+                              str(user_csv), "--json")
+    assert code == 0, result
+    assert result["export"] == str(tmp_path / "load_forecasting" / "2")
+    assert set(result["metrics_before"]) == set(result["metrics"]) == {"mae", "rmse", "smape", "mase"}
+
+    wrong = tmp_path / "wrong.csv"
+    renamed.rename(columns={"demand": "load_mw"}).to_csv(wrong, index=False)
+    code, _, err = run_cli(capsys, "finetune", "load_forecasting", "--from", first["export"], "--data", str(wrong))
+    assert code == 2 and "missing column 'demand'" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in (tmp_path / "load_forecasting").iterdir() if p.name.isdigit()) == ["1", "2"]
+
+
+@pytest.mark.parametrize("freq, rows", [("1D", 400), ("30min", 1500)])
+def test_user_csv_of_any_frequency_runs_without_other_settings(capsys, tmp_path, freq, rows):
+    data = write_load_csv(tmp_path / "series.csv", rows=rows, freq=freq, column="y")
+    code, result, err = run_cli(capsys, "run", "load_forecasting", "--preset", "tiny", "--json", "--out",
+                                str(tmp_path), "--data", str(data), "--set", "timestamp_col=time",
+                                "--set", "target_cols=y")
+    assert code == 0, err
+    expected_horizon = {"1D": 1, "30min": 48}[freq]
+    state = json.loads((tmp_path / "load_forecasting" / "1" / "assets.extra" / "state.json").read_text())
+    assert state["horizon"] == expected_horizon and result["data"]["rows"] == rows
+
+
+BAD_CASES = {
+    "missing column": (lambda t: t.drop(columns=["demand"]), "missing column 'demand'"),
+    "non-numeric cell": (lambda t: t.assign(demand=t["demand"].astype(object).where(t.index != 5, "12kW")),
+                         "line 7: column 'demand' value '12kW' is not a number"),
+    "empty cell": (lambda t: t.assign(demand=t["demand"].where(t.index != 5)), "line 7: column 'demand' is empty"),
+    "gap": (lambda t: t.drop(index=[10, 11]), "line 12: gap in timestamps"),
+    "duplicate": (lambda t: t.assign(timestamp=t["timestamp"].where(t.index != 3, t["timestamp"][2])),
+                  "line 5: duplicate timestamp"),
+    "non-monotonic": (lambda t: t.iloc[[0, 1, 3, 2, *range(4, len(t))]], "line 5: timestamp .* is earlier"),
+    "bad timestamp": (lambda t: t.assign(timestamp=t["timestamp"].astype(str).where(t.index != 4, "31/31/2000")),
+                      "line 6: column 'timestamp' value '31/31/2000' is not a date/time"),
+    "too short": (lambda t: t.iloc[:300], "series of 300 rows is too short"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CASES))
+def test_bad_csv_exits_2_with_one_line_and_writes_nothing(capsys, tmp_path, case):
+    change, message = BAD_CASES[case]
+    table = datasets.taylor_load().iloc[:2000].reset_index(drop=True)
+    change(table).to_csv(tmp_path / "bad.csv", index=False)
+    out = tmp_path / "saved_models"
+    code, _, err = run_cli(capsys, "run", "load_forecasting", "--preset", "tiny", "--data",
+                           str(tmp_path / "bad.csv"), "--out", str(out))
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "bad.csv" in err
+    assert re.search(message, err), err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "the file is empty"),
+    (b"timestamp,demand\n", "has a header but no data rows"),
+    (b"\x7fELF\x02\x01\x01\x00\x00\x00", "binary file"),
+])
+def test_unreadable_files_exit_2(capsys, tmp_path, content, message):
+    (tmp_path / "bad.csv").write_bytes(content)
+    code, _, err = run_cli(capsys, "run", "load_forecasting", "--preset", "tiny", "--data", str(tmp_path / "bad.csv"),
+                           "--out", str(tmp_path / "out"))
+    assert code == 2 and message in err and not (tmp_path / "out").exists()
+
+
+def test_wrong_from_folder_exits_2(capsys, tmp_path, weather_export):
+    _, result = weather_export
+    for folder, message in [(tmp_path / "nope", "no such export folder"), (tmp_path, "not a SavedModel export"),
+                            (result["export"], "is an export of 'weather_forecasting'")]:
+        code, _, err = run_cli(capsys, "finetune", "load_forecasting", "--from", str(folder), "--data", "x.csv")
+        assert code == 2 and message in err, err
+
+
+def test_gaps_are_filled_when_asked_and_counted(capsys, tmp_path):
+    table = datasets.taylor_load().iloc[:2000].drop(index=[100, 101, 102]).reset_index(drop=True)
+    table.loc[500, "demand"] = np.nan
+    table.to_csv(tmp_path / "gappy.csv", index=False)
+    code, result, err = run_cli(capsys, "run", "load_forecasting", "--preset", "tiny", "--json", "--data",
+                                str(tmp_path / "gappy.csv"), "--set", "fill_gaps=interpolate", "--out", str(tmp_path))
+    assert code == 0, err
+    assert result["data"]["filled_values"] == 4
+
+
+class _InterruptAfterEpoch(keras.callbacks.Callback):
+    def __init__(self, epoch: int) -> None:
+        super().__init__()
+        self.stop_epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 == self.stop_epoch:
+            raise KeyboardInterrupt  # as if the process were killed after this epoch's backup
+
+
+def test_killed_training_resumes_from_its_checkpoint(tmp_path):
+    from seqapps.config import resolve_config
+
+    pipeline = REGISTRY.get("load_forecasting")()
+    config = resolve_config(pipeline.Config, "tiny", overrides=["epochs=3", "early_stopping_patience=5"])
+    data = pipeline.load_data(config, None)
+    strategy = training.make_strategy("auto")
+    model = training.build_and_compile(pipeline, config, data, strategy)
+    with pytest.raises(KeyboardInterrupt):
+        training.fit(model, data, config, tmp_path / "ckpt", extra_callbacks=[_InterruptAfterEpoch(2)])
+    assert (tmp_path / "ckpt").is_dir()
+    restarted = training.build_and_compile(pipeline, config, data, strategy)
+    report = training.fit(restarted, data, config, tmp_path / "ckpt")
+    assert report["resumed_from_epoch"] == 2
+    assert report["epochs_run"] == 1  # only the third epoch was left
+    assert not (tmp_path / "ckpt").exists()  # the backup is removed once training completes

@@ -1,0 +1,63 @@
+import dataclasses
+
+import pytest
+
+from seqapps.config import TrainingConfig, dump_config, resolve_config
+from seqapps.errors import ConfigError
+
+
+@dataclasses.dataclass
+class ToyConfig(TrainingConfig):
+    columns: list[str] = dataclasses.field(default_factory=lambda: ["a"])
+    horizon: int | str = "1D"
+    window: int | None = None
+    PRESETS = {"tiny": {"epochs": 1, "horizon": 3}, "default": {}, "full": {"epochs": 99}}
+
+
+def test_precedence_defaults_preset_file_then_set(tmp_path):
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text("epochs: 5\nlearning_rate: 0.5\n")
+    config = resolve_config(ToyConfig, "tiny", config_file, ["learning_rate=0.25", "columns=x,y"])
+    assert config.epochs == 5            # the file beats the preset
+    assert config.horizon == 3           # the preset beats the default
+    assert config.learning_rate == 0.25  # --set beats the file
+    assert config.columns == ["x", "y"]
+    assert config.batch_size == 64       # untouched default
+
+
+def test_union_and_optional_fields_coerce():
+    config = resolve_config(ToyConfig, "default", None, ["horizon=7D", "window=12"])
+    assert config.horizon == "7D" and config.window == 12
+    assert resolve_config(ToyConfig, "default", None, ["window=null"]).window is None
+
+
+@pytest.mark.parametrize("override, message", [
+    ("epoch=3", "did you mean 'epochs'"),
+    ("epochs=three", "expected an integer"),
+    ("epochs=0", "expected an integer >= 1"),
+    ("optimizer=rmsprop", "one of adam, sgd"),
+    ("novalue", "expected key=value"),
+])
+def test_bad_overrides_name_the_field(override, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve_config(ToyConfig, "default", None, [override])
+
+
+def test_bad_file_and_preset(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        resolve_config(ToyConfig, "default", tmp_path / "missing.yaml")
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        resolve_config(ToyConfig, "default", listing)
+    with pytest.raises(ConfigError, match="unknown preset"):
+        resolve_config(ToyConfig, "huge")
+
+
+def test_saved_config_round_trips():
+    import yaml
+
+    config = resolve_config(ToyConfig, "tiny", None, ["columns=p,q"])
+    saved = yaml.safe_load(dump_config(config, "toy", "tiny"))
+    assert saved["pipeline"] == "toy" and saved["preset"] == "tiny"
+    assert resolve_config(ToyConfig, "tiny", base=saved["config"]) == config

@@ -1,0 +1,75 @@
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.framework import tensor_pb2
+
+from seqapps import export
+from seqapps.errors import ExportError
+
+
+def small_model() -> keras.Model:
+    inputs = keras.Input((3, 2), name="x")
+    return keras.Model(inputs, keras.layers.Dense(1)(keras.layers.GRU(4)(inputs)))
+
+
+def write(model, root, serve=None):
+    signature = [{"x": tf.TensorSpec([None, 3, 2], tf.float32, name="x")}]
+    serve = serve or (lambda inputs: {"y": model(inputs["x"])})
+    example = {"x": np.ones((2, 3, 2), "float32")}
+    return export.write_export(model, serve, signature, example, root, "pipeline: toy\nconfig: {}\n",
+                               {"metrics": {"mae": 1.0}}, {"columns": ["x"]})
+
+
+def test_versions_are_atomic_and_never_overwritten(tmp_path):
+    model = small_model()
+    root = tmp_path / "toy"
+    assert write(model, root).name == "1"
+    assert write(model, root).name == "2"
+
+    def broken(inputs):
+        raise RuntimeError("crash while tracing")
+
+    with pytest.raises(RuntimeError, match="crash while tracing"):
+        write(model, root, serve=broken)
+    assert sorted(p.name for p in root.iterdir()) == ["1", "2"]  # no partial version, no temp folder left
+
+
+def test_export_contents_warmup_and_reload(tmp_path):
+    model = small_model()
+    path = write(model, tmp_path / "toy")
+    info = export.read_export(tmp_path / "toy")  # the model folder means its latest version
+    assert info.path == path and info.pipeline == "toy" and info.state == {"columns": ["x"]}
+    assert export.cudnn_ops(path) == []
+    (log,) = export.read_warmup_requests(path / "assets.extra" / export.WARMUP_FILE)
+    request = log.predict_log.request
+    assert request.model_spec.name == "toy" and request.model_spec.signature_name == "serving_default"
+    sent = tensor_pb2.TensorProto.FromString(request.inputs["x"].SerializeToString())
+    np.testing.assert_array_equal(tf.make_ndarray(sent), np.ones((2, 3, 2), "float32"))
+    served = tf.saved_model.load(str(path)).signatures["serving_default"](x=tf.ones((2, 3, 2)))
+    np.testing.assert_allclose(served["y"].numpy(), model(np.ones((2, 3, 2), "float32")).numpy(), atol=1e-6)
+    reloaded = keras.saving.load_model(info.keras_model_path)
+    assert json.loads((path / "assets.extra" / "metrics.json").read_text())["metrics"]["mae"] == 1.0
+    assert len(reloaded.weights) == len(model.weights)
+
+
+def test_recurrent_layers_trace_without_cudnn_and_are_restored():
+    model = small_model()
+    gru = model.layers[1]
+    assert gru.use_cudnn == "auto"
+    with export.cpu_compatible_recurrent_layers(model):
+        assert gru.use_cudnn is False
+    assert gru.use_cudnn == "auto"
+
+
+def test_read_export_rejects_wrong_folders(tmp_path):
+    with pytest.raises(ExportError, match="no such export folder"):
+        export.read_export(tmp_path / "missing")
+    with pytest.raises(ExportError, match="not a SavedModel export"):
+        export.read_export(tmp_path)
+    (tmp_path / "toy" / "1").mkdir(parents=True)
+    (tmp_path / "toy" / "1" / "saved_model.pb").write_bytes(b"")
+    with pytest.raises(ExportError, match="incomplete export, missing config.yaml"):
+        export.read_export(tmp_path / "toy" / "1")
