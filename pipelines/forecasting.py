@@ -89,7 +89,7 @@ class ForecastingConfig(TrainingConfig):
 class WeatherConfig(ForecastingConfig):
     target_cols: list[str] = dataclasses.field(default_factory=lambda: ["temp_air"])
     lookback: int | str = "5D"
-    residual_period: int | str | None = "1D"
+    residual_period: int | str | None = None  # measured: direct 2.90 degC MAE, residual on "1D" 3.11-3.20
     PRESETS = {
         "tiny": {"lookback": "2D", "units": 8, "layers": 1, "epochs": 1, "steps_per_epoch": 4, "batch_size": 32},
         "default": {},

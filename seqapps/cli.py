@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from seqapps import __version__
 from seqapps.errors import SeqappsError, TrainingError
 
-BENCHMARKS = {"bnce": "seqapps.bench.bnce", "hrnn": "seqapps.bench.hrnn"}
+BENCHMARKS = {"bnce": "seqapps.bench.bnce", "hrnn": "seqapps.bench.hrnn", "serve": "seqapps.bench.serve"}
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +55,18 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     predict.add_argument("inputs", nargs="+", metavar="INPUT")
     predict.add_argument("--json", action="store_true")
 
+    serve = commands.add_parser("serve", help="serve saved_models/NAME/VERSION over TF Serving's REST API")
+    serve.add_argument("model_root", nargs="?", default="saved_models", metavar="saved_models",
+                       help="model root holding NAME/VERSION/ folders (default: saved_models)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    serve.add_argument("--port", type=int, default=8501, help="TCP port (0: a free one; default: 8501)")
+    serve.add_argument("--max-batch-size", type=int, default=0,
+                       help="merge concurrent requests into batches of up to N rows (0: no batching)")
+    serve.add_argument("--batch-timeout-ms", type=float, default=1.0,
+                       help="how long a batch waits for more requests (default: 1)")
+    serve.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024,
+                       help="refuse larger request bodies with 400 (default: 32 MiB)")
+
     bench = commands.add_parser("bench", help="speed and memory benchmarks")
     benches = bench.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     for name, module in BENCHMARKS.items():
@@ -73,6 +85,21 @@ def _print_result(result: Any, as_json: bool) -> None:
         print(result)
     else:
         print(json.dumps(result, indent=2, default=str))
+
+
+def _summary(result: dict[str, Any]) -> str:
+    """A terminal summary of a run: metrics beside the baselines, then the export path."""
+    rows = {"model": result["metrics"], **result.get("baseline", {})}
+    if "metrics_before" in result:
+        rows = {"before finetune": result["metrics_before"], **rows}
+    keys = [k for k in result["metrics"] if "/" not in k]
+    width = max(len(name) for name in rows)
+    lines = [f"{result['pipeline']} ({result['preset']} preset) in {result['seconds']} s",
+             " " * width + "".join(f"{k:>12}" for k in keys)]
+    lines += [f"{name:<{width}}" + "".join(f"{values.get(k, float('nan')):>12.4g}" for k in keys)
+              for name, values in rows.items()]
+    lines.append(f"export: {result['export']}")
+    return "\n".join(lines)
 
 
 def _list(as_json: bool) -> None:
@@ -101,18 +128,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             result = runner.run(args.name, args.preset, args.data, args.config, args.overrides, args.out,
                                 args.strategy, verbose=interactive)
-            _print_result(result, args.json)
+            _print_result(result if args.json else _summary(result), args.json)
         elif args.command == "finetune":
             from seqapps import runner
 
             result = runner.finetune(args.name, args.from_path, args.data, args.overrides, args.strategy,
                                      verbose=interactive)
-            _print_result(result, args.json)
+            _print_result(result if args.json else _summary(result), args.json)
         elif args.command == "predict":
             from seqapps import runner
 
             text, value = runner.predict(args.model, args.inputs)
             _print_result(value if args.json else text, args.json)
+        elif args.command == "serve":
+            from seqapps import serving
+
+            serving.serve(args.model_root, args.host, args.port,
+                          serving.ServingOptions(max_batch_size=args.max_batch_size,
+                                                 batch_timeout_ms=args.batch_timeout_ms,
+                                                 max_body_bytes=args.max_body_bytes))
         elif args.command == "bench":
             result = importlib.import_module(args.bench_module).run(args)
             _print_result(result, args.json)

@@ -30,8 +30,9 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
 
     Args:
         name: "auto" (the default strategy: one device), "mirrored" (all local
-            GPUs, or the CPU) or "multiworker" (MultiWorkerMirroredStrategy
-            configured from the ``TF_CONFIG`` environment variable).
+            GPUs; without GPUs, every logical CPU device) or "multiworker"
+            (MultiWorkerMirroredStrategy configured from the ``TF_CONFIG``
+            environment variable).
 
     Returns:
         The strategy; create it before any other TensorFlow work.
@@ -39,7 +40,8 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
     if name == "auto":
         return tf.distribute.get_strategy()
     if name == "mirrored":
-        return tf.distribute.MirroredStrategy()
+        devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+        return tf.distribute.MirroredStrategy([device.name for device in devices])
     if name == "multiworker":
         if "TF_CONFIG" not in os.environ:
             raise ConfigError("--strategy multiworker needs the TF_CONFIG environment variable "
@@ -128,8 +130,8 @@ def fit(model: keras.Model, data: Splits, config: TrainingConfig, checkpoint_dir
         extra_callbacks: more callbacks, run after the shared ones.
 
     Returns:
-        A JSON-able report: epochs run, the epoch resumed from, best validation
-        loss, final learning rate and seconds.
+        A JSON-able report: epochs run, training loss per epoch, the epoch resumed
+        from, best validation loss, final learning rate and seconds.
 
     Raises:
         TrainingError: the loss became NaN or infinite.
@@ -152,6 +154,7 @@ def fit(model: keras.Model, data: Splits, config: TrainingConfig, checkpoint_dir
     val_losses = [float(v) for v in history.history.get("val_loss", [])]
     return {
         "epochs_run": len(history.epoch),
+        "loss_history": [float(v) for v in history.history.get("loss", [])],
         "resumed_from_epoch": resumed_from,
         "best_val_loss": min(val_losses) if val_losses else None,
         "final_learning_rate": float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
