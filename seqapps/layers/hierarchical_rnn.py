@@ -1,0 +1,805 @@
+"""Decoupled hierarchical RNN with locally computable losses (Mujika et al., 2019).
+
+The layer runs the whole hierarchy in ``tf.while_loop``s over segments of
+``periods[0]`` steps. Two training paths share that segment function:
+
+- ``call`` / ``sequence_loss``: plain TensorFlow autodiff. Under ``fit`` it keeps
+  the activations of every step, so memory grows with T.
+- ``loss_and_gradients``: the memory-lean path. In ``gr_hrnn`` and
+  ``decoupled`` mode the forward loop keeps only each segment's incoming carry
+  (the upper states, O(T/k)); a reverse loop recomputes one segment at a time
+  under a ``GradientTape`` (O(k)) and carries the carry's gradient backwards.
+  In ``mr_hrnn`` mode it backpropagates each truncation window as soon as it
+  has run. Its gradients equal autodiff of the same graph.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import keras
+import tensorflow as tf
+
+MODES = ("hrnn", "gr_hrnn", "decoupled", "mr_hrnn")
+AUX_LOSSES = ("mse", "categorical_crossentropy")
+
+
+def _mse(y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
+    return tf.reduce_mean(tf.square(tf.cast(y_true, y_pred.dtype) - y_pred), axis=-1)
+
+
+def _categorical(y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
+    return tf.nn.softmax_cross_entropy_with_logits(labels=tf.cast(y_true, y_pred.dtype), logits=y_pred)
+
+
+def _sparse_categorical(y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(y_true, tf.int32), logits=y_pred)
+
+
+def _binary(y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
+    labels = tf.cast(y_true, y_pred.dtype)
+    return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=y_pred), axis=-1)
+
+
+# Per-step losses on logits: fn(y_true of one step, y_pred of one step) -> (batch,).
+TASK_LOSSES: dict[str, Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = {
+    "mse": _mse,
+    "categorical_crossentropy": _categorical,
+    "sparse_categorical_crossentropy": _sparse_categorical,
+    "binary_crossentropy": _binary,
+}
+
+
+def _as_list(value: Any, length: int) -> list:
+    """``value`` repeated ``length`` times, or ``list(value)`` if it is a sequence."""
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value] * length
+
+
+def _chunk_time(x: tf.Tensor, k: int, n_chunks: tf.Tensor, pad: tf.Tensor) -> tf.Tensor:
+    """(batch, T, ...) -> time-major segments (n_chunks, k, batch, ...), zero-padded."""
+    rank = len(x.shape)
+    x = tf.pad(x, [[0, 0], [0, pad]] + [[0, 0]] * (rank - 2))
+    x = tf.reshape(x, tf.concat([[tf.shape(x)[0], n_chunks, k], tf.shape(x)[2:]], 0))
+    return tf.transpose(x, [1, 2, 0] + list(range(3, rank + 1)))
+
+
+def _keep_gradient(value: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
+    """``value`` whose gradient is multiplied by the 0/1 scalar ``keep``."""
+    stopped = tf.stop_gradient(value)
+    return keep * value + (1.0 - keep) * stopped
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+class DecoupledHRNN(keras.layers.Layer):
+    """Hierarchical RNN whose levels can be trained with local losses.
+
+    Level 0 reads ``x_t`` at every step together with the current output of
+    level 1 and emits ``y_t``. Level 1 ticks every ``periods[0]`` steps (or
+    where a boundary input is true): it reads the output of level 0, updates
+    its state, and level 0's state is reset to zeros. Level ``j >= 2`` ticks
+    every ``periods[j - 1]`` ticks of level ``j - 1`` by the same rule, and
+    level ``j``'s input is the output of level ``j - 1`` joined with the output
+    of level ``j + 1``. Masked steps keep every state and never tick.
+
+    In ``decoupled`` mode each level ``j >= 1`` has a decoder (one tanh layer
+    of ``aux_hidden_units``, then a linear layer) that gets the output sent up
+    by level ``j - 1`` at a tick plus a one-hot index ``i`` drawn uniformly
+    from 1..``periods[j - 1]`` (1..min(k, steps since the last tick) with
+    boundaries). It must output the ``i``-th previous input of level
+    ``j - 1`` (``i = 1``: the latest): the input ``x`` for level 1 (loss
+    ``aux_loss``), the outputs of level ``j - 2`` that level ``j - 1`` read
+    for higher levels (mean squared error, targets without gradient). Each
+    level's loss is a mean over its ticks and examples, weighted by ``beta``.
+    The layer adds it with ``add_loss`` when called with ``training=True``;
+    ``sequence_loss`` and ``loss_and_gradients`` include it in what they
+    return.
+
+    Modes (``mode``):
+    - ``"hrnn"``: true gradients everywhere.
+    - ``"gr_hrnn"``: the upward edges go through ``tf.stop_gradient``, so
+      dh^U/dh^L = 0 at each tick; no auxiliary loss.
+    - ``"decoupled"``: ``gr_hrnn`` plus the auxiliary losses (the paper).
+    - ``"mr_hrnn"``: true gradients, truncated to windows of
+      ``ceil((2T/k + k) / k)`` whole segments (``k = periods[0]``, about
+      ``2T/k + k`` steps, the memory of ``decoupled``): every state passed
+      from one window to the next goes through ``tf.stop_gradient``. No
+      auxiliary loss.
+
+    Memory-lean training: ``loss_and_gradients`` computes the per-step task
+    loss inside each segment (through the optional ``output_units`` head), so
+    ``gr_hrnn`` and ``decoupled`` training keeps O(k) lower states plus
+    O(T/k) segment carries, and ``mr_hrnn`` one window. Its inputs must be
+    the raw features (one-hot or real), since it returns no input gradient.
+    Cell dropout is not supported there (recomputation would redraw it).
+
+    Args:
+        cells: Keras RNN cells, lowest level first, at least two
+            (``LSTMCell``, ``GRUCell``, ``SimpleRNNCell`` or any cell whose
+            first state is its output). The layer holds copies made from
+            their configs.
+        periods: ticks of level ``j - 1`` per tick of level ``j``: an int for
+            every level, or one int per level above the first. With a
+            boundary input ``periods[0]`` is the largest index the level-1
+            decoder is asked about.
+        mode: one of ``"hrnn"``, ``"gr_hrnn"``, ``"decoupled"``,
+            ``"mr_hrnn"``.
+        beta: auxiliary loss weight, >= 0: a float, or one per level above
+            the first.
+        aux_hidden_units: width of each decoder's hidden layer.
+        aux_loss: level-1 reconstruction loss: ``"mse"`` for real-valued
+            inputs, ``"categorical_crossentropy"`` for one-hot inputs.
+        output_units: if set, a linear head maps each ``y_t`` to this many
+            logits; otherwise the layer returns level 0's outputs.
+        allow_padding: pad a sequence that the product of ``periods`` does not
+            divide (the padded steps are masked). If False such a sequence
+            raises a ValueError.
+        seed: seed of the auxiliary indices drawn in ``call``.
+        **kwargs: base layer arguments (``name``, ``dtype``, ...).
+
+    Call arguments:
+        inputs: ``x`` of shape (batch, T, features), or ``[x, boundaries]``
+            with a boolean ``boundaries`` of shape (batch, T): level 1 ticks
+            after each step where it is true instead of every
+            ``periods[0]`` steps.
+        training: whether to add the auxiliary loss (``decoupled`` mode).
+        mask: boolean (batch, T) mask of valid steps.
+
+    Returns:
+        (batch, T, output_units or the level-0 output size); zeros at masked
+        steps.
+
+    Example:
+    ```python
+    layer = DecoupledHRNN(
+        [keras.layers.GRUCell(64), keras.layers.GRUCell(32)],
+        periods=10,
+        output_units=8,
+    )
+    x = np.random.uniform(size=(4, 50, 8)).astype("float32")
+    logits = layer(x)  # (4, 50, 8)
+    targets = np.random.randint(0, 8, size=(4, 50))
+    loss, grads = layer.loss_and_gradients(x, targets, "sparse_categorical_crossentropy")
+    ```
+
+    Reference:
+    - [Mujika, Weissenberger and Steger, 2019. Decoupling Hierarchical
+      Recurrent Neural Networks With Locally Computable Losses.](
+      https://arxiv.org/abs/1910.05245)
+    """
+
+    def __init__(
+        self,
+        cells: Sequence[keras.layers.Layer | dict],
+        periods: int | Sequence[int],
+        mode: str = "decoupled",
+        beta: float | Sequence[float] = 1.0,
+        aux_hidden_units: int = 128,
+        aux_loss: str = "mse",
+        output_units: int | None = None,
+        allow_padding: bool = True,
+        seed: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not isinstance(cells, (list, tuple)) or len(cells) < 2:
+            raise ValueError(f"cells must be a list of at least two RNN cells, got cells={cells!r}")
+        levels = len(cells)
+        period_list = _as_list(periods, levels - 1)
+        if len(period_list) != levels - 1 or any(not isinstance(k, int) or k < 1 for k in period_list):
+            raise ValueError(
+                f"periods must be a positive int or {levels - 1} positive ints (one per upper level), "
+                f"got periods={periods!r}"
+            )
+        if mode not in MODES:
+            raise ValueError(f"Unknown mode={mode!r}; expected one of {MODES}")
+        beta_list = _as_list(beta, levels - 1)
+        if len(beta_list) != levels - 1 or any(float(b) < 0 for b in beta_list):
+            raise ValueError(f"beta must be >= 0 (a float or {levels - 1} floats), got beta={beta!r}")
+        if aux_loss not in AUX_LOSSES:
+            raise ValueError(f"Unknown aux_loss={aux_loss!r}; expected one of {AUX_LOSSES}")
+        if aux_hidden_units < 1:
+            raise ValueError(f"aux_hidden_units must be >= 1, got aux_hidden_units={aux_hidden_units}")
+        if output_units is not None and output_units < 1:
+            raise ValueError(f"output_units must be None or >= 1, got output_units={output_units}")
+        self.cells = [
+            keras.saving.deserialize_keras_object(
+                cell if isinstance(cell, dict) else keras.saving.serialize_keras_object(cell)
+            )
+            for cell in cells
+        ]
+        self.periods = periods
+        self.mode = mode
+        self.beta = beta
+        self.aux_hidden_units = aux_hidden_units
+        self.aux_loss = aux_loss
+        self.output_units = output_units
+        self.allow_padding = allow_padding
+        self.seed = seed
+        self._periods = [int(k) for k in period_list]
+        self._betas = [float(b) for b in beta_list]
+        self._seed_generator = keras.random.SeedGenerator(seed)
+        self.supports_masking = True
+
+    @property
+    def levels(self) -> int:
+        """Number of levels of the hierarchy."""
+        return len(self.cells)
+
+    def _output_size(self, level: int) -> int:
+        return int(self.cells[level].output_size)
+
+    def build(self, input_shape: Any) -> None:
+        x_shape = input_shape[0] if isinstance(input_shape[0], (list, tuple)) else input_shape
+        features = int(x_shape[-1])
+        self._features = features
+        for level, cell in enumerate(self.cells):
+            below = features if level == 0 else self._output_size(level - 1)
+            above = self._output_size(level + 1) if level + 1 < self.levels else 0
+            if not cell.built:
+                cell.build((None, below + above))
+        self.decoder_hidden = []
+        self.decoder_output = []
+        if self.mode == "decoupled":
+            for level in range(1, self.levels):
+                target = features if level == 1 else self._output_size(level - 2)
+                source = self._output_size(level - 1) + self._periods[level - 1]
+                hidden = keras.layers.Dense(
+                    self.aux_hidden_units, activation="tanh", name=f"decoder_{level}_hidden", dtype=self.dtype_policy
+                )
+                hidden.build((None, source))
+                output = keras.layers.Dense(target, name=f"decoder_{level}_output", dtype=self.dtype_policy)
+                output.build((None, self.aux_hidden_units))
+                self.decoder_hidden.append(hidden)
+                self.decoder_output.append(output)
+        self.head = None
+        if self.output_units is not None:
+            self.head = keras.layers.Dense(self.output_units, name="head", dtype=self.dtype_policy)
+            self.head.build((None, self._output_size(0)))
+
+    def _split_inputs(self, inputs: Any) -> tuple[tf.Tensor, tf.Tensor | None]:
+        """``inputs`` as ``(x, boundaries or None)``, with shape checks."""
+        if isinstance(inputs, (list, tuple)):
+            if len(inputs) != 2:
+                raise ValueError(f"inputs must be x or [x, boundaries], got {len(inputs)} tensors")
+            x, boundaries = inputs
+        else:
+            x, boundaries = inputs, None
+        x = tf.convert_to_tensor(x, dtype=self.compute_dtype)
+        if len(x.shape) != 3:
+            raise ValueError(f"inputs must have shape (batch, time, features), got shape {tuple(x.shape)}")
+        if boundaries is not None:
+            boundaries = tf.convert_to_tensor(boundaries)
+            shape = tuple(boundaries.shape)
+            expected = tuple(x.shape[:2])
+            if len(shape) != 2 or any(a is not None and b is not None and a != b for a, b in zip(shape, expected)):
+                raise ValueError(
+                    f"boundaries must have shape (batch, time) = {expected}, got boundaries of shape {shape}"
+                )
+            boundaries = tf.cast(boundaries, tf.bool)
+        return x, boundaries
+
+    def _check_length(self, x: tf.Tensor, boundaries: tf.Tensor | None) -> None:
+        """Raises if padding is needed but not allowed."""
+        length = x.shape[1]
+        span = math.prod(self._periods) if boundaries is None else self._periods[0]
+        if not self.allow_padding and length is not None and length % span:
+            raise ValueError(
+                f"periods={self.periods!r} (segment of {span} steps) does not divide the sequence length "
+                f"{length} and allow_padding=False"
+            )
+
+    def _prepare(
+        self,
+        x: tf.Tensor,
+        mask: tf.Tensor | None,
+        boundaries: tf.Tensor | None,
+        targets: tf.Tensor | None,
+        uniforms: tf.Tensor,
+    ) -> dict[str, tf.Tensor]:
+        """Time-major segments of every per-step input, padded and masked."""
+        self._check_length(x, boundaries)
+        k = self._periods[0]
+        length = tf.shape(x)[1]
+        n_chunks = (length + k - 1) // k
+        pad = n_chunks * k - length
+        if mask is None:
+            mask = tf.ones(tf.shape(x)[:2], tf.bool)
+        data = {
+            "x": _chunk_time(x, k, n_chunks, pad),
+            "mask": _chunk_time(tf.cast(mask, tf.bool), k, n_chunks, pad),
+            "u": _chunk_time(uniforms, k, n_chunks, pad),
+        }
+        if boundaries is not None:
+            data["boundaries"] = _chunk_time(boundaries, k, n_chunks, pad)
+        if targets is not None:
+            data["targets"] = _chunk_time(tf.convert_to_tensor(targets), k, n_chunks, pad)
+        return data
+
+    def _uniforms(self, x: tf.Tensor, seed: int | None, draw: bool) -> tf.Tensor:
+        """Uniform [0, 1) draws of shape (batch, T, levels - 1) for the auxiliary indices (zeros if not ``draw``)."""
+        shape = tf.concat([tf.shape(x)[:2], [self.levels - 1]], 0)
+        if not draw:
+            return tf.zeros(shape, self.compute_dtype)
+        if seed is None:
+            return keras.random.uniform(shape, dtype=self.compute_dtype, seed=self._seed_generator)
+        return tf.random.stateless_uniform(shape, seed=[seed, 0], dtype=self.compute_dtype)
+
+    def _initial_carry(self, batch: tf.Tensor, boundary_mode: bool) -> dict[str, tf.Tensor]:
+        """Zero states, plus the buffers and counters of the auxiliary targets."""
+        dtype = self.compute_dtype
+        carry = {}
+        for level, cell in enumerate(self.cells):
+            for index, size in enumerate(tf.nest.flatten(cell.state_size)):
+                carry[f"state{level}_{index}"] = tf.zeros([batch, size], dtype)
+        for level in range(1, self.levels):
+            if level == 1 and not boundary_mode:
+                continue
+            width = self._features if level == 1 else self._output_size(level - 2)
+            carry[f"buffer{level}"] = tf.zeros([batch, self._periods[level - 1], width], dtype)
+            carry[f"position{level}"] = tf.zeros([batch], tf.int32)
+            carry[f"count{level}"] = tf.zeros([batch], tf.int32)
+        return carry
+
+    def _states(self, carry: dict[str, tf.Tensor], level: int) -> list[tf.Tensor]:
+        return [carry[f"state{level}_{i}"] for i in range(len(tf.nest.flatten(self.cells[level].state_size)))]
+
+    def _set_states(
+        self, carry: dict[str, tf.Tensor], level: int, states: list[tf.Tensor], where: tf.Tensor
+    ) -> None:
+        for i, state in enumerate(states):
+            name = f"state{level}_{i}"
+            carry[name] = tf.where(where[:, None], state, carry[name])
+
+    def _push(self, carry: dict[str, tf.Tensor], level: int, value: tf.Tensor, where: tf.Tensor) -> None:
+        """Writes ``value`` into level ``level``'s ring buffer where ``where``."""
+        size = self._periods[level - 1]
+        position = carry[f"position{level}"]
+        slot = tf.logical_and(tf.one_hot(position, size, on_value=True, off_value=False), where[:, None])
+        buffer = carry[f"buffer{level}"]
+        carry[f"buffer{level}"] = tf.where(slot[:, :, None], tf.stop_gradient(value)[:, None, :], buffer)
+        carry[f"position{level}"] = tf.where(where, (position + 1) % size, position)
+        carry[f"count{level}"] = carry[f"count{level}"] + tf.cast(where, tf.int32)
+
+    def _from_buffer(
+        self, carry: dict[str, tf.Tensor], level: int, index: tf.Tensor
+    ) -> tf.Tensor:
+        """The ``index``-th previous entry (1 = latest) of level ``level``'s buffer."""
+        size = self._periods[level - 1]
+        slot = (carry[f"position{level}"] - index) % size
+        return tf.gather(carry[f"buffer{level}"], slot, batch_dims=1)
+
+    def _aux_loss(self, level: int, sent: tf.Tensor, index: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
+        """Per-example reconstruction loss of level ``level``'s decoder."""
+        one_hot = tf.one_hot(index - 1, self._periods[level - 1], dtype=sent.dtype)
+        hidden = self.decoder_hidden[level - 1](tf.concat([sent, one_hot], -1))
+        prediction = self.decoder_output[level - 1](hidden)
+        if level == 1 and self.aux_loss == "categorical_crossentropy":
+            return _categorical(target, prediction)
+        return _mse(target, prediction)
+
+    def _tick(
+        self,
+        carry: dict[str, tf.Tensor],
+        tick: tf.Tensor,
+        aux_index: tf.Tensor,
+        aux_target: tf.Tensor | None,
+        aux_valid: tf.Tensor,
+        uniforms: tf.Tensor,
+        compute_aux: bool,
+        training: bool | None,
+    ) -> tuple[dict[str, tf.Tensor], list[tf.Tensor], list[tf.Tensor]]:
+        """Levels 1.. tick where ``tick``; returns the carry and per-level aux sums and counts."""
+        restricted = self.mode in ("gr_hrnn", "decoupled")
+        sums, counts = [], []
+        sent = carry["state0_0"]
+        for level in range(1, self.levels):
+            period = self._periods[level - 1]
+            if level > 1:
+                aux_index = 1 + tf.cast(tf.floor(uniforms[:, level - 1] * period), tf.int32)
+                aux_index = tf.minimum(aux_index, period)
+                aux_target = self._from_buffer(carry, level, aux_index)
+                aux_valid = tf.ones_like(tick)
+            weight = tf.cast(tf.logical_and(tick, aux_valid), sent.dtype)
+            counts.append(tf.reduce_sum(weight))
+            if compute_aux:
+                sums.append(tf.reduce_sum(self._aux_loss(level, sent, aux_index, aux_target) * weight))
+            else:
+                sums.append(tf.zeros([], sent.dtype))
+            upward = tf.stop_gradient(sent) if restricted else sent
+            cell_input = [upward] + ([carry[f"state{level + 1}_0"]] if level + 1 < self.levels else [])
+            _, new_states = self.cells[level](tf.concat(cell_input, -1), self._states(carry, level), training=training)
+            self._set_states(carry, level, tf.nest.flatten(new_states), tick)
+            below = self._states(carry, level - 1)
+            self._set_states(carry, level - 1, [tf.zeros_like(s) for s in below], tick)
+            if level + 1 < self.levels:
+                self._push(carry, level + 1, sent, tick)
+                count = carry[f"count{level + 1}"]
+                next_tick = tf.logical_and(tick, count >= self._periods[level])
+                carry[f"count{level + 1}"] = tf.where(next_tick, tf.zeros_like(count), count)
+                sent = carry[f"state{level}_0"]
+                tick = next_tick
+        return carry, sums, counts
+
+    def _segment(
+        self,
+        carry: dict[str, tf.Tensor],
+        data: dict[str, tf.Tensor],
+        collect_outputs: bool,
+        compute_aux: bool,
+        task_loss: Callable[[tf.Tensor, tf.Tensor], tf.Tensor] | None,
+        training: bool | None,
+    ) -> tuple[dict[str, tf.Tensor], tf.Tensor | None, tf.Tensor, list[tf.Tensor], list[tf.Tensor]]:
+        """Runs one segment of ``periods[0]`` steps.
+
+        Args:
+            carry: the states, buffers and counters at the segment's start.
+            data: this segment's slices of ``_prepare``'s tensors (time first).
+            collect_outputs: whether to return the per-step outputs.
+            compute_aux: whether to evaluate the decoders (else aux sums are 0).
+            task_loss: per-step loss on ``data["targets"]``, or None.
+            training: passed to the cells.
+
+        Returns:
+            The carry at the segment's end, the outputs (k, batch, units) or
+            None, the masked sum of the task loss, and per upper level the sum
+            and the count of auxiliary losses.
+        """
+        k = self._periods[0]
+        dtype = self.compute_dtype
+        boundary_mode = "boundaries" in data
+        zero = tf.zeros([], dtype)
+        units = self.output_units or self._output_size(0)
+        batch = tf.shape(data["x"])[1]
+
+        def step(t, carry, task_sum, aux_sums, aux_counts, *outputs):
+            x_t = data["x"][t]
+            valid = data["mask"][t]
+            upper = carry["state1_0"]
+            output, new_states = self.cells[0](
+                tf.concat([x_t, upper], -1), self._states(carry, 0), training=training
+            )
+            self._set_states(carry, 0, tf.nest.flatten(new_states), valid)
+            if task_loss is None and not collect_outputs:
+                y = None
+            elif self.head is not None:
+                y = self.head(tf.where(valid[:, None], output, tf.zeros_like(output)))
+            else:
+                y = output
+            if task_loss is not None:
+                task_sum += tf.reduce_sum(task_loss(data["targets"][t], y) * tf.cast(valid, dtype))
+            if collect_outputs:
+                outputs = (outputs[0].write(t, tf.where(valid[:, None], y, tf.zeros_like(y))),)
+            if boundary_mode:
+                self._push(carry, 1, x_t, valid)
+                tick = tf.logical_and(data["boundaries"][t], valid)
+                count = carry["count1"]
+                available = tf.cast(tf.minimum(count, k), dtype)
+                index = tf.clip_by_value(1 + tf.cast(tf.floor(data["u"][t][:, 0] * available), tf.int32), 1, k)
+                target = self._from_buffer(carry, 1, index)
+                carry, sums, counts = self._tick(
+                    carry, tick, index, target, count > 0, data["u"][t], compute_aux, training
+                )
+                carry["count1"] = tf.where(tick, tf.zeros_like(count), count)
+                aux_sums = [a + b for a, b in zip(aux_sums, sums)]
+                aux_counts = [a + b for a, b in zip(aux_counts, counts)]
+            return (t + 1, carry, task_sum, aux_sums, aux_counts) + tuple(outputs)
+
+        aux0 = [zero] * (self.levels - 1)
+        outputs = ()
+        if collect_outputs:
+            outputs = (tf.TensorArray(dtype, size=k, element_shape=tf.TensorShape([None, units])),)
+        _, carry, task_sum, aux_sums, aux_counts, *outputs = tf.while_loop(
+            lambda t, *_: t < k, step, (tf.constant(0), carry, zero, aux0, list(aux0)) + outputs
+        )
+        if not boundary_mode:
+            last = k - 1
+            tick = data["mask"][last]
+            index = 1 + tf.cast(tf.floor(data["u"][last][:, 0] * k), tf.int32)
+            index = tf.minimum(index, k)
+            rows = tf.stack([k - index, tf.range(batch)], axis=1)
+            target = tf.gather_nd(data["x"], rows)
+            carry, aux_sums, aux_counts = self._tick(
+                carry, tick, index, target, tf.gather_nd(data["mask"], rows), data["u"][last], compute_aux, training
+            )
+        return carry, (outputs[0].stack() if collect_outputs else None), task_sum, aux_sums, aux_counts
+
+    def _window_chunks(self, length: tf.Tensor) -> tf.Tensor:
+        """Segments per ``mr_hrnn`` truncation window: ceil((2T/k + k) / k)."""
+        k = self._periods[0]
+        steps = tf.math.ceil(2.0 * tf.cast(length, tf.float32) / k) + k
+        return tf.maximum(1, tf.cast(tf.math.ceil(steps / k), tf.int32))
+
+    def _run(
+        self,
+        data: dict[str, tf.Tensor],
+        carry: dict[str, tf.Tensor],
+        start: tf.Tensor,
+        stop: tf.Tensor,
+        collect_outputs: bool,
+        compute_aux: bool,
+        task_loss: Callable[[tf.Tensor, tf.Tensor], tf.Tensor] | None,
+        training: bool | None,
+        window: tf.Tensor | None = None,
+    ) -> tuple[dict[str, tf.Tensor], tf.Tensor | None, tf.Tensor, list[tf.Tensor], list[tf.Tensor]]:
+        """Runs segments ``start``..``stop - 1`` with plain autodiff.
+
+        With ``window`` the carry's gradient is cut every ``window`` segments.
+        Returns what ``_segment`` returns, summed (outputs (T_pad, batch, units)).
+        """
+        dtype = self.compute_dtype
+        zero = tf.zeros([], dtype)
+        units = self.output_units or self._output_size(0)
+        shape = tf.TensorShape([self._periods[0], None, units])
+        outputs = tf.TensorArray(dtype, size=stop - start, element_shape=shape)
+
+        def body(c, carry, outputs, task_sum, aux_sums, aux_counts):
+            if window is not None:
+                keep = tf.cast(tf.not_equal(c % window, 0), dtype)
+                carry = {n: _keep_gradient(v, keep) if v.dtype.is_floating else v for n, v in carry.items()}
+            segment = {n: v[c] for n, v in data.items()}
+            carry, out, s, a, n = self._segment(carry, segment, collect_outputs, compute_aux, task_loss, training)
+            if collect_outputs:
+                outputs = outputs.write(c - start, out)
+            aux_sums = [x + y for x, y in zip(aux_sums, a)]
+            aux_counts = [x + y for x, y in zip(aux_counts, n)]
+            return c + 1, carry, outputs, task_sum + s, aux_sums, aux_counts
+
+        aux0 = [zero] * (self.levels - 1)
+        _, carry, outputs, task_sum, aux_sums, aux_counts = tf.while_loop(
+            lambda c, *_: c < stop, body, (start, carry, outputs, zero, aux0, list(aux0))
+        )
+        stacked = None
+        if collect_outputs:
+            stacked = outputs.stack()
+            stacked = tf.reshape(stacked, tf.concat([[-1], tf.shape(stacked)[2:]], 0))
+        return carry, stacked, task_sum, aux_sums, aux_counts
+
+    def _aux_total(self, aux_sums: list[tf.Tensor], aux_counts: list[tf.Tensor]) -> tf.Tensor:
+        """Sum over levels of beta_j times the mean auxiliary loss of level j."""
+        total = tf.zeros([], self.compute_dtype)
+        for beta, value, count in zip(self._betas, aux_sums, aux_counts):
+            total += beta * value / tf.maximum(count, 1.0)
+        return total
+
+    def call(self, inputs: Any, training: bool | None = None, mask: Any = None) -> tf.Tensor:
+        x, boundaries = self._split_inputs(inputs)
+        if isinstance(mask, (list, tuple)):
+            mask = mask[0]
+        compute_aux = bool(training) and self.mode == "decoupled"
+        data = self._prepare(x, mask, boundaries, None, self._uniforms(x, None, compute_aux))
+        n_chunks = tf.shape(data["x"])[0]
+        window = self._window_chunks(tf.shape(x)[1]) if self.mode == "mr_hrnn" else None
+        _, outputs, _, aux_sums, aux_counts = self._run(
+            data,
+            self._initial_carry(tf.shape(x)[0], boundaries is not None),
+            tf.constant(0),
+            n_chunks,
+            collect_outputs=True,
+            compute_aux=compute_aux,
+            task_loss=None,
+            training=training,
+            window=window,
+        )
+        if compute_aux:
+            self.add_loss(self._aux_total(aux_sums, aux_counts))
+        return tf.transpose(outputs, [1, 0, 2])[:, : tf.shape(x)[1]]
+
+    def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
+        if isinstance(mask, (list, tuple)):
+            return mask[0]
+        return mask
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        x_shape = input_shape[0] if isinstance(input_shape[0], (list, tuple)) else input_shape
+        return (x_shape[0], x_shape[1], self.output_units or self._output_size(0))
+
+    def _loss_inputs(
+        self,
+        inputs: Any,
+        targets: Any,
+        task_loss: str | Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
+        mask: Any,
+        seed: int | None,
+    ) -> tuple[dict[str, tf.Tensor], Callable, tf.Tensor, tf.Tensor, bool]:
+        """Prepared segments, the per-step loss, the valid-step count, T and the boundary flag."""
+        x, boundaries = self._split_inputs(inputs)
+        if not self.built:
+            self.build(tuple(x.shape))
+        if isinstance(task_loss, str):
+            if task_loss not in TASK_LOSSES:
+                raise ValueError(f"Unknown task_loss={task_loss!r}; expected a callable or one of {tuple(TASK_LOSSES)}")
+            task_loss = TASK_LOSSES[task_loss]
+        data = self._prepare(x, mask, boundaries, targets, self._uniforms(x, seed, self.mode == "decoupled"))
+        valid_steps = tf.maximum(tf.reduce_sum(tf.cast(data["mask"], self.compute_dtype)), 1.0)
+        return data, task_loss, valid_steps, tf.shape(x)[1], boundaries is not None
+
+    def sequence_loss(
+        self,
+        inputs: Any,
+        targets: Any,
+        task_loss: str | Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
+        mask: Any = None,
+        seed: int | None = None,
+        training: bool | None = True,
+    ) -> tf.Tensor:
+        """The training loss through the plain graph, for ``tf.GradientTape``.
+
+        Args:
+            inputs: ``x`` or ``[x, boundaries]`` as in ``call``.
+            targets: per-step targets, (batch, T) or (batch, T, ...).
+            task_loss: a name in ``TASK_LOSSES`` or ``fn(y_true_t, y_pred_t) ->
+                (batch,)``; applied to the head's logits (or the outputs).
+            mask: boolean (batch, T) mask of valid steps.
+            seed: int seed of the auxiliary indices (None: the layer's generator).
+            training: passed to the cells.
+
+        Returns:
+            The mean task loss over valid steps, plus ``beta`` times the mean
+            auxiliary loss of each level in ``decoupled`` mode.
+        """
+        data, task_loss, valid_steps, length, boundary_mode = self._loss_inputs(inputs, targets, task_loss, mask, seed)
+        window = self._window_chunks(length) if self.mode == "mr_hrnn" else None
+        _, _, task_sum, aux_sums, aux_counts = self._run(
+            data,
+            self._initial_carry(tf.shape(data["x"])[2], boundary_mode),
+            tf.constant(0),
+            tf.shape(data["x"])[0],
+            collect_outputs=False,
+            compute_aux=self.mode == "decoupled",
+            task_loss=task_loss,
+            training=training,
+            window=window,
+        )
+        return task_sum / valid_steps + self._aux_total(aux_sums, aux_counts)
+
+    def loss_and_gradients(
+        self,
+        inputs: Any,
+        targets: Any,
+        task_loss: str | Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
+        mask: Any = None,
+        seed: int | None = None,
+        lean: bool = True,
+    ) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        """The training loss and its gradients, memory-lean where the mode allows.
+
+        ``gr_hrnn`` and ``decoupled``: segment recomputation in a reverse loop.
+        ``mr_hrnn``: each truncation window is backpropagated as it ends.
+        ``hrnn`` (or ``lean=False``): plain autodiff of ``sequence_loss``. All
+        give the gradients of ``sequence_loss`` up to float32 round-off. Wrap
+        the call in ``tf.function``.
+
+        Args:
+            inputs: ``x`` or ``[x, boundaries]`` as in ``call``.
+            targets: per-step targets, (batch, T) or (batch, T, ...).
+            task_loss: as in ``sequence_loss``.
+            mask: boolean (batch, T) mask of valid steps.
+            seed: int seed of the auxiliary indices (None: the layer's generator).
+            lean: False forces plain autodiff.
+
+        Returns:
+            ``(loss, gradients)``, the gradients aligned with
+            ``self.trainable_variables``.
+        """
+        if not lean or self.mode == "hrnn":
+            with tf.GradientTape() as tape:
+                loss = self.sequence_loss(inputs, targets, task_loss, mask=mask, seed=seed)
+            return loss, tape.gradient(loss, self.trainable_variables, unconnected_gradients="zero")
+        for cell in self.cells:
+            if getattr(cell, "dropout", 0) or getattr(cell, "recurrent_dropout", 0):
+                raise ValueError(f"cell dropout is not supported by the lean path, got cell {cell.name}")
+        data, task_loss, valid_steps, length, boundary_mode = self._loss_inputs(inputs, targets, task_loss, mask, seed)
+        variables = self.trainable_variables
+        carry0 = self._initial_carry(tf.shape(data["x"])[2], boundary_mode)
+        if self.mode == "mr_hrnn":
+            return self._windowed_gradients(data, carry0, variables, task_loss, valid_steps, length)
+        return self._recomputed_gradients(data, carry0, variables, task_loss, valid_steps)
+
+    def _recomputed_gradients(
+        self,
+        data: dict[str, tf.Tensor],
+        carry0: dict[str, tf.Tensor],
+        variables: list,
+        task_loss: Callable,
+        valid_steps: tf.Tensor,
+    ) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        """Restricted gradients: store segment carries, recompute segments in reverse."""
+        n_chunks = tf.shape(data["x"])[0]
+        names = sorted(carry0)
+        floating = [n for n in names if carry0[n].dtype.is_floating]
+        stored = {
+            n: tf.TensorArray(carry0[n].dtype, size=n_chunks, element_shape=carry0[n].shape) for n in names
+        }
+        zero = tf.zeros([], self.compute_dtype)
+
+        def forward(c, carry, stored, counts):
+            stored = {n: stored[n].write(c, carry[n]) for n in names}
+            segment = {n: v[c] for n, v in data.items()}
+            carry, _, _, _, n = self._segment(carry, segment, False, False, None, True)
+            return c + 1, carry, stored, [a + b for a, b in zip(counts, n)]
+
+        _, _, stored, counts = tf.while_loop(
+            lambda c, *_: c < n_chunks,
+            forward,
+            (tf.constant(0), carry0, stored, [zero] * (self.levels - 1)),
+        )
+        scales = [beta / tf.maximum(count, 1.0) for beta, count in zip(self._betas, counts)]
+
+        def backward(c, d_carry, grads, total):
+            carry = {n: stored[n].read(c) for n in names}
+            segment = {n: v[c] for n, v in data.items()}
+            with tf.GradientTape() as tape:
+                tape.watch([carry[n] for n in floating])
+                out, _, task_sum, aux_sums, _ = self._segment(
+                    carry, segment, False, self.mode == "decoupled", task_loss, True
+                )
+                local = task_sum / valid_steps + sum((s * a for s, a in zip(scales, aux_sums)), zero)
+            g = tape.gradient(
+                [local] + [out[n] for n in floating],
+                list(variables) + [carry[n] for n in floating],
+                output_gradients=[tf.ones_like(local)] + [d_carry[n] for n in floating],
+                unconnected_gradients="zero",
+            )
+            grads = [a + b for a, b in zip(grads, g[: len(variables)])]
+            d_carry = dict(zip(floating, g[len(variables) :]))
+            return c - 1, d_carry, grads, total + local
+
+        d_carry0 = {n: tf.zeros_like(carry0[n]) for n in floating}
+        _, _, grads, loss = tf.while_loop(
+            lambda c, *_: c >= 0,
+            backward,
+            (n_chunks - 1, d_carry0, [tf.zeros(v.shape, v.dtype) for v in variables], zero),
+            parallel_iterations=1,  # else the next recomputations start early and hold their activations
+        )
+        return loss, grads
+
+    def _windowed_gradients(
+        self,
+        data: dict[str, tf.Tensor],
+        carry0: dict[str, tf.Tensor],
+        variables: list,
+        task_loss: Callable,
+        valid_steps: tf.Tensor,
+        length: tf.Tensor,
+    ) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        """``mr_hrnn`` gradients: backpropagate each truncation window as it ends."""
+        n_chunks = tf.shape(data["x"])[0]
+        window = self._window_chunks(length)
+        zero = tf.zeros([], self.compute_dtype)
+
+        def body(start, carry, grads, total):
+            carry = {n: tf.stop_gradient(v) for n, v in carry.items()}
+            with tf.GradientTape() as tape:
+                carry, _, task_sum, _, _ = self._run(
+                    data, carry, start, tf.minimum(start + window, n_chunks), False, False, task_loss, True
+                )
+                local = task_sum / valid_steps
+            g = tape.gradient(local, variables, unconnected_gradients="zero")
+            return start + window, carry, [a + b for a, b in zip(grads, g)], total + local
+
+        _, _, grads, loss = tf.while_loop(
+            lambda start, *_: start < n_chunks,
+            body,
+            (tf.constant(0), carry0, [tf.zeros(v.shape, v.dtype) for v in variables], zero),
+            parallel_iterations=1,
+        )
+        return loss, grads
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(
+            {
+                "cells": [keras.saving.serialize_keras_object(cell) for cell in self.cells],
+                "periods": self.periods,
+                "mode": self.mode,
+                "beta": self.beta,
+                "aux_hidden_units": self.aux_hidden_units,
+                "aux_loss": self.aux_loss,
+                "output_units": self.output_units,
+                "allow_padding": self.allow_padding,
+                "seed": self.seed,
+            }
+        )
+        return config

@@ -1,0 +1,284 @@
+"""Tests of the B-NCE output layer against a NumPy version of Oualil & Klakow (2017).
+
+Tolerances: the layer computes in float32 and the references in float64. The
+scores are kept within a few units of 0 (biases near log Z), so every
+intermediate is O(1) and float32 round-off (eps 1.2e-7) accumulated over H=8
+products and B+K=10 columns stays below 1e-5 relative; we use rtol=1e-4 and an
+atol of 1e-6 for entries that are exactly or nearly 0.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from seqapps.layers.batch_nce import (
+    BatchNCE,
+    batch_nce_loss,
+    batch_nce_loss_from_scores,
+    noise_ids_from_uniform,
+    perplexity,
+    sampled_nce_loss,
+    unigram_distribution,
+)
+from tests.layers.harness import run_layer_test
+
+V, H, LOG_Z = 12, 8, 9.0
+RTOL, ATOL = 1e-4, 1e-6
+
+
+@keras.saving.register_keras_serializable(package="seqapps_tests")
+def identity_loss(y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
+    """The layer's output is already the per-example loss."""
+    del y_true
+    return y_pred
+
+
+def make_problem(seed: int = 0) -> dict[str, np.ndarray]:
+    """Random hidden states, weights near log Z, and a strictly positive unigram."""
+    rng = np.random.RandomState(seed)
+    return {
+        "hidden": rng.normal(0.0, 0.5, (6, H)).astype("float32"),
+        "kernel": rng.normal(0.0, 0.5, (V, H)).astype("float32"),
+        "bias": rng.normal(LOG_Z - 1.0, 1.0, V).astype("float32"),
+        "noise_probs": unigram_distribution(rng.randint(0, 50, V), smoothing=1.0).astype("float32"),
+    }
+
+
+def numpy_bnce(hidden, kernel, bias, targets, noise_probs, extra=None, remove_hits=True):
+    """The paper's equations in float64: loss per row, G, E(L) = dL/dL, dW and dC."""
+    hidden, kernel, bias, noise_probs = (np.asarray(a, "float64") for a in (hidden, kernel, bias, noise_probs))
+    columns = np.asarray(targets) if extra is None else np.concatenate([targets, extra])
+    w_t, c_t, n = kernel[columns], bias[columns], noise_probs[columns]
+    scores = hidden @ w_t.T + c_t - LOG_Z
+    batch, width = scores.shape
+    k = width - 1
+    o = np.exp(scores)
+    y = o + k * n[None, :]
+    eye = np.eye(batch, width, dtype=bool)
+    g = o / y
+    g[eye] = -k * n[:batch] / np.diagonal(y)
+    keep = ~eye
+    if remove_hits:
+        keep &= np.asarray(targets)[:, None] != columns[None, :]
+    g[~eye & ~keep] = 0.0
+    loss = -np.log(np.diagonal(o) / np.diagonal(y)) - np.sum(np.where(keep, np.log(k * n[None, :] / y), 0.0), axis=1)
+    d_kernel = np.zeros_like(kernel)
+    np.add.at(d_kernel, columns, g.T @ hidden)
+    d_bias = np.zeros_like(bias)
+    np.add.at(d_bias, columns, g.sum(axis=0))
+    return {"loss": loss, "G": g, "scores": scores, "d_hidden": g @ w_t, "d_kernel": d_kernel, "d_bias": d_bias}
+
+
+def tf_grads(loss_fn, problem):
+    """Per-row loss and the gradients of its sum w.r.t. hidden, kernel and bias."""
+    hidden = tf.Variable(problem["hidden"])
+    kernel = tf.Variable(problem["kernel"])
+    bias = tf.Variable(problem["bias"])
+    with tf.GradientTape() as tape:
+        loss = loss_fn(hidden, kernel, bias)
+        total = tf.reduce_sum(loss)
+    d_hidden, d_kernel, d_bias = tape.gradient(total, [hidden, kernel, bias])
+    return loss, d_hidden, d_kernel, d_bias
+
+
+@pytest.mark.parametrize(
+    "targets, extra",
+    [
+        pytest.param([0, 3, 5, 7, 9, 11], None, id="plain"),
+        pytest.param([2, 4, 2, 6, 4, 2], None, id="duplicates"),
+        pytest.param([1, 3, 5, 3, 8, 10], [3, 0, 0, 11], id="extra-noise-with-hits"),
+    ],
+)
+def test_batch_nce_loss_matches_paper_equations(targets, extra):
+    problem = make_problem()
+    targets = np.asarray(targets, "int32")
+    extra_ids = None if extra is None else np.asarray(extra, "int32")
+    ref = numpy_bnce(problem["hidden"], problem["kernel"], problem["bias"], targets, problem["noise_probs"], extra_ids)
+    noise = problem["noise_probs"]
+    loss, d_hidden, d_kernel, d_bias = tf_grads(
+        lambda h, w, c: batch_nce_loss(h, w, c, targets, noise, log_z=LOG_Z, extra_noise_ids=extra_ids), problem
+    )
+    assert isinstance(d_kernel, tf.IndexedSlices) and isinstance(d_bias, tf.IndexedSlices)
+    np.testing.assert_allclose(loss.numpy(), ref["loss"], rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(d_hidden.numpy(), ref["d_hidden"], rtol=RTOL, atol=ATOL)
+    # Converting IndexedSlices to dense sums the rows of duplicated words.
+    np.testing.assert_allclose(tf.convert_to_tensor(d_kernel).numpy(), ref["d_kernel"], rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(tf.convert_to_tensor(d_bias).numpy(), ref["d_bias"], rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("remove_hits", [True, False])
+def test_gradient_wrt_scores_is_matrix_g(remove_hits):
+    problem = make_problem(1)
+    targets = np.array([2, 4, 2, 6, 4, 2], "int32")
+    extra = np.array([2, 9], "int32")
+    ref = numpy_bnce(
+        problem["hidden"], problem["kernel"], problem["bias"], targets, problem["noise_probs"], extra, remove_hits
+    )
+    columns = np.concatenate([targets, extra])
+    hits = (targets[:, None] == columns[None, :]) & ~np.eye(6, 8, dtype=bool)
+    scores = tf.Variable(ref["scores"].astype("float32"))
+    with tf.GradientTape() as tape:
+        loss = batch_nce_loss_from_scores(
+            scores, problem["noise_probs"][columns], tf.constant(hits) if remove_hits else None
+        )
+        total = tf.reduce_sum(loss)
+    np.testing.assert_allclose(loss.numpy(), ref["loss"], rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(tape.gradient(total, scores).numpy(), ref["G"], rtol=RTOL, atol=ATOL)
+
+
+def test_sampled_nce_loss_matches_numpy():
+    problem = make_problem(2)
+    targets = np.array([0, 3, 5, 3, 8, 10], "int32")
+    noise = np.array([3, 1, 1, 7], "int32")
+    loss, _, d_kernel, _ = tf_grads(
+        lambda h, w, c: sampled_nce_loss(h, w, c, targets, problem["noise_probs"], noise, log_z=LOG_Z), problem
+    )
+    assert isinstance(d_kernel, tf.IndexedSlices)
+    hidden, kernel, bias, probs = (problem[k].astype("float64") for k in ("hidden", "kernel", "bias", "noise_probs"))
+
+    def logit(ids):
+        return hidden @ kernel[ids].T + bias[ids] - LOG_Z - np.log(len(noise) * probs[ids])
+
+    softplus = lambda x: np.log1p(np.exp(x))  # noqa: E731
+    negative = np.where(targets[:, None] == noise[None, :], 0.0, softplus(logit(noise)))
+    expected = softplus(-np.diagonal(logit(targets))) + negative.sum(axis=1)
+    np.testing.assert_allclose(loss.numpy(), expected, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("loss", ["bnce", "snce"])
+def test_kernel_gradient_is_indexed_slices_under_xla(loss):
+    layer = BatchNCE(V, loss=loss, num_noise=5, seed=3)
+    problem = make_problem(3)
+    targets = np.array([0, 3, 5, 3, 8, 10], "int32")
+    layer([problem["hidden"], targets])
+    gradient_types = []
+
+    @tf.function(jit_compile=True)
+    def step(hidden, ids):
+        with tf.GradientTape() as tape:
+            total = tf.reduce_sum(layer([hidden, ids], training=True))
+        gradients = tape.gradient(total, layer.trainable_variables)
+        gradient_types.extend(type(g) for g in gradients)
+        return total, tf.convert_to_tensor(gradients[0])
+
+    total, d_kernel = step(problem["hidden"], targets)
+    assert gradient_types == [tf.IndexedSlices, tf.IndexedSlices]
+    assert np.isfinite(total.numpy()) and np.any(d_kernel.numpy() != 0)
+
+
+def test_jit_compile_gives_the_same_loss():
+    problem = make_problem(4)
+    targets = np.array([2, 4, 2, 6, 4, 2], "int32")
+    extra = np.array([2, 9, 11], "int32")
+    args = (problem["hidden"], problem["kernel"], problem["bias"], targets, problem["noise_probs"])
+    eager = batch_nce_loss(*args, extra_noise_ids=extra)
+    compiled = tf.function(lambda *a: batch_nce_loss(*a, extra_noise_ids=extra), jit_compile=True)(*args)
+    # Same float32 ops, only fused differently by XLA.
+    np.testing.assert_allclose(compiled.numpy(), eager.numpy(), rtol=1e-5, atol=ATOL)
+
+
+@pytest.mark.parametrize(
+    "init_kwargs",
+    [
+        pytest.param({"loss": "bnce"}, id="bnce"),
+        pytest.param({"loss": "bnce", "extra_noise": 4}, id="adaptive-bnce"),
+        pytest.param({"loss": "snce", "num_noise": 5}, id="snce"),
+        pytest.param({"loss": "softmax"}, id="softmax"),
+    ],
+)
+def test_layer_harness(init_kwargs):
+    problem = make_problem(5)
+    noise = [float(p) for p in problem["noise_probs"].astype("float64") / problem["noise_probs"].sum()]
+    targets = np.array([0, 3, 5, 3, 8, 10], "int32")
+    run_layer_test(
+        BatchNCE,
+        {"vocab_size": V, "noise_distribution": noise, "seed": 7, **init_kwargs},
+        [problem["hidden"], targets],
+        expected_output_shape=(6,),
+        training_loss=identity_loss,
+        atol=1e-5,
+    )
+
+
+def test_sequence_inputs_and_noise_distribution_survive_save():
+    probs = unigram_distribution(np.arange(V), smoothing=1.0)
+    hidden_in = keras.Input((4, H))
+    targets_in = keras.Input((4,), dtype="int32")
+    layer = BatchNCE(V, extra_noise=3, seed=1)
+    model = keras.Model([hidden_in, targets_in], layer([hidden_in, targets_in]))
+    layer.set_noise_distribution(probs)
+    hidden = np.random.RandomState(6).normal(size=(2, 4, H)).astype("float32")
+    targets = np.random.RandomState(6).randint(0, V, (2, 4)).astype("int32")
+    assert tuple(layer([hidden, targets], training=True).shape) == (2, 4)
+    assert tuple(layer(hidden).shape) == (2, 4, V)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.keras")
+        model.save(path)
+        reloaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(reloaded.layers[-1].noise_probs.numpy(), probs, rtol=1e-6)
+    np.testing.assert_allclose(reloaded.predict([hidden, targets], verbose=0), model([hidden, targets]), atol=1e-5)
+
+
+def test_full_and_self_normalized_log_probs_and_perplexity():
+    problem = make_problem(7)
+    layer = BatchNCE(V, log_z=LOG_Z)
+    hidden, targets = problem["hidden"], np.array([1, 2, 3, 4, 5, 6], "int32")
+    layer([hidden, targets])
+    layer.set_weights([problem["kernel"], problem["bias"], *layer.get_weights()[2:]])
+    logits = hidden.astype("float64") @ problem["kernel"].T.astype("float64") + problem["bias"]
+    full = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    self_norm = logits - LOG_Z
+    rows = np.arange(6)
+
+    log_probs = layer.target_log_probs(hidden, targets)
+    np.testing.assert_allclose(log_probs["full"].numpy(), full[rows, targets], rtol=RTOL, atol=1e-5)
+    np.testing.assert_allclose(log_probs["self_normalized"].numpy(), self_norm[rows, targets], rtol=RTOL, atol=1e-5)
+    np.testing.assert_allclose(layer(hidden).numpy(), full, rtol=RTOL, atol=1e-5)
+    np.testing.assert_allclose(layer(hidden, self_normalized=True).numpy(), self_norm, rtol=RTOL, atol=1e-5)
+    np.testing.assert_allclose(layer([hidden, targets]).numpy(), -full[rows, targets], rtol=RTOL, atol=1e-5)
+    np.testing.assert_allclose(perplexity(log_probs["full"]), np.exp(-full[rows, targets].mean()), rtol=RTOL)
+    mask = np.array([1, 1, 1, 0, 0, 1], "float32")
+    expected_n = np.exp(-(self_norm[rows, targets] * mask).sum() / mask.sum())
+    np.testing.assert_allclose(perplexity(log_probs["self_normalized"], mask), expected_n, rtol=RTOL)
+
+
+def test_noise_sampler_follows_the_distribution():
+    probs = np.array([0.5, 0.25, 0.125, 0.125])
+    uniform = tf.random.stateless_uniform([20_000], seed=[1, 2])
+    ids = noise_ids_from_uniform(np.cumsum(probs).astype("float32"), uniform).numpy()
+    # 20k draws: the standard error of each frequency is below 0.004, so 0.02 is > 5 sigma.
+    np.testing.assert_allclose(np.bincount(ids, minlength=4) / ids.size, probs, atol=0.02)
+    # The unrolled binary search equals NumPy's search, for any V (here not a power of 2).
+    cdf = np.cumsum(make_problem(9)["noise_probs"]).astype("float32")
+    draws = tf.random.stateless_uniform([500], seed=[3, 4])
+    expected = np.minimum(np.searchsorted(cdf, draws.numpy() * cdf[-1], side="right"), V - 1)
+    np.testing.assert_array_equal(noise_ids_from_uniform(cdf, draws).numpy(), expected)
+
+
+def test_bad_inputs_raise_clear_errors():
+    problem = make_problem(8)
+    hidden = problem["hidden"]
+    with pytest.raises(ValueError, match="`loss`.*'nce'"):
+        BatchNCE(V, loss="nce")
+    with pytest.raises(ValueError, match="`noise_probs` must sum to 1"):
+        BatchNCE(V, noise_distribution=[0.5 / V] * V)
+    layer = BatchNCE(V)
+    layer([hidden, np.zeros(6, "int32")])
+    with pytest.raises(ValueError, match="`noise_probs` must be finite and > 0"):
+        layer.set_noise_distribution([0.0] + [1.0 / (V - 1)] * (V - 1))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="`targets` must be < vocab_size"):
+        layer([hidden, np.array([0, 1, 2, 3, 4, V], "int32")], training=True)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="`targets` must be >= 0"):
+        batch_nce_loss(hidden, problem["kernel"], problem["bias"], [0, 1, -1, 3, 4, 5], problem["noise_probs"])
+    with pytest.raises(ValueError, match="extra_noise"):
+        layer([hidden[:1], np.array([3], "int32")], training=True)
+    bad_probs = problem["noise_probs"] * 2
+    with pytest.raises(ValueError, match="`noise_probs` must sum to 1"):
+        batch_nce_loss(hidden, problem["kernel"], problem["bias"], [0, 1, 2, 3, 4, 5], bad_probs)
+    adaptive = BatchNCE(V, extra_noise=4, seed=0)
+    assert np.isfinite(adaptive([hidden[:1], np.array([3], "int32")], training=True).numpy()).all()

@@ -1,0 +1,215 @@
+"""Tests of the decoupled hierarchical RNN layer."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from seqapps.layers.hierarchical_rnn import DecoupledHRNN
+from tests.layers.harness import run_layer_test
+
+BATCH, FEATURES, CLASSES, K = 3, 5, 4, 4
+# float32 sums over a few dozen steps in a different order (segment-wise versus
+# whole-sequence accumulation): relative round-off stays far below 1e-4.
+RTOL, ATOL = 1e-4, 1e-6
+
+
+def _layer(mode: str = "decoupled", **kwargs) -> DecoupledHRNN:
+    keras.utils.set_random_seed(1)
+    kwargs.setdefault("cells", [keras.layers.GRUCell(8), keras.layers.LSTMCell(6)])
+    kwargs.setdefault("periods", K)
+    return DecoupledHRNN(mode=mode, output_units=CLASSES, beta=0.5, aux_hidden_units=7, **kwargs)
+
+
+def _data(length: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(size=(BATCH, length, FEATURES)).astype("float32")
+    y = rng.integers(0, CLASSES, size=(BATCH, length))
+    return x, y
+
+
+def _grads(layer: DecoupledHRNN, lean: bool, *args, **kwargs) -> tuple[float, list[np.ndarray]]:
+    loss, grads = tf.function(lambda: layer.loss_and_gradients(*args, lean=lean, **kwargs))()
+    return float(loss), [g.numpy() for g in grads]
+
+
+def _reference_loss(layer: DecoupledHRNN, x: np.ndarray, y: np.ndarray, seed: int) -> tf.Tensor:
+    """The restricted decoupled loss written as a plain Python loop over steps."""
+    batch, length, _ = x.shape
+    lower, upper = layer.cells
+    uniforms = tf.random.stateless_uniform((batch, length, 1), seed=[seed, 0])
+    h = [tf.zeros((batch, s)) for s in tf.nest.flatten(lower.state_size)]
+    g = [tf.zeros((batch, s)) for s in tf.nest.flatten(upper.state_size)]
+    task, aux, ticks = 0.0, 0.0, 0
+    for t in range(length):
+        out, h = lower(tf.concat([x[:, t], g[0]], -1), h)
+        h = tf.nest.flatten(h)
+        logits = layer.head(out)
+        task += tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y[:, t], logits=logits))
+        if (t + 1) % K == 0:
+            index = 1 + tf.cast(tf.floor(uniforms[:, t, 0] * K), tf.int32)
+            target = tf.gather_nd(x, tf.stack([tf.range(batch), t + 1 - index], 1))  # x[b, t + 1 - index[b]]
+            decoded = layer.decoder_output[0](
+                layer.decoder_hidden[0](tf.concat([h[0], tf.one_hot(index - 1, K)], -1))
+            )
+            aux += tf.reduce_sum(tf.reduce_mean(tf.square(target - decoded), -1))
+            ticks += batch
+            _, g = upper(tf.stop_gradient(h[0]), g)
+            g = tf.nest.flatten(g)
+            h = [tf.zeros_like(s) for s in h]
+    return task / (batch * length) + 0.5 * aux / ticks
+
+
+@pytest.mark.parametrize("length", [24, 23])
+def test_lean_gradients_equal_restricted_autodiff(length):
+    layer = _layer()
+    x, y = _data(length)
+    lean_loss, lean = _grads(layer, True, x, y, "sparse_categorical_crossentropy", seed=3)
+    plain_loss, plain = _grads(layer, False, x, y, "sparse_categorical_crossentropy", seed=3)
+    with tf.GradientTape() as tape:
+        ref_loss = _reference_loss(layer, x, y, seed=3)
+    reference = tape.gradient(ref_loss, layer.trainable_variables)
+    np.testing.assert_allclose(lean_loss, float(ref_loss), rtol=RTOL)
+    np.testing.assert_allclose(plain_loss, float(ref_loss), rtol=RTOL)
+    for a, b, r, v in zip(lean, plain, reference, layer.trainable_variables):
+        assert r is not None and np.abs(r.numpy()).max() > 0, v.path
+        np.testing.assert_allclose(a, r.numpy(), rtol=RTOL, atol=ATOL, err_msg=v.path)
+        np.testing.assert_allclose(b, r.numpy(), rtol=RTOL, atol=ATOL, err_msg=v.path)
+
+
+@pytest.mark.parametrize("mode", ["gr_hrnn", "mr_hrnn"])
+def test_lean_gradients_equal_autodiff_other_modes(mode):
+    layer = _layer(mode)
+    x, y = _data(34)  # mr_hrnn: windows of ceil((17 + 4) / 4) = 6 segments, 9 segments in all
+    lean_loss, lean = _grads(layer, True, x, y, "sparse_categorical_crossentropy")
+    plain_loss, plain = _grads(layer, False, x, y, "sparse_categorical_crossentropy")
+    np.testing.assert_allclose(lean_loss, plain_loss, rtol=RTOL)
+    for a, b in zip(lean, plain):
+        np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
+
+
+def test_hrnn_and_gr_hrnn_gradients_differ():
+    x, y = _data(24)
+    results = {}
+    for mode in ("hrnn", "gr_hrnn"):
+        layer = _layer(mode)  # same seed: same weights
+        results[mode] = _grads(layer, False, x, y, "sparse_categorical_crossentropy")
+    assert results["hrnn"][0] == pytest.approx(results["gr_hrnn"][0], rel=1e-6)  # same forward pass
+    lower_kernel_full, lower_kernel_cut = results["hrnn"][1][0], results["gr_hrnn"][1][0]
+    assert np.abs(lower_kernel_full - lower_kernel_cut).max() > 1e-3 * np.abs(lower_kernel_full).max()
+
+
+def test_boundary_input_ticks_the_upper_level():
+    x, _ = _data(12)
+    layer = _layer("gr_hrnn")
+    every_k = np.zeros((BATCH, 12), bool)
+    every_k[:, K - 1 :: K] = True
+    np.testing.assert_allclose(layer([x, every_k]), layer(x), atol=1e-6)  # boundaries every k = periods
+    never = layer([x, np.zeros((BATCH, 12), bool)])
+    no_tick = _layer("gr_hrnn", periods=13)  # one padded segment: its tick falls on a masked step
+    np.testing.assert_allclose(never, no_tick(x), atol=1e-6)
+    other = every_k.copy()
+    other[0] = False
+    other[0, 1] = True
+    moved, periodic = layer([x, other]).numpy(), layer(x).numpy()
+    np.testing.assert_allclose(moved[1:], periodic[1:], atol=1e-6)  # examples tick independently
+    np.testing.assert_allclose(moved[0, :2], periodic[0, :2], atol=1e-6)  # same until the first tick
+    assert not np.allclose(moved[0, 2:], periodic[0, 2:], atol=1e-3)
+
+
+def test_boundary_lean_gradients_equal_autodiff():
+    layer = _layer()
+    x, y = _data(14)
+    boundaries = np.random.default_rng(2).uniform(size=(BATCH, 14)) < 0.3
+    lean_loss, lean = _grads(layer, True, [x, boundaries], y, "sparse_categorical_crossentropy", seed=1)
+    plain_loss, plain = _grads(layer, False, [x, boundaries], y, "sparse_categorical_crossentropy", seed=1)
+    np.testing.assert_allclose(lean_loss, plain_loss, rtol=RTOL)
+    for a, b in zip(lean, plain):
+        np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
+
+
+def test_three_levels():
+    cells = [keras.layers.GRUCell(8), keras.layers.SimpleRNNCell(6), keras.layers.GRUCell(5)]
+    layer = _layer(cells=cells, periods=[3, 2])
+    x, y = _data(20)
+    out = layer(x, training=True)
+    assert out.shape == (BATCH, 20, CLASSES) and np.all(np.isfinite(out))
+    assert len(layer.losses) == 1 and np.isfinite(float(layer.losses[0]))
+    lean_loss, lean = _grads(layer, True, x, y, "sparse_categorical_crossentropy", seed=5)
+    plain_loss, plain = _grads(layer, False, x, y, "sparse_categorical_crossentropy", seed=5)
+    np.testing.assert_allclose(lean_loss, plain_loss, rtol=RTOL)
+    top_decoder = [v.path for v in layer.trainable_variables].index(layer.decoder_hidden[1].kernel.path)
+    assert np.abs(lean[top_decoder]).max() > 0  # the level-2 decoder is trained
+    for a, b in zip(lean, plain):
+        np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
+
+
+def test_harness():
+    x = np.eye(FEATURES, dtype="float32")[np.random.default_rng(0).integers(0, FEATURES, size=(BATCH, 10))]
+    run_layer_test(
+        DecoupledHRNN,
+        {
+            "cells": [keras.layers.GRUCell(8), keras.layers.LSTMCell(6)],
+            "periods": 4,
+            "mode": "decoupled",
+            "beta": 0.5,
+            "aux_hidden_units": 7,
+            "aux_loss": "categorical_crossentropy",
+            "output_units": CLASSES,
+            "allow_padding": True,
+            "seed": 4,
+        },
+        x,
+        expected_output_shape=(BATCH, 10, CLASSES),
+        atol=1e-5,
+    )
+
+
+def test_masks_and_variable_lengths():
+    layer = _layer()
+    x, y = _data(16)
+    lengths = np.array([16, 11, 6])
+    mask = np.arange(16)[None, :] < lengths[:, None]
+    out = layer(x, mask=mask).numpy()
+    assert np.all(out[~mask] == 0)
+    for b, n in enumerate(lengths):  # a padded sequence gives the outputs of the short one
+        np.testing.assert_allclose(out[b, :n], layer(x[b : b + 1, :n]).numpy()[0], atol=1e-5)
+    lean_loss, lean = _grads(layer, True, x, y, "sparse_categorical_crossentropy", mask=mask, seed=2)
+    plain_loss, plain = _grads(layer, False, x, y, "sparse_categorical_crossentropy", mask=mask, seed=2)
+    np.testing.assert_allclose(lean_loss, plain_loss, rtol=RTOL)
+    for a, b in zip(lean, plain):
+        np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
+    inputs = keras.Input((None, FEATURES))  # the mask of a Masking layer reaches the layer
+    model = keras.Model(inputs, _layer()(keras.layers.Masking(0.0)(inputs)))
+    zeroed = np.where(mask[:, :, None], x, 0.0).astype("float32")
+    np.testing.assert_allclose(model(zeroed).numpy()[~mask], 0.0)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match=r"periods=4.*sequence length 10"):
+        _layer(allow_padding=False)(_data(10)[0])
+    with pytest.raises(ValueError, match=r"boundaries.*\(3, 10\).*\(3, 9\)"):
+        _layer()([_data(10)[0], np.zeros((BATCH, 9), bool)])
+    with pytest.raises(ValueError, match=r"mode='fast'"):
+        _layer("fast")
+    with pytest.raises(ValueError, match=r"beta=-0.1"):
+        DecoupledHRNN([keras.layers.GRUCell(4), keras.layers.GRUCell(4)], periods=2, beta=-0.1)
+
+
+def test_saved_model_round_trip():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((12, FEATURES))
+    model = keras.Model(inputs, _layer()(inputs))
+    x, _ = _data(12)
+    expected = model(x).numpy()
+    with tempfile.TemporaryDirectory() as folder:
+        first, moved = os.path.join(folder, "export"), os.path.join(folder, "moved")
+        model.export(first, format="tf_saved_model", verbose=False)
+        shutil.move(first, moved)
+        reloaded = tf.saved_model.load(moved)
+        np.testing.assert_allclose(reloaded.serve(tf.constant(x)).numpy(), expected, atol=1e-5)
