@@ -60,10 +60,11 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
                        help="model root holding NAME/VERSION/ folders (default: saved_models)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     serve.add_argument("--port", type=int, default=8501, help="TCP port (0: a free one; default: 8501)")
-    serve.add_argument("--max-batch-size", type=int, default=0,
-                       help="merge concurrent requests into batches of up to N rows (0: no batching)")
-    serve.add_argument("--batch-timeout-ms", type=float, default=1.0,
-                       help="how long a batch waits for more requests (default: 1)")
+    serve.add_argument("--max-batch-size", type=int, default=16,
+                       help="merge concurrent requests into batches of up to N rows (default: 16; 0: off)")
+    serve.add_argument("--batch-timeout-ms", type=float, default=0.0,
+                       help="how long a batch waits for more requests (default: 0: it takes what queued "
+                            "while the model was busy)")
     serve.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024,
                        help="refuse larger request bodies with 400 (default: 32 MiB)")
 
