@@ -10,23 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from seqapps import cli, runner, training
+from seqapps import runner, training
 from seqapps.data import datasets
 from seqapps.pipeline import REGISTRY
+from tests.pipelines.cli_runner import run_cli
 
 pytestmark = pytest.mark.large
-
-
-def run_cli(capsys, *argv):
-    """Runs ``seqapps ARGV`` in-process; returns (exit code, last stdout line as JSON or None, stderr)."""
-    code = cli.main(list(argv))
-    captured = capsys.readouterr()
-    lines = captured.out.strip().splitlines()
-    try:
-        last = json.loads(lines[-1]) if lines else None
-    except json.JSONDecodeError:
-        last = None
-    return code, last, captured.err
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,179 @@
+"""The copy task of Mujika, Weissenberger & Steger (2019) for the decoupled HRNN.
+
+A sequence of ``length`` (T) steps holds a random binary string of ``string_length``
+(L) bits, then blanks; the model reads it one symbol per step (one-hot: 0, 1, blank)
+and must output the string again at steps L..2L-1, right after it ends. Only those
+L steps are scored. The lower level is reset every ``periods[0]`` (k) steps, so the
+bits must pass through the upper level(s). Data is generated from the seed.
+
+Metrics on held-out sequences: bits per character (cross-entropy of the copied bits,
+in bits), whether the task is solved (bpc < ``solved_bpc``, 0.15 in the paper) and
+bit accuracy; the baseline guesses uniform bits (1 bpc).
+
+The export's ``serving_default`` takes ``bits``, a string tensor [batch] such as
+"0110" (at most T/2 characters; the model was trained on strings of L), and
+returns ``copy``, the copied bits as a string, and ``confidence``, the mean
+probability of the copied bits.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from seqapps.config import require
+from seqapps.errors import DataError
+from seqapps.layers.hrnn_model import HRNNConfig, HRNNSequenceModel
+from seqapps.pipeline import Pipeline, Splits, register_pipeline
+
+BLANK = 2
+SYMBOLS = 3  # 0, 1, blank
+
+
+@dataclasses.dataclass
+class CopyTaskConfig(HRNNConfig):
+    """Copy task settings (plus the hierarchy's, see ``HRNNConfig``).
+
+    Attributes:
+        length: steps per sequence (T).
+        string_length: bits to copy (L), at most T/2.
+        train_sequences, val_sequences, test_sequences: generated sequences per split.
+        solved_bpc: a run solves the task when the test bits per character fall below this.
+    """
+
+    length: int = 200
+    string_length: int = 10
+    train_sequences: int = 20000
+    val_sequences: int = 256
+    test_sequences: int = 512
+    solved_bpc: float = 0.15
+    PRESETS = {
+        "tiny": {"length": 20, "string_length": 4, "periods": 5, "units": [8, 8], "aux_hidden_units": 8,
+                 "train_sequences": 64, "val_sequences": 16, "test_sequences": 16, "epochs": 1,
+                 "steps_per_epoch": 3, "batch_size": 16},
+        "default": {"string_length": 10, "train_sequences": 16000, "epochs": 8, "steps_per_epoch": 50,
+                    "batch_size": 32, "learning_rate": 2e-3, "early_stopping_patience": 8, "lr_patience": 3},
+        "full": {"string_length": 100, "units": [256, 256], "aux_hidden_units": 256, "train_sequences": 100000,
+                 "epochs": 200, "steps_per_epoch": 500, "batch_size": 64, "early_stopping_patience": 20,
+                 "lr_patience": 8},
+    }
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.length >= 2, "length", self.length, "an integer >= 2")
+        require(1 <= self.string_length <= self.length // 2, "string_length", self.string_length,
+                f"an integer in [1, length/2 = {self.length // 2}]")
+        require(min(self.train_sequences, self.val_sequences, self.test_sequences) >= 1,
+                "train_sequences/val_sequences/test_sequences",
+                (self.train_sequences, self.val_sequences, self.test_sequences), "integers >= 1")
+        require(self.solved_bpc > 0, "solved_bpc", self.solved_bpc, "a number > 0")
+
+
+def copy_sequences(count: int, length: int, string_length: int,
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Generates copy-task sequences.
+
+    Args:
+        count: sequences.
+        length: steps per sequence (T).
+        string_length: bits per string (L).
+        rng: the random generator.
+
+    Returns:
+        ``(inputs, targets)``: int32 symbols (count, T) with the bits then blanks, and float32
+        (count, T, 2) of target bit and weight; weight T/L at steps L..2L-1, 0 elsewhere.
+    """
+    bits = rng.integers(0, 2, size=(count, string_length), dtype=np.int32)
+    inputs = np.full((count, length), BLANK, np.int32)
+    inputs[:, :string_length] = bits
+    targets = np.zeros((count, length, 2), np.float32)
+    targets[:, string_length:2 * string_length, 0] = bits
+    targets[:, string_length:2 * string_length, 1] = length / string_length
+    return inputs, targets
+
+
+@register_pipeline("copy_task")
+class CopyTask(Pipeline):
+    """Copy a binary string after reading it, through a (decoupled) hierarchical RNN."""
+
+    Config = CopyTaskConfig
+
+    def load_data(self, config: CopyTaskConfig, data_path: str | None,
+                  state: dict[str, Any] | None = None) -> Splits:
+        if data_path is not None:
+            raise DataError(f"--data {data_path}: the copy task generates its data; set length, string_length "
+                            "and the *_sequences fields instead")
+        rng = np.random.default_rng(config.seed)
+        splits = {name: copy_sequences(count, config.length, config.string_length, rng)
+                  for name, count in [("train", config.train_sequences), ("val", config.val_sequences),
+                                      ("test", config.test_sequences)]}
+        state = {"length": config.length, "string_length": config.string_length, "solved_bpc": config.solved_bpc}
+        report = {"length": config.length, "string_length": config.string_length,
+                  "sequences": {name: int(inputs.shape[0]) for name, (inputs, _) in splits.items()}}
+        return Splits(*(tf.data.Dataset.from_tensor_slices(splits[name]) for name in ("train", "val", "test")),
+                      state=state, report=report, arrays={"test": splits["test"]})
+
+    def build_model(self, config: CopyTaskConfig, data: Splits) -> keras.Model:
+        model = HRNNSequenceModel(config.build_hrnn(2, "categorical_crossentropy"), one_hot_depth=SYMBOLS,
+                                  name=self.name)
+        model.build((None, None))
+        return model
+
+    def compile_args(self, config: CopyTaskConfig, data: Splits) -> dict[str, Any]:
+        return {"jit_compile": False}  # the lean train_step computes its own loss
+
+    def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+        inputs, targets = data.arrays["test"]
+        logits = model.predict(inputs, batch_size=128, verbose=0)
+        scored = targets[..., 1] > 0
+        labels = targets[..., 0].astype(np.int64)
+        log_probs = logits - np.logaddexp(logits[..., 0], logits[..., 1])[..., None]
+        nats = -np.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
+        bpc = float(nats[scored].mean() / math.log(2))
+        accuracy = float((logits.argmax(-1) == labels)[scored].mean())
+        solved = data.state["solved_bpc"]
+        return ({"bpc": bpc, "bit_accuracy": accuracy, "solved": float(bpc < solved)},
+                {"uniform_bits": {"bpc": 1.0, "bit_accuracy": 0.5, "solved": 0.0}})
+
+    def serving_function(self, model: keras.Model, data: Splits) -> tuple[Callable, list]:
+        length = data.state["length"]
+
+        def serve(bits: tf.Tensor) -> dict[str, tf.Tensor]:
+            chars = tf.strings.bytes_split(tf.reshape(bits, [-1]))
+            symbols = tf.where(tf.equal(chars, "1"), 1, tf.where(tf.equal(chars, "0"), 0, BLANK))
+            symbols = symbols.to_tensor(default_value=BLANK, shape=[None, length])
+            given = tf.minimum(tf.cast(chars.row_lengths(), tf.int32), length // 2)
+            probabilities = tf.nn.softmax(model(symbols, training=False), axis=-1)
+            positions = tf.minimum(given[:, None] + tf.range(tf.reduce_max(given))[None, :], length - 1)
+            copied = tf.gather(probabilities, positions, batch_dims=1)
+            chosen = tf.RaggedTensor.from_tensor(tf.argmax(copied, axis=-1), lengths=given)
+            text = tf.strings.reduce_join(tf.gather(tf.constant(["0", "1"]), chosen), axis=1)
+            best = tf.RaggedTensor.from_tensor(tf.reduce_max(copied, axis=-1), lengths=given)
+            confidence = tf.math.divide_no_nan(tf.reduce_sum(best, axis=1), tf.cast(given, tf.float32))
+            return {"copy": text, "confidence": confidence}
+
+        return serve, [tf.TensorSpec([None], tf.string, name="bits")]
+
+    def serving_example(self, data: Splits) -> dict[str, np.ndarray]:
+        inputs = data.arrays["test"][0][:2, : data.state["string_length"]]
+        return {"bits": np.array(["".join(str(b) for b in row) for row in inputs], dtype=object)}
+
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str]) -> dict[str, np.ndarray]:
+        longest = state["length"] // 2
+        for text in inputs:
+            if not text or set(text) - {"0", "1"} or len(text) > longest:
+                raise DataError(f"input {text!r}: expected a string of 0s and 1s, 1 to {longest} long "
+                                f"(the model was trained on {state['string_length']} bits)")
+        return {"bits": np.array(inputs, dtype=object)}
+
+    def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
+                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+        rows = [{"input": given.decode() if isinstance(given, bytes) else str(given), "copy": copy.decode(),
+                 "confidence": round(float(confidence), 4)}
+                for given, copy, confidence in zip(inputs["bits"], outputs["copy"], outputs["confidence"])]
+        text = "\n".join(f"{row['input']} -> {row['copy']} (confidence {row['confidence']:.3f})" for row in rows)
+        return text, {"copies": rows}

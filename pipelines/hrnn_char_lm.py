@@ -1,0 +1,203 @@
+"""Character-level language model with a two-level HRNN whose upper level ticks at word ends.
+
+The lower RNN reads one character per step (one-hot) and predicts the next one. The
+upper RNN ticks after every space or line break (the word-boundary input of
+``DecoupledHRNN``), when the lower state is sent up and reset. ``mode=decoupled``
+trains it with restricted gradients plus the decoder loss (the level-1 decoder
+reconstructs one of the last ``periods`` characters of the word), ``mode=hrnn``
+with true gradients (the unrestricted baseline of the paper).
+
+Text is split into lines; of every 100 lines some go to validation and test
+(``seqapps.data.text.split_lines``). Each split is joined with line breaks and cut
+into windows of ``seq_len`` + 1 characters. Default data: Python's help topics
+(``pydoc_data``, pip-free); ``corpus=kjv`` or ``wordnet`` read the apt corpora,
+``--data your.txt`` any UTF-8 text.
+
+Metric: bits per character on the test windows, beside the training characters'
+unigram distribution (add-one smoothed).
+
+The export's ``serving_default`` takes ``text`` (string [batch]) and returns
+``bits_per_character`` (the model's cost of the text, each character predicted from
+a line break and the characters before it), ``next_chars`` (the 5 likeliest next
+characters, string [batch, 5]) and ``next_probabilities`` (float32 [batch, 5]).
+Characters map to ids by code point in the graph (no lookup table).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from seqapps.config import require
+from seqapps.data import text as text_data
+from seqapps.errors import DataError
+from seqapps.layers.hrnn_model import HRNNConfig, HRNNSequenceModel
+from seqapps.pipeline import Pipeline, Splits, register_pipeline
+
+CORPORA = {"pydoc": text_data.pydoc_topics, "kjv": text_data.kjv_bible, "wordnet": text_data.wordnet_glosses}
+START = "\n"  # every text is read after a line break, as every training line is
+BOUNDARIES = ("\n", " ")  # the upper level ticks after these
+TOP = 5
+
+
+@dataclasses.dataclass
+class HRNNCharLMConfig(HRNNConfig):
+    """Char LM settings (plus the hierarchy's, see ``HRNNConfig``; ``periods`` bounds the decoder's index).
+
+    Attributes:
+        corpus: default data without ``--data``: "pydoc", "kjv" or "wordnet".
+        seq_len: characters per training window.
+        max_chars: use only the first lines up to this many characters (None: all).
+        min_char_count: rarer training characters map to the unknown id.
+        val_fraction, test_fraction: shares of the lines held out.
+    """
+
+    corpus: str = "pydoc"
+    seq_len: int = 100
+    max_chars: int | None = 400_000
+    min_char_count: int = 5
+    val_fraction: float = 0.05
+    test_fraction: float = 0.05
+    PRESETS = {
+        "tiny": {"seq_len": 40, "max_chars": 30_000, "units": [16, 16], "aux_hidden_units": 16, "epochs": 1,
+                 "steps_per_epoch": 3, "batch_size": 16},
+        "default": {"units": [128, 128], "aux_hidden_units": 64, "epochs": 6, "steps_per_epoch": 150,
+                    "batch_size": 32, "learning_rate": 2e-3},
+        "full": {"corpus": "kjv", "max_chars": None, "units": [512, 512], "aux_hidden_units": 256, "epochs": 50,
+                 "batch_size": 64, "early_stopping_patience": 5},
+    }
+
+    def validate(self) -> None:
+        super().validate()
+        require(len(self.units) == 2, "units", self.units, "two integers (lower and upper level)")
+        require(self.corpus in CORPORA, "corpus", self.corpus, f"one of {', '.join(CORPORA)}")
+        require(self.seq_len >= 2, "seq_len", self.seq_len, "an integer >= 2")
+        require(self.max_chars is None or self.max_chars >= 1000, "max_chars", self.max_chars,
+                "null or an integer >= 1000")
+        require(self.min_char_count >= 1, "min_char_count", self.min_char_count, "an integer >= 1")
+        require(0 < self.val_fraction < 0.5 and 0 < self.test_fraction < 0.5, "val_fraction/test_fraction",
+                (self.val_fraction, self.test_fraction), "fractions in (0, 0.5)")
+
+
+def windows(ids: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cuts ids into non-overlapping next-character windows.
+
+    Args:
+        ids: int32 character ids of one split.
+        seq_len: steps per window.
+
+    Returns:
+        ``(inputs, targets)``: int32 (n, seq_len) and float32 (n, seq_len, 2) of next id and weight 1.
+    """
+    count = (len(ids) - 1) // seq_len
+    inputs = ids[: count * seq_len].reshape(count, seq_len)
+    targets = np.stack([ids[1: count * seq_len + 1].reshape(count, seq_len).astype(np.float32),
+                        np.ones((count, seq_len), np.float32)], axis=-1)
+    return inputs, targets
+
+
+@register_pipeline("hrnn_char_lm")
+class HRNNCharLM(Pipeline):
+    """Next-character prediction with an upper RNN that ticks at word ends."""
+
+    Config = HRNNCharLMConfig
+
+    def load_data(self, config: HRNNCharLMConfig, data_path: str | None,
+                  state: dict[str, Any] | None = None) -> Splits:
+        corpus = text_data.read_text_file(data_path) if data_path else CORPORA[config.corpus]()
+        lines, total = [], 0
+        for line in corpus.lines:
+            if config.max_chars is not None and total >= config.max_chars:
+                break
+            lines.append(line)
+            total += len(line) + 1
+        parts = {name: START + START.join(part) + START
+                 for name, part in text_data.split_lines(lines, config.val_fraction, config.test_fraction).items()}
+        if state is None:
+            vocabulary = text_data.build_vocabulary(parts["train"], min_count=config.min_char_count,
+                                                    reserved=BOUNDARIES)
+            state = {"chars": vocabulary.tokens, "counts": vocabulary.counts}
+        vocabulary = text_data.Vocabulary(state["chars"], state["counts"])
+        splits = {}
+        for name, part in parts.items():
+            if len(part) <= config.seq_len + 1:
+                raise DataError(f"{corpus.source}: the {name} split has {len(part)} characters, fewer than one "
+                                f"window of seq_len={config.seq_len}; give more text or lower seq_len")
+            splits[name] = windows(vocabulary.encode(part), config.seq_len)
+        report = {"source": corpus.source, "licence": corpus.licence, "lines": len(lines), "characters": total,
+                  "vocabulary": len(vocabulary), "windows": {name: int(len(w[0])) for name, w in splits.items()}}
+        return Splits(*(tf.data.Dataset.from_tensor_slices(splits[name]) for name in ("train", "val", "test")),
+                      state=state, report=report, arrays={"test": splits["test"]})
+
+    def build_model(self, config: HRNNCharLMConfig, data: Splits) -> keras.Model:
+        chars = data.state["chars"]
+        model = HRNNSequenceModel(config.build_hrnn(len(chars), "categorical_crossentropy"),
+                                  one_hot_depth=len(chars), boundary_ids=[chars.index(c) for c in BOUNDARIES],
+                                  name=self.name)
+        model.build((None, None))
+        return model
+
+    def compile_args(self, config: HRNNCharLMConfig, data: Splits) -> dict[str, Any]:
+        return {"jit_compile": False}  # the lean train_step computes its own loss
+
+    def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+        from scipy.special import log_softmax
+
+        inputs, targets = data.arrays["test"]
+        log_probs = log_softmax(model.predict(inputs, batch_size=64, verbose=0), axis=-1)
+        labels = targets[..., 0].astype(np.int64)
+        nats = -np.take_along_axis(log_probs, labels[..., None], axis=-1).mean()
+        counts = np.asarray(data.state["counts"], np.float64) + 1.0
+        unigram = -np.log(counts / counts.sum())[labels].mean()
+        return ({"bpc": float(nats / math.log(2))}, {"unigram": {"bpc": float(unigram / math.log(2))}})
+
+    def serving_function(self, model: keras.Model, data: Splits) -> tuple[Callable, list]:
+        chars = data.state["chars"]
+        points = {ord(c): i for i, c in enumerate(chars) if len(c) == 1}
+        table = np.zeros(max(points) + 1, np.int32)
+        for point, index in points.items():
+            table[point] = index
+        table = tf.constant(table)
+        names = tf.constant(chars)
+
+        def serve(text: tf.Tensor) -> dict[str, tf.Tensor]:
+            codes = tf.strings.unicode_decode(START + tf.reshape(text, [-1]), "UTF-8", errors="replace")
+            ids = tf.gather(table, tf.where(codes < tf.shape(table)[0], codes, 0))
+            lengths = tf.cast(ids.row_lengths(), tf.int32)
+            dense = ids.to_tensor()
+            mask = tf.sequence_mask(lengths, tf.shape(dense)[1])
+            log_probs = tf.nn.log_softmax(model(dense, training=False, mask=mask), axis=-1)
+            scored = tf.sequence_mask(lengths - 1, tf.shape(dense)[1])
+            following = tf.concat([dense[:, 1:], tf.zeros_like(dense[:, :1])], axis=1)
+            nats = -tf.gather(log_probs, following, batch_dims=2)
+            bits = tf.reduce_sum(tf.where(scored, nats, 0.0), axis=1) / math.log(2)
+            bpc = tf.math.divide_no_nan(bits, tf.cast(lengths - 1, tf.float32))
+            last = tf.gather(log_probs, lengths - 1, batch_dims=1)
+            top = tf.math.top_k(last, k=min(TOP, len(chars)))
+            return {"bits_per_character": bpc, "next_chars": tf.gather(names, top.indices),
+                    "next_probabilities": tf.exp(top.values)}
+
+        return serve, [tf.TensorSpec([None], tf.string, name="text")]
+
+    def serving_example(self, data: Splits) -> dict[str, np.ndarray]:
+        return {"text": np.array(["the value of ", "import"], dtype=object)}
+
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str]) -> dict[str, np.ndarray]:
+        if not all(inputs):
+            raise DataError("expected non-empty text inputs")
+        return {"text": np.array(inputs, dtype=object)}
+
+    def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
+                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+        rows = []
+        for text, bpc, chars, probs in zip(inputs["text"], outputs["bits_per_character"], outputs["next_chars"],
+                                           outputs["next_probabilities"]):
+            rows.append({"text": str(text), "bits_per_character": round(float(bpc), 4),
+                         "next": [{"char": c.decode("utf-8"), "p": round(float(p), 4)} for c, p in zip(chars, probs)]})
+        lines = [f"{row['text']!r}: {row['bits_per_character']:.3f} bits/char; next: "
+                 + ", ".join(f"{n['char']!r} {n['p']:.3f}" for n in row["next"]) for row in rows]
+        return "\n".join(lines), {"predictions": rows}

@@ -1,0 +1,394 @@
+"""Word-level language model trained with B-NCE, S-NCE or a full softmax (Oualil & Klakow, 2017).
+
+Architectures (config ``architecture``), as in the paper:
+
+- ``ffnn``: a feed-forward n-gram model (``ngram_order`` 5: the 4 previous words'
+  embeddings, concatenated, then a tanh layer);
+- ``rnn``: a SimpleRNN with a linear projection;
+- ``lstm``: an LSTM;
+- ``*_relu`` (``ffnn_relu``, ``rnn_relu``, ``lstm_relu``): the same with a dense
+  ReLU bottleneck before the output layer, which the paper found better with
+  fewer parameters.
+
+The output layer is ``seqapps.layers.batch_nce.BatchNCE``: it returns the
+per-token training loss of ``loss`` while training and the full-softmax
+negative log-likelihood otherwise, so the validation loss that drives the
+learning-rate halving is log PPL^f whatever the training loss.
+
+Data: the text is one token stream (lines end with ``</s>``), cut into
+windows of ``seq_len`` targets; a step trains on ``batch_size x seq_len``
+targets (400 by default, the paper's batch), which are the B-NCE noise set.
+Recurrent windows start from a zero state. Default data: the WordNet 3.0
+glosses (apt ``wordnet-base``; WordNet 3.0 licence), 1.7M tokens, 57k types.
+
+The output bias starts at ``log p_unigram + log Z``, so that both
+normalisations start at the unigram model: B-NCE only pushes down the scores
+of words that occur in a batch, and without it the many rare words keep a
+large share of the full softmax for a long time.
+
+Metrics: PPL^f (full softmax) and PPL^n (self-normalised, ``exp(s - log Z)``)
+on the test lines, the parameter count, training tokens/s and seconds per
+epoch; baseline: an add-one unigram model on the same tokens.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any, Callable
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from seqapps.config import TrainingConfig, require
+from seqapps.data import text as text_data
+from seqapps.errors import DataError
+from seqapps.layers.batch_nce import LOSSES, BatchNCE, perplexity, unigram_distribution
+from seqapps.pipeline import Pipeline, Splits, register_pipeline
+
+ARCHITECTURES = ("ffnn", "ffnn_relu", "rnn", "rnn_relu", "lstm", "lstm_relu")
+CORPORA = {"wordnet": text_data.wordnet_glosses, "pydoc": text_data.pydoc_topics}
+
+
+@dataclasses.dataclass
+class LanguageModelConfig(TrainingConfig):
+    """Language-model settings; the defaults are the paper's (Oualil & Klakow, 2017).
+
+    Attributes:
+        architecture: one of ``ARCHITECTURES``.
+        loss: "bnce", "snce" or "softmax" (the output layer's training criterion).
+        corpus: default data when no ``--data`` is given: "wordnet" or "pydoc".
+        embedding_dim: word embedding size.
+        hidden_units: units of the tanh layer / SimpleRNN / LSTM.
+        projection_units: size of the SimpleRNN's linear projection.
+        bottleneck_units: size of the ReLU bottleneck of the ``*_relu`` variants.
+        ngram_order: n of the feed-forward n-gram model.
+        seq_len: targets per training window.
+        log_z: the fixed log normaliser of the NCE losses.
+        num_noise: S-NCE noise samples per batch.
+        extra_noise: extra unigram noise samples of adaptive B-NCE (for small batches).
+        max_vocab: the most words, ``<unk>`` and ``</s>`` included (None: all).
+        min_count: rarer training words map to ``<unk>``.
+        max_words: use only the first lines up to this many tokens (None: all).
+        max_eval_tokens: evaluate validation and test on at most this many tokens (None: all).
+        val_fraction, test_fraction: shares of the lines held out (every 100th line and so on).
+        top_k: next-word candidates returned by the export.
+        timing_steps: timed training steps (on a fresh copy) for tokens/s.
+        jit_compile: compile the training step with XLA.
+    """
+
+    architecture: str = "lstm_relu"
+    loss: str = "bnce"
+    corpus: str = "wordnet"
+    embedding_dim: int = 200
+    hidden_units: int = 200
+    projection_units: int = 200
+    bottleneck_units: int = 200
+    ngram_order: int = 5
+    seq_len: int = 20
+    log_z: float = 9.0
+    num_noise: int = 100
+    extra_noise: int = 0
+    max_vocab: int | None = None
+    min_count: int = 1
+    max_words: int | None = None
+    max_eval_tokens: int | None = 20000
+    val_fraction: float = 0.02
+    test_fraction: float = 0.03
+    top_k: int = 5
+    timing_steps: int = 20
+    jit_compile: bool = True
+    batch_size: int = 20
+    learning_rate: float = 0.4
+    optimizer: str = "sgd"
+    clipnorm: float = 5.0
+    lr_patience: int = 0
+    early_stopping_patience: int = 2
+
+    PRESETS = {
+        "tiny": {"corpus": "pydoc", "architecture": "lstm_relu", "embedding_dim": 16, "hidden_units": 16,
+                 "projection_units": 16, "bottleneck_units": 16, "max_vocab": 2000, "seq_len": 10,
+                 "batch_size": 8, "epochs": 1, "steps_per_epoch": 5, "max_eval_tokens": 2000,
+                 "timing_steps": 2, "jit_compile": False},
+        "default": {"epochs": 2, "steps_per_epoch": 1200},
+        "full": {"epochs": 30, "early_stopping_patience": 3, "max_eval_tokens": None},
+    }
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.architecture in ARCHITECTURES, "architecture", self.architecture,
+                f"one of {', '.join(ARCHITECTURES)}")
+        require(self.loss in LOSSES, "loss", self.loss, f"one of {', '.join(LOSSES)}")
+        require(self.corpus in CORPORA, "corpus", self.corpus, f"one of {', '.join(CORPORA)}")
+        for name in ("embedding_dim", "hidden_units", "projection_units", "bottleneck_units", "seq_len",
+                     "num_noise", "top_k", "min_count"):
+            require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
+        require(self.ngram_order >= 2, "ngram_order", self.ngram_order, "an integer >= 2")
+        require(self.extra_noise >= 0 and self.timing_steps >= 0, "extra_noise/timing_steps",
+                (self.extra_noise, self.timing_steps), "integers >= 0")
+        require(self.loss != "bnce" or self.batch_size * self.seq_len >= 2 or self.extra_noise >= 1,
+                "extra_noise", self.extra_noise,
+                "an integer >= 1 with loss=bnce and one target per batch (batch_size x seq_len = 1): "
+                "B-NCE's noise samples are the batch's other targets; set extra_noise (adaptive B-NCE)")
+        require(self.max_vocab is None or self.max_vocab >= 3, "max_vocab", self.max_vocab, "null or >= 3")
+        require(self.max_words is None or self.max_words >= 1, "max_words", self.max_words, "null or >= 1")
+        require(self.max_eval_tokens is None or self.max_eval_tokens >= 1, "max_eval_tokens",
+                self.max_eval_tokens, "null or >= 1")
+        require(0 < self.val_fraction and 0 < self.test_fraction and self.val_fraction + self.test_fraction <= 0.5,
+                "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+def per_token_training_loss(y_true: Any, y_pred: Any) -> Any:
+    """The loss of a model whose output already is the per-token loss (``BatchNCE`` with targets)."""
+    del y_true
+    return y_pred
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+class NGramContext(keras.layers.Layer):
+    """Concatenates the embeddings of each window of ``order - 1`` consecutive words.
+
+    Output ``t`` holds inputs ``t .. t + order - 2``: from ``L`` inputs it
+    gives ``L - order + 2`` outputs, the last one the context of the word after
+    the input.
+
+    Args:
+        order: n of the n-gram model (>= 2).
+        **kwargs: other ``keras.layers.Layer`` arguments.
+
+    Call arguments:
+        inputs: ``[B, L, E]`` embeddings with ``L >= order - 1``.
+
+    Returns:
+        ``[B, L - order + 2, (order - 1) * E]``.
+    """
+
+    def __init__(self, order: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.order = int(order)
+
+    def call(self, inputs: Any) -> Any:
+        context = self.order - 1
+        steps = keras.ops.shape(inputs)[1] - context + 1
+        return keras.ops.concatenate([inputs[:, i: i + steps] for i in range(context)], axis=-1)
+
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
+        length = None if input_shape[1] is None else input_shape[1] - self.order + 2
+        return (input_shape[0], length, (self.order - 1) * input_shape[2])
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "order": self.order}
+
+
+def context_tokens(architecture: str, ngram_order: int) -> int:
+    """Inputs before the first target's context word: ``order - 2`` for the n-gram model, else 0."""
+    return ngram_order - 2 if architecture.startswith("ffnn") else 0
+
+
+@register_pipeline("language_model")
+class LanguageModel(Pipeline):
+    """Word-level LM (5-gram FFNN, RNN, LSTM, ReLU bottlenecks) trained with B-NCE / S-NCE / softmax."""
+
+    Config = LanguageModelConfig
+
+    # --- data -------------------------------------------------------------------------------
+
+    def load_data(self, config: LanguageModelConfig, data_path: str | None,
+                  state: dict[str, Any] | None = None) -> Splits:
+        self.config = config
+        corpus = text_data.read_text_file(data_path) if data_path else CORPORA[config.corpus]()
+        lines = [text_data.word_tokens(line) for line in corpus.lines]
+        if config.max_words is not None:
+            lines = _first_lines_up_to(lines, config.max_words)
+        parts = text_data.split_lines(lines, config.val_fraction, config.test_fraction)
+        eos = text_data.END_OF_SENTENCE
+        train_tokens = [token for line in parts["train"] for token in (*line, eos)]
+        if state is None:
+            vocab = text_data.build_vocabulary(train_tokens, config.max_vocab, config.min_count, reserved=[eos])
+            state = {"vocabulary": vocab.tokens, "context": context_tokens(config.architecture, config.ngram_order),
+                     "top_k": config.top_k}
+        else:
+            vocab = text_data.Vocabulary(state["vocabulary"], [0] * len(state["vocabulary"]))
+        streams = {name: vocab.encode(token for line in part for token in (*line, eos))
+                   for name, part in parts.items()}
+        counts = np.bincount(streams["train"], minlength=len(vocab))
+        for name in ("val", "test"):
+            if config.max_eval_tokens is not None:
+                streams[name] = streams[name][: config.max_eval_tokens + 1]
+        windows = {name: _windows(stream, config.seq_len, state["context"], eos_id=1)
+                   for name, stream in streams.items()}
+        for name, (inputs, _) in windows.items():
+            if len(inputs) == 0:
+                raise DataError(f"{corpus.source}: the {name} split has {len(streams[name])} tokens, fewer than "
+                                f"one window of seq_len={config.seq_len}; give more text or lower seq_len")
+        report = {"source": corpus.source, "licence": corpus.licence, "lines": len(lines),
+                  "tokens": {name: int(len(stream)) for name, stream in streams.items()},
+                  "vocabulary": len(vocab), "train_oov_rate": round(float(counts[0] / max(1, counts.sum())), 5)}
+        arrays = {"train_counts": counts, "test_targets": windows["test"][1].reshape(-1)}
+        datasets_ = {name: tf.data.Dataset.from_tensor_slices(
+            ({"tokens": inputs, "targets": targets}, np.zeros(targets.shape, "float32")))
+            for name, (inputs, targets) in windows.items()}
+        return Splits(datasets_["train"], datasets_["val"], datasets_["test"], state=state, report=report,
+                      arrays=arrays)
+
+    # --- model ------------------------------------------------------------------------------
+
+    def build_model(self, config: LanguageModelConfig, data: Splits) -> keras.Model:
+        vocab_size = len(data.state["vocabulary"])
+        tokens = keras.Input((None,), dtype="int32", name="tokens")
+        targets = keras.Input((None,), dtype="int32", name="targets")
+        hidden = keras.layers.Embedding(vocab_size, config.embedding_dim, name="embedding")(tokens)
+        kind = config.architecture.removesuffix("_relu")
+        if kind == "ffnn":
+            hidden = NGramContext(config.ngram_order, name="ngram_context")(hidden)
+            hidden = keras.layers.Dense(config.hidden_units, activation="tanh", name="ffnn")(hidden)
+        elif kind == "rnn":
+            hidden = keras.layers.SimpleRNN(config.hidden_units, return_sequences=True, name="rnn")(hidden)
+            hidden = keras.layers.Dense(config.projection_units, name="projection")(hidden)
+        else:
+            hidden = keras.layers.LSTM(config.hidden_units, return_sequences=True, name="lstm")(hidden)
+        if config.architecture.endswith("_relu"):
+            hidden = keras.layers.Dense(config.bottleneck_units, activation="relu", name="bottleneck")(hidden)
+        hidden = keras.layers.Identity(name="hidden")(hidden)
+        output = BatchNCE(vocab_size, loss=config.loss, log_z=config.log_z, num_noise=config.num_noise,
+                          extra_noise=config.extra_noise, seed=config.seed, name="output")
+        per_token = output([hidden, targets])
+        unigram = unigram_distribution(data.arrays["train_counts"])
+        output.set_noise_distribution(unigram)
+        # Start from the unigram model: exp(s - log Z) = p_unigram when the hidden state contributes nothing.
+        output.bias.assign((np.log(unigram) + config.log_z).astype("float32"))
+        return keras.Model([tokens, targets], per_token, name=self.name)
+
+    def compile_args(self, config: LanguageModelConfig, data: Splits) -> dict[str, Any]:
+        return {"loss": per_token_training_loss, "jit_compile": config.jit_compile}
+
+    # --- evaluation -------------------------------------------------------------------------
+
+    def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+        body = keras.Model(model.inputs[0], model.get_layer("hidden").output)
+        output = model.get_layer("output")
+
+        @tf.function(autograph=False)
+        def log_probs(tokens: tf.Tensor, targets: tf.Tensor) -> dict[str, tf.Tensor]:
+            return output.target_log_probs(body(tokens, training=False), targets)
+
+        full, normalized = [], []
+        for inputs, _ in data.test.batch(64):
+            found = log_probs(inputs["tokens"], inputs["targets"])
+            full.append(found["full"].numpy().reshape(-1))
+            normalized.append(found["self_normalized"].numpy().reshape(-1))
+        metrics = {"ppl_full": perplexity(np.concatenate(full)),
+                   "ppl_self_normalized": perplexity(np.concatenate(normalized)),
+                   "parameters": int(model.count_params()),
+                   "vocabulary": len(data.state["vocabulary"])}
+        metrics.update(self.throughput(model, data))
+        unigram = np.log(unigram_distribution(data.arrays["train_counts"]))
+        return metrics, {"unigram": {"ppl_full": perplexity(unigram[data.arrays["test_targets"]])}}
+
+    def throughput(self, model: keras.Model, data: Splits) -> dict[str, float]:
+        """Times training steps of a fresh copy of ``model`` (the trained weights are not touched).
+
+        Args:
+            model: the trained model; its config and compile settings are copied.
+            data: the training split.
+
+        Returns:
+            ``train_tokens_per_s`` and ``train_seconds_per_epoch`` (a pass over the
+            training windows, or ``steps_per_epoch`` of them, at that speed; the
+            run's ``training.seconds`` also counts validation).
+        """
+        config = self.config
+        if config.timing_steps == 0:
+            return {}
+        copy = keras.Model.from_config(model.get_config())
+        copy.compile(optimizer=keras.optimizers.SGD(config.learning_rate, global_clipnorm=config.clipnorm),
+                     **self.compile_args(config, data))
+        batches = iter(data.train.repeat().batch(config.batch_size, drop_remainder=True))
+        copy.train_on_batch(*next(batches))  # trace and compile
+        start = time.perf_counter()
+        for _ in range(config.timing_steps):
+            copy.train_on_batch(*next(batches))
+        step = (time.perf_counter() - start) / config.timing_steps
+        steps = config.steps_per_epoch or math.ceil(int(data.train.cardinality()) / config.batch_size)
+        return {"train_tokens_per_s": round(config.batch_size * config.seq_len / step, 1),
+                "train_seconds_per_epoch": round(steps * step, 1)}
+
+    # --- serving ----------------------------------------------------------------------------
+
+    def serving_function(self, model: keras.Model, data: Splits) -> tuple[Callable, list]:
+        state = data.state
+        words = state["vocabulary"][1:]
+        model.word_ids = keras.layers.StringLookup(vocabulary=words, num_oov_indices=1,
+                                                   oov_token=text_data.UNKNOWN, name="word_ids")
+        model.id_words = keras.layers.StringLookup(vocabulary=words, num_oov_indices=1, oov_token=text_data.UNKNOWN,
+                                                   invert=True, name="id_words")
+        body = keras.Model(model.inputs[0], model.get_layer("hidden").output)
+        output = model.get_layer("output")
+        prefix, top_k = state["context"] + 1, min(state["top_k"], len(state["vocabulary"]))
+        eos_id = 1
+
+        def serve(text: tf.Tensor) -> dict[str, tf.Tensor]:
+            tokens = text_data.tf_word_tokens(tf.reshape(text, [-1]))
+            lengths = tf.cast(tokens.row_lengths(), tf.int32)
+            ids = tf.cast(model.word_ids(tokens.to_tensor(text_data.END_OF_SENTENCE)), tf.int32)
+            batch = tf.shape(ids)[0]
+            inputs = tf.concat([tf.fill([batch, prefix], eos_id), ids], axis=1)
+            log_probs = output(body(inputs, training=False))  # [batch, words + 1, V], full softmax
+            mask = tf.sequence_mask(lengths, tf.shape(ids)[1], dtype=log_probs.dtype)
+            word_log_probs = tf.gather(log_probs[:, :-1], ids, batch_dims=2) * mask
+            total = tf.reduce_sum(word_log_probs, axis=1)
+            next_word = tf.math.top_k(tf.gather(log_probs, lengths, batch_dims=1), k=top_k)
+            seen = tf.where(mask > 0, model.id_words(tf.cast(ids, tf.int64)), "")
+            return {"words": seen, "log_probs": word_log_probs,
+                    "perplexity": tf.exp(-total / tf.cast(tf.maximum(lengths, 1), total.dtype)),
+                    "next_words": model.id_words(tf.cast(next_word.indices, tf.int64)),
+                    "next_log_probs": next_word.values}
+
+        return serve, [tf.TensorSpec([None], tf.string, name="text")]
+
+    def serving_example(self, data: Splits) -> dict[str, np.ndarray]:
+        return {"text": np.array(["the quick brown fox jumps over the lazy dog", ""], dtype=object)}
+
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str]) -> dict[str, np.ndarray]:
+        return {"text": np.array(inputs, dtype=object)}
+
+    def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
+                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+        results, lines = [], []
+        for i, text in enumerate(inputs["text"]):
+            seen = [w.decode() for w in outputs["words"][i] if w]
+            scores = [round(float(v), 3) for v in outputs["log_probs"][i][: len(seen)]]
+            following = [{"word": w.decode(), "log_prob": round(float(v), 3)}
+                         for w, v in zip(outputs["next_words"][i], outputs["next_log_probs"][i])]
+            result = {"text": text, "perplexity": round(float(outputs["perplexity"][i]), 2),
+                      "words": [{"word": w, "log_prob": s} for w, s in zip(seen, scores)], "next_words": following}
+            results.append(result)
+            lines.append(f"{text!r}: perplexity {result['perplexity']}; next: "
+                         + ", ".join(f"{n['word']} ({math.exp(n['log_prob']):.1%})" for n in following))
+        return "\n".join(lines), {"results": results}
+
+
+def _first_lines_up_to(lines: list[list[str]], max_words: int) -> list[list[str]]:
+    kept, total = [], 0
+    for line in lines:
+        if total >= max_words:
+            break
+        kept.append(line)
+        total += len(line) + 1
+    return kept
+
+
+def _windows(stream: np.ndarray, seq_len: int, context: int, eos_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cuts a token stream into ``(inputs [N, context + seq_len], targets [N, seq_len])``.
+
+    Window ``j`` predicts ``stream[j*seq_len + 1 : (j+1)*seq_len + 1]`` from the inputs
+    ending one token earlier; ``context`` ``eos_id`` tokens pad the stream's start.
+    """
+    padded = np.concatenate([np.full(context, eos_id, "int32"), stream])
+    count = (len(stream) - 1) // seq_len
+    starts = np.arange(count) * seq_len
+    inputs = padded[starts[:, None] + np.arange(context + seq_len)[None, :]]
+    targets = stream[starts[:, None] + 1 + np.arange(seq_len)[None, :]]
+    return inputs.astype("int32"), targets.astype("int32")

@@ -1,0 +1,229 @@
+"""Sequential pixel digit classification (pixel MNIST) with the decoupled HRNN.
+
+The model reads an image one pixel per step (row by row, T = ``image_size``^2, 784
+for 28x28), optionally in a fixed random order (``permute=true``: permuted pixel
+MNIST), and classifies the digit from its output at the last step; only that step
+is scored. Default data: scikit-learn's bundled 8x8 digits (1,797 images, BSD-3),
+scaled to 0..255 and resized bilinearly to ``image_size``; ``--data tfds:mnist``
+reads MNIST from a local tensorflow_datasets folder (no download).
+
+Metric: test accuracy (and cross-entropy), beside the majority class and a
+logistic regression on the raw pixels.
+
+The export's ``serving_default`` takes ``image``, a string tensor [batch] of
+encoded grayscale or colour PNG/JPEG bytes (any size: converted to gray and resized
+to ``image_size`` in the graph; pixels 0..255, white digit on black as in MNIST), and
+returns ``label`` (int64 digit) and ``probabilities`` (float32 [batch, 10]).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from seqapps.config import require
+from seqapps.errors import DataError
+from seqapps.layers.hrnn_model import HRNNConfig, HRNNSequenceModel
+from seqapps.pipeline import Pipeline, Splits, register_pipeline
+
+CLASSES = 10
+PERMUTATION_SEED = 1234  # the permutation is fixed: the same for every run of an image size
+TFDS_PREFIX = "tfds:"
+
+
+@dataclasses.dataclass
+class PixelMnistConfig(HRNNConfig):
+    """Pixel MNIST settings (plus the hierarchy's, see ``HRNNConfig``).
+
+    Attributes:
+        image_size: images are resized to image_size x image_size; T = image_size^2.
+        permute: read the pixels in a fixed random order.
+        max_train_images: use at most this many training images (None: all).
+        val_fraction, test_fraction: shares of the digits held out (tfds: of its train split
+            for validation; its test split is the test set).
+    """
+
+    image_size: int = 28
+    permute: bool = False
+    max_train_images: int | None = None
+    val_fraction: float = 0.15
+    test_fraction: float = 0.15
+    PRESETS = {
+        "tiny": {"image_size": 8, "periods": 8, "units": [8, 8], "aux_hidden_units": 8, "epochs": 1,
+                 "steps_per_epoch": 3, "batch_size": 16, "max_train_images": 96,
+                 "val_fraction": 0.03, "test_fraction": 0.03},
+        "default": {"image_size": 14, "units": [64, 64], "epochs": 15, "batch_size": 32, "learning_rate": 2e-3},
+        "full": {"units": [128, 128], "aux_hidden_units": 128, "epochs": 100, "batch_size": 100,
+                 "early_stopping_patience": 10, "lr_patience": 4},
+    }
+
+    def validate(self) -> None:
+        super().validate()
+        require(2 <= self.image_size <= 64, "image_size", self.image_size, "an integer in [2, 64]")
+        require(self.max_train_images is None or self.max_train_images >= 1, "max_train_images",
+                self.max_train_images, "null or an integer >= 1")
+        require(0 < self.val_fraction < 0.5 and 0 < self.test_fraction < 0.5, "val_fraction/test_fraction",
+                (self.val_fraction, self.test_fraction), "fractions in (0, 0.5)")
+
+
+def digits_images() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's 8x8 digits as float32 (n, 8, 8) in 0..255 and int labels."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    return (digits.images * (255.0 / 16.0)).astype(np.float32), digits.target.astype(np.int64)
+
+
+def tfds_images(name: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Reads a tfds image classification set already in the local tfds data folder.
+
+    Args:
+        name: the tfds name (e.g. "mnist").
+
+    Returns:
+        ``{"train", "test"}`` -> (float32 (n, h, w) in 0..255, int64 labels).
+
+    Raises:
+        DataError: tensorflow_datasets is missing or the data is not downloaded.
+    """
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:
+        raise DataError(f"--data tfds:{name} needs tensorflow_datasets (pip install tensorflow-datasets) and the "
+                        "data in its data folder; without --data the bundled scikit-learn digits are used") from None
+    try:
+        loaded = tfds.load(name, split=["train", "test"], as_supervised=True, batch_size=-1, download=False)
+    except Exception as error:  # tfds raises several types for missing or unknown data sets
+        raise DataError(f"--data tfds:{name}: not available in the local tensorflow_datasets folder "
+                        f"({error.__class__.__name__}); download it first with tfds, offline runs cannot") from None
+    return {split: (tfds.as_numpy(images)[..., 0].astype(np.float32), tfds.as_numpy(labels).astype(np.int64))
+            for split, (images, labels) in zip(("train", "test"), loaded)}
+
+
+def pixel_order(image_size: int, permute: bool) -> np.ndarray:
+    """Returns the order in which pixels are read: identity or a fixed permutation."""
+    steps = image_size * image_size
+    if not permute:
+        return np.arange(steps)
+    return np.random.default_rng(PERMUTATION_SEED).permutation(steps)
+
+
+@register_pipeline("pixel_mnist")
+class PixelMnist(Pipeline):
+    """Classify a digit read one pixel per step (plain or permuted order)."""
+
+    Config = PixelMnistConfig
+
+    def load_data(self, config: PixelMnistConfig, data_path: str | None,
+                  state: dict[str, Any] | None = None) -> Splits:
+        rng = np.random.default_rng(config.seed)
+        if data_path is None:
+            images, labels = digits_images()
+            order = rng.permutation(len(labels))
+            n_val, n_test = round(len(order) * config.val_fraction), round(len(order) * config.test_fraction)
+            parts = {"val": order[:n_val], "test": order[n_val:n_val + n_test], "train": order[n_val + n_test:]}
+            raw = {name: (images[index], labels[index]) for name, index in parts.items()}
+            source = "sklearn.datasets.load_digits (8x8, BSD-3)"
+        elif data_path.startswith(TFDS_PREFIX):
+            loaded = tfds_images(data_path[len(TFDS_PREFIX):])
+            images, labels = loaded["train"]
+            order = rng.permutation(len(labels))
+            n_val = round(len(order) * config.val_fraction)
+            raw = {"val": (images[order[:n_val]], labels[order[:n_val]]),
+                   "train": (images[order[n_val:]], labels[order[n_val:]]), "test": loaded["test"]}
+            source = data_path
+        else:
+            raise DataError(f"--data {data_path}: expected tfds:mnist (a local tensorflow_datasets copy) or no --data "
+                            "for the bundled scikit-learn digits")
+        if config.max_train_images is not None:
+            raw["train"] = tuple(part[: config.max_train_images] for part in raw["train"])
+        size = config.image_size
+        order = pixel_order(size, config.permute)
+        state = {"image_size": size, "permute": config.permute, "order": order.tolist()}
+        splits = {}
+        for name, (images, labels) in raw.items():
+            pixels = self._sequences(tf.image.resize(images[..., None], [size, size]).numpy()[..., 0], order)
+            targets = np.zeros((len(labels), size * size, 2), np.float32)
+            targets[:, -1] = np.stack([labels, np.full(len(labels), size * size)], axis=1)
+            splits[name] = (pixels, targets)
+        report = {"source": source, "image_size": size, "steps": size * size, "permute": config.permute,
+                  "images": {name: int(len(part[1])) for name, part in raw.items()}}
+        arrays = {"test": splits["test"], "test_labels": raw["test"][1], "train_labels": raw["train"][1],
+                  "train_pixels": splits["train"][0][..., 0], "test_images": raw["test"][0][:2]}
+        return Splits(*(tf.data.Dataset.from_tensor_slices(splits[name]) for name in ("train", "val", "test")),
+                      state=state, report=report, arrays=arrays)
+
+    @staticmethod
+    def _sequences(images: np.ndarray, order: np.ndarray) -> np.ndarray:
+        """(n, s, s) pixels in 0..255 -> (n, s*s, 1) in 0..1, in reading order."""
+        flat = np.clip(images.reshape(len(images), -1), 0, 255) / 255.0
+        return flat[:, order, None].astype(np.float32)
+
+    def build_model(self, config: PixelMnistConfig, data: Splits) -> keras.Model:
+        model = HRNNSequenceModel(config.build_hrnn(CLASSES, "mse"), name=self.name)
+        model.build((None, None, 1))
+        return model
+
+    def compile_args(self, config: PixelMnistConfig, data: Splits) -> dict[str, Any]:
+        return {"jit_compile": False}  # the lean train_step computes its own loss
+
+    def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+        from scipy.special import log_softmax
+        from sklearn.linear_model import LogisticRegression
+
+        pixels, _ = data.arrays["test"]
+        labels, train_labels = data.arrays["test_labels"], data.arrays["train_labels"]
+        log_probs = log_softmax(model.predict(pixels, batch_size=128, verbose=0)[:, -1], axis=-1)
+        metrics = {"accuracy": float((log_probs.argmax(-1) == labels).mean()),
+                   "cross_entropy": float(-log_probs[np.arange(len(labels)), labels].mean())}
+        majority = np.bincount(train_labels, minlength=CLASSES).argmax()
+        regression = LogisticRegression(max_iter=500).fit(data.arrays["train_pixels"], train_labels)
+        return metrics, {
+            "majority_class": {"accuracy": float((labels == majority).mean())},
+            "logistic_regression": {"accuracy": float((regression.predict(pixels[..., 0]) == labels).mean())},
+        }
+
+    def serving_function(self, model: keras.Model, data: Splits) -> tuple[Callable, list]:
+        size = data.state["image_size"]
+        order = tf.constant(data.state["order"], tf.int32)
+
+        def decode(encoded: tf.Tensor) -> tf.Tensor:
+            image = tf.io.decode_image(encoded, channels=1, expand_animations=False, dtype=tf.uint8)
+            return tf.image.resize(tf.cast(image, tf.float32), [size, size])[..., 0]
+
+        def serve(image: tf.Tensor) -> dict[str, tf.Tensor]:
+            images = tf.map_fn(decode, tf.reshape(image, [-1]), fn_output_signature=tf.TensorSpec([size, size]))
+            pixels = tf.clip_by_value(tf.reshape(images, [-1, size * size]), 0.0, 255.0) / 255.0
+            logits = model(tf.gather(pixels, order, axis=1)[..., None], training=False)[:, -1]
+            probabilities = tf.nn.softmax(logits, axis=-1)
+            return {"label": tf.argmax(probabilities, axis=-1), "probabilities": probabilities}
+
+        return serve, [tf.TensorSpec([None], tf.string, name="image")]
+
+    def serving_example(self, data: Splits) -> dict[str, np.ndarray]:
+        images = data.arrays["test_images"]
+        encoded = [tf.io.encode_png(tf.cast(tf.round(image[..., None]), tf.uint8)).numpy() for image in images]
+        return {"image": np.array(encoded, dtype=object)}
+
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str]) -> dict[str, np.ndarray]:
+        encoded = []
+        for name in inputs:
+            path = Path(name)
+            if not path.is_file():
+                raise DataError(f"{path}: no such image file (expected a PNG or JPEG of a digit)")
+            data = path.read_bytes()
+            if not (data.startswith(b"\x89PNG") or data.startswith(b"\xff\xd8")):
+                raise DataError(f"{path}: not a PNG or JPEG image")
+            encoded.append(data)
+        return {"image": np.array(encoded, dtype=object)}
+
+    def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
+                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+        rows = [{"label": int(label), "probabilities": [round(float(p), 4) for p in probs]}
+                for label, probs in zip(outputs["label"], outputs["probabilities"])]
+        text = "\n".join(f"digit {row['label']} (p = {max(row['probabilities']):.3f})" for row in rows)
+        return text, {"predictions": rows}

@@ -1,0 +1,268 @@
+"""English text corpora, word and character tokenisation, and vocabularies with counts.
+
+Corpora (all offline, see ``/work/shared/DATA-SOURCES.md``):
+
+- ``kjv_bible``: the King James Bible from the SWORD module ``engKJV2006eb``
+  (apt ``libsword-utils`` + ``sword-text-kjv``; public domain), read with the
+  ``mod2imp`` command, markup and footnotes stripped: one verse per line.
+- ``wordnet_glosses``: the glosses of WordNet 3.0 (apt ``wordnet-base``; WordNet
+  3.0 licence), one gloss per line: 1.45M words, 59k distinct.
+- ``pydoc_topics``: the help topics shipped with Python (``pydoc_data``; PSF
+  licence), a pip-free fallback of about 70k words.
+- ``read_text_file``: any UTF-8 text file of the user's.
+
+Word tokenisation is lower-case words and single punctuation marks; the same
+rule runs in a TensorFlow graph (``tf_word_tokens``) so that exports need no
+Python. Every failure is a ``DataError`` of one line.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+import numpy as np
+
+from seqapps.errors import DataError
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+KJV_MODULE = "engKJV2006eb"
+KJV_PACKAGES = "libsword-utils sword-text-kjv"
+WORDNET_DIR = "/usr/share/wordnet"
+WORDNET_PACKAGES = "wordnet-base"
+WORDNET_PARTS = ("noun", "verb", "adj", "adv")
+
+#: Punctuation (anything but ASCII letters, digits, whitespace and the apostrophe) is split off.
+PUNCTUATION = r"([^a-z0-9'\t\n\r ])"
+UNKNOWN = "<unk>"
+END_OF_SENTENCE = "</s>"
+
+_VERSE_KEY = re.compile(r"^\$\$\$.* (\d+):(\d+)$")
+_NOTE = re.compile(r"<note\b.*?</note>", re.DOTALL)
+_TAG = re.compile(r"<[^>]*>")
+_SPACES = re.compile(r"\s+")
+
+
+@dataclasses.dataclass
+class Corpus:
+    """Lines of text with where they came from.
+
+    Attributes:
+        lines: non-empty lines (verses, glosses, paragraphs) without newlines.
+        source: a file name or package, for messages and reports.
+        licence: the licence of the text.
+    """
+
+    lines: list[str]
+    source: str
+    licence: str
+
+    @property
+    def num_chars(self) -> int:
+        """Characters in all lines, counting one newline per line."""
+        return sum(len(line) + 1 for line in self.lines)
+
+
+def _apt_error(what: str, packages: str) -> DataError:
+    return DataError(f"{what} needs the Debian package(s) {packages}: run `apt-get install -y {packages}`, "
+                     "or pass --data your.txt")
+
+
+def _nonempty(lines: Iterable[str], source: str, licence: str) -> Corpus:
+    kept = [line for line in (_SPACES.sub(" ", raw).strip() for raw in lines) if line]
+    if not kept:
+        raise DataError(f"{source}: the corpus is empty (no text after removing blank lines and markup)")
+    return Corpus(kept, source, licence)
+
+
+def read_text_file(path: str | Path) -> Corpus:
+    """Reads a user's UTF-8 text file (a BOM is allowed) as non-blank lines.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The file's lines.
+
+    Raises:
+        DataError: missing, empty, binary or not UTF-8 (naming the line and byte).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such text file")
+    raw = path.read_bytes()
+    if not raw.strip():
+        raise DataError(f"{path}: the file is empty")
+    if b"\x00" in raw[:8192]:
+        raise DataError(f"{path}: binary file (NUL bytes), expected UTF-8 text")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        raise DataError(f"{path}: line {line}: byte 0x{raw[error.start]:02x} is not UTF-8; the text is in an "
+                        "unknown encoding, convert it first (e.g. `iconv -f latin1 -t utf-8`)") from None
+    return _nonempty(text.splitlines(), str(path), "the user's")
+
+
+def kjv_verses(imp_text: str) -> list[str]:
+    """Extracts verse texts from ``mod2imp`` output: markup, footnotes and headings removed.
+
+    Args:
+        imp_text: the SWORD import format (``$$$Book c:v`` lines, each followed by its OSIS text).
+
+    Returns:
+        One string per verse (chapter and book headings, keyed ``c:0`` or ``0:0``, are dropped).
+    """
+    verses, keep = [], False
+    for line in imp_text.splitlines():
+        key = _VERSE_KEY.match(line)
+        if line.startswith("$$$"):
+            keep = key is not None and int(key.group(1)) > 0 and int(key.group(2)) > 0
+            continue
+        if keep:
+            verses.append(_TAG.sub("", _NOTE.sub("", line)).replace("\u00b6", " "))
+    return verses
+
+
+def kjv_bible(binary: str = "mod2imp", module: str = KJV_MODULE) -> Corpus:
+    """The King James Bible (public domain), one verse per line, from the SWORD module.
+
+    Args:
+        binary: the ``mod2imp`` command (from ``libsword-utils``).
+        module: the SWORD module name (from ``sword-text-kjv``).
+
+    Returns:
+        31,102 verses, about 4.3M characters.
+
+    Raises:
+        DataError: the command or the module is not installed (naming the apt packages).
+    """
+    if shutil.which(binary) is None:
+        raise _apt_error("the KJV Bible text", KJV_PACKAGES)
+    completed = subprocess.run([binary, module], capture_output=True, check=False)
+    text = completed.stdout.decode("utf-8", errors="replace")
+    if completed.returncode != 0 or "$$$" not in text:
+        raise _apt_error(f"the KJV Bible text (SWORD module {module})", KJV_PACKAGES)
+    return _nonempty(kjv_verses(text), f"SWORD module {module} (apt sword-text-kjv)", "public domain")
+
+
+def wordnet_glosses(root: str | Path = WORDNET_DIR) -> Corpus:
+    """The glosses (definitions and examples) of WordNet 3.0, one per line.
+
+    Args:
+        root: the folder holding ``data.noun`` and the other data files.
+
+    Returns:
+        117,659 glosses, about 1.45M words (WordNet 3.0 licence, Princeton University).
+
+    Raises:
+        DataError: the files are missing (naming the apt package).
+    """
+    root = Path(root)
+    files = [root / f"data.{part}" for part in WORDNET_PARTS]
+    if not all(path.is_file() for path in files):
+        raise _apt_error("the WordNet glosses", WORDNET_PACKAGES)
+    glosses = []
+    for path in files:
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            glosses.extend(line.partition(" | ")[2] for line in lines if not line.startswith("  "))
+    return _nonempty(glosses, f"{root}/data.* (apt wordnet-base)", "WordNet 3.0 licence")
+
+
+def pydoc_topics() -> Corpus:
+    """Python's help topics (PSF licence), one paragraph per line: a pip-free English text of ~70k words."""
+    from pydoc_data.topics import topics
+
+    paragraphs = [p for name in sorted(topics) for p in re.split(r"\n\s*\n", topics[name])]
+    return _nonempty(paragraphs, "pydoc_data.topics", "PSF licence")
+
+
+def word_tokens(line: str) -> list[str]:
+    """Lower-case words and single punctuation marks; ``tf_word_tokens`` is the same in a graph."""
+    return re.sub(PUNCTUATION, r" \1 ", line.lower()).split()
+
+
+def tf_word_tokens(text: "tf.Tensor") -> "tf.RaggedTensor":
+    """``word_tokens`` of a ``[batch]`` string tensor, as a ragged ``[batch, None]`` tensor."""
+    import tensorflow as tf
+
+    lowered = tf.strings.lower(text, encoding="utf-8")
+    return tf.strings.split(tf.strings.regex_replace(lowered, PUNCTUATION, r" \1 "))
+
+
+def split_lines(lines: list[str], val_fraction: float, test_fraction: float) -> dict[str, list[str]]:
+    """Splits lines into train/val/test by their index modulo 100, so every part of the text is in each split.
+
+    Args:
+        lines: the corpus lines in order.
+        val_fraction, test_fraction: shares of the lines (multiples of 0.01 are exact).
+
+    Returns:
+        ``{"train", "val", "test"}`` lists of lines, each in corpus order.
+
+    Raises:
+        DataError: a split would be empty (too little text).
+    """
+    val_cut, test_cut = round(100 * val_fraction), round(100 * (val_fraction + test_fraction))
+    splits: dict[str, list[str]] = {"train": [], "val": [], "test": []}
+    for i, line in enumerate(lines):
+        slot = i % 100
+        splits["val" if slot < val_cut else "test" if slot < test_cut else "train"].append(line)
+    empty = [name for name, part in splits.items() if not part]
+    if empty:
+        raise DataError(f"too little text: {len(lines)} lines leave the {' and '.join(empty)} split(s) empty; "
+                        f"give more lines (of every 100 lines, {val_cut} go to validation and {test_cut - val_cut} to test)")
+    return splits
+
+
+@dataclasses.dataclass
+class Vocabulary:
+    """Tokens by id, with training counts; id 0 is the unknown token.
+
+    Attributes:
+        tokens: ``tokens[i]`` is the string of id ``i``; ``tokens[0]`` is ``UNKNOWN``.
+        counts: ``counts[i]`` is how often id ``i`` occurs in the training tokens
+            (for id 0: the tokens outside the vocabulary).
+    """
+
+    tokens: list[str]
+    counts: list[int]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def encode(self, tokens: Iterable[str]) -> np.ndarray:
+        """Maps tokens to int32 ids; unknown tokens map to 0."""
+        index = {token: i for i, token in enumerate(self.tokens)}
+        return np.fromiter((index.get(token, 0) for token in tokens), dtype="int32")
+
+
+def build_vocabulary(tokens: Iterable[str], max_size: int | None = None, min_count: int = 1,
+                     reserved: Iterable[str] = ()) -> Vocabulary:
+    """Builds a vocabulary of the most frequent tokens (ties broken by first occurrence).
+
+    Args:
+        tokens: the training tokens.
+        max_size: the most ids, the unknown token included (None: no limit).
+        min_count: tokens seen fewer times map to the unknown token.
+        reserved: tokens that always get ids right after ``UNKNOWN`` (e.g. ``END_OF_SENTENCE``).
+
+    Returns:
+        The vocabulary, ordered by decreasing count after the reserved tokens.
+    """
+    counter = collections.Counter(tokens)
+    reserved = [token for token in reserved if token != UNKNOWN]
+    kept = [(token, count) for token, count in counter.most_common()
+            if count >= min_count and token not in reserved and token != UNKNOWN]
+    if max_size is not None:
+        kept = kept[: max(0, max_size - 1 - len(reserved))]
+    words = [UNKNOWN, *reserved, *(token for token, _ in kept)]
+    known = {token: counter[token] for token in words}
+    unknown_count = sum(counter.values()) - sum(count for token, count in known.items() if token != UNKNOWN)
+    return Vocabulary(words, [unknown_count, *(known[token] for token in words[1:])])

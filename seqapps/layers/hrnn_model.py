@@ -1,0 +1,181 @@
+"""A Keras model that trains a ``DecoupledHRNN`` with its memory-lean gradients inside ``Model.fit``.
+
+``HRNNSequenceModel.train_step`` calls ``DecoupledHRNN.loss_and_gradients`` (segment
+recomputation in ``gr_hrnn``/``decoupled`` mode, windowed backpropagation in
+``mr_hrnn``, plain autodiff in ``hrnn``) and applies the gradients with the compiled
+optimizer, so the shared loop (early stopping, LR halving, global-norm clipping,
+BackupAndRestore) trains it unchanged. Targets are per step: ``(batch, T, 2)`` holding
+the class id and a loss weight, so a task scores only some steps (the copied bits,
+the last pixel) by giving the others weight 0.
+
+``HRNNConfig`` holds the hierarchy's settings that the HRNN pipelines share.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from seqapps.config import TrainingConfig, require
+from seqapps.layers.hierarchical_rnn import MODES, DecoupledHRNN
+
+CELLS = {"lstm": keras.layers.LSTMCell, "gru": keras.layers.GRUCell}
+
+
+def weighted_sparse_crossentropy(y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
+    """Per-example cross-entropy (nats) of one step, times the step's weight.
+
+    Args:
+        y_true: (..., 2): the class id and the weight.
+        y_pred: (..., classes) logits.
+
+    Returns:
+        (...,) weighted losses.
+    """
+    labels = tf.cast(y_true[..., 0], tf.int32)
+    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=y_pred)
+    return losses * tf.cast(y_true[..., 1], y_pred.dtype)
+
+
+@dataclasses.dataclass
+class HRNNConfig(TrainingConfig):
+    """Settings of the hierarchy shared by the HRNN pipelines.
+
+    Attributes:
+        mode: "decoupled" (restricted gradients + local decoder losses), "hrnn" (true
+            gradients), "gr_hrnn" (restricted, no decoders) or "mr_hrnn" (true gradients
+            truncated to the memory of ``decoupled``).
+        cell: "lstm" or "gru".
+        units: units per level, lowest first; its length is the number of levels.
+        periods: ticks of each level per tick of the level above (an int for all, or one per
+            upper level); with word boundaries, the longest span a decoder is asked about.
+        beta: decoder loss weight, >= 0 (a number, or one per upper level; 0 switches a
+            level's decoder off).
+        aux_hidden_units: width of each decoder's hidden layer.
+    """
+
+    mode: str = "decoupled"
+    cell: str = "lstm"
+    units: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
+    periods: int | list[int] = 10
+    beta: float | list[float] = 1.0
+    aux_hidden_units: int = 64
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.mode in MODES, "mode", self.mode, f"one of {', '.join(MODES)}")
+        require(self.cell in CELLS, "cell", self.cell, f"one of {', '.join(CELLS)}")
+        require(len(self.units) >= 2 and min(self.units) >= 1, "units", self.units,
+                "a list of at least two integers >= 1 (one per level)")
+        uppers = len(self.units) - 1
+        require(len(self.period_list()) == uppers and min(self.period_list()) >= 1, "periods", self.periods,
+                f"an integer >= 1 or {uppers} of them (one per upper level)")
+        betas = self.beta if isinstance(self.beta, list) else [self.beta]
+        require(len(betas) in (1, uppers) and min(betas) >= 0, "beta", self.beta,
+                f"a number >= 0 or {uppers} of them (one per upper level)")
+        require(self.aux_hidden_units >= 1, "aux_hidden_units", self.aux_hidden_units, "an integer >= 1")
+
+    def period_list(self) -> list[int]:
+        """Returns ``periods`` as one int per upper level."""
+        if isinstance(self.periods, list):
+            return list(self.periods)
+        return [self.periods] * (len(self.units) - 1)
+
+    def build_hrnn(self, output_units: int, aux_loss: str) -> DecoupledHRNN:
+        """Returns the configured ``DecoupledHRNN`` with a linear head of ``output_units`` logits.
+
+        Args:
+            output_units: classes per step.
+            aux_loss: the level-1 decoder's loss ("mse" or "categorical_crossentropy").
+
+        Returns:
+            An unbuilt layer.
+        """
+        uppers = len(self.units) - 1
+        betas = self.beta if isinstance(self.beta, list) else [self.beta] * uppers
+        return DecoupledHRNN([CELLS[self.cell](units) for units in self.units], periods=self.period_list(),
+                             mode=self.mode, beta=[float(b) for b in betas] if uppers > 1 else float(betas[0]),
+                             aux_hidden_units=self.aux_hidden_units, aux_loss=aux_loss,
+                             output_units=output_units, seed=self.seed, name="hrnn")
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+class HRNNSequenceModel(keras.Model):
+    """Per-step classifier around a ``DecoupledHRNN`` whose ``fit`` uses the lean gradients.
+
+    Args:
+        hrnn: the layer (or its serialised config); it must have ``output_units`` set.
+        one_hot_depth: if set, inputs are integer ids (batch, T) one-hot encoded to this
+            depth; otherwise inputs are real features (batch, T, features).
+        boundary_ids: with ``one_hot_depth``, ids after which the upper level ticks (word
+            ends); None ticks every ``periods[0]`` steps.
+        **kwargs: ``keras.Model`` arguments (``name``).
+
+    Call arguments:
+        inputs: ids (batch, T) or features (batch, T, features).
+        training: passed to the layer.
+        mask: boolean (batch, T) mask of valid steps.
+
+    Returns:
+        Logits (batch, T, classes); zeros at masked steps.
+    """
+
+    def __init__(self, hrnn: DecoupledHRNN | dict, one_hot_depth: int | None = None,
+                 boundary_ids: list[int] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.hrnn = hrnn if isinstance(hrnn, DecoupledHRNN) else keras.saving.deserialize_keras_object(hrnn)
+        if self.hrnn.output_units is None:
+            raise ValueError("the DecoupledHRNN of an HRNNSequenceModel needs output_units")
+        if boundary_ids is not None and one_hot_depth is None:
+            raise ValueError("boundary_ids needs one_hot_depth (integer id inputs)")
+        self.one_hot_depth = one_hot_depth
+        self.boundary_ids = None if boundary_ids is None else [int(i) for i in boundary_ids]
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+        self.supports_masking = True
+
+    def build(self, input_shape: Any) -> None:
+        features = self.one_hot_depth or int(input_shape[-1])
+        if not self.hrnn.built:
+            self.hrnn.build((None, None, features))
+
+    def layer_inputs(self, inputs: tf.Tensor) -> tf.Tensor | list[tf.Tensor]:
+        """Turns model inputs into the layer's ``x`` or ``[x, boundaries]``."""
+        if self.one_hot_depth is None:
+            return tf.cast(inputs, self.compute_dtype)
+        ids = tf.cast(inputs, tf.int32)
+        x = tf.one_hot(ids, self.one_hot_depth, dtype=self.compute_dtype)
+        if self.boundary_ids is None:
+            return x
+        boundaries = tf.reduce_any(tf.equal(ids[..., None], tf.constant(self.boundary_ids, tf.int32)), axis=-1)
+        return [x, boundaries]
+
+    def call(self, inputs: tf.Tensor, training: bool | None = None, mask: tf.Tensor | None = None) -> tf.Tensor:
+        return self.hrnn(self.layer_inputs(inputs), training=training, mask=mask)
+
+    @property
+    def metrics(self) -> list[keras.metrics.Metric]:
+        return [self.loss_tracker]
+
+    def train_step(self, data: tuple) -> dict[str, tf.Tensor]:
+        inputs, targets = data[0], data[1]
+        loss, grads = self.hrnn.loss_and_gradients(self.layer_inputs(inputs), targets, weighted_sparse_crossentropy)
+        self.optimizer.apply(grads, self.hrnn.trainable_variables)
+        self.loss_tracker.update_state(loss)
+        return {"loss": self.loss_tracker.result()}
+
+    def test_step(self, data: tuple) -> dict[str, tf.Tensor]:
+        """Validation loss: the task loss alone (no decoder terms), comparable across modes."""
+        inputs, targets = data[0], data[1]
+        logits = self(inputs, training=False)
+        self.loss_tracker.update_state(tf.reduce_mean(weighted_sparse_crossentropy(targets, logits)))
+        return {"loss": self.loss_tracker.result()}
+
+    def get_config(self) -> dict[str, Any]:
+        return {"name": self.name, "hrnn": keras.saving.serialize_keras_object(self.hrnn),
+                "one_hot_depth": self.one_hot_depth, "boundary_ids": self.boundary_ids}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "HRNNSequenceModel":
+        return cls(**config)

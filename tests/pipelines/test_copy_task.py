@@ -1,0 +1,75 @@
+"""End-to-end checks of the copy_task pipeline (decoupled HRNN) on its tiny preset, through the CLI."""
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from pipelines.copy_task import BLANK, copy_sequences
+from seqapps import cli
+from tests.pipelines.cli_runner import run_cli
+
+pytestmark = pytest.mark.large
+
+
+@pytest.fixture(scope="module")
+def copy_run(tmp_path_factory):
+    """Runs the tiny preset once (through the CLI) for the tests that read its export."""
+    out = tmp_path_factory.mktemp("exports")
+    code = cli.main(["run", "copy_task", "--preset", "tiny", "--json", "--out", str(out)])
+    assert code == 0
+    return out / "copy_task" / "1"
+
+
+def test_sequences_hold_the_string_then_blanks_and_score_only_the_copy():
+    inputs, targets = copy_sequences(3, 12, 4, np.random.default_rng(0))
+    assert inputs.shape == (3, 12) and targets.shape == (3, 12, 2)
+    assert (inputs[:, 4:] == BLANK).all() and set(np.unique(inputs[:, :4])) <= {0, 1}
+    np.testing.assert_array_equal(targets[:, 4:8, 0], inputs[:, :4])
+    assert (targets[:, 4:8, 1] == 3.0).all() and targets[:, :4, 1].sum() == targets[:, 8:, 1].sum() == 0
+
+
+def test_tiny_run_reports_bpc_beside_the_uniform_baseline(copy_run):
+    metrics = json.loads((copy_run / "assets.extra" / "metrics.json").read_text())
+    assert set(metrics["metrics"]) == {"bpc", "bit_accuracy", "solved"}
+    assert 0 < metrics["metrics"]["bpc"] < 3
+    assert metrics["baseline"] == {"uniform_bits": {"bpc": 1.0, "bit_accuracy": 0.5, "solved": 0.0}}
+
+
+def test_predict_copies_bit_strings(copy_run, capsys):
+    code, answer, _ = run_cli(capsys, "predict", str(copy_run), "0110", "1", "--json")
+    assert code == 0
+    copies = answer["copies"]
+    assert [row["input"] for row in copies] == ["0110", "1"]
+    assert [len(row["copy"]) for row in copies] == [4, 1] and set("".join(r["copy"] for r in copies)) <= {"0", "1"}
+    code, _, err = run_cli(capsys, "predict", str(copy_run), "01a")
+    assert code == 2 and "0s and 1s" in err and len(err.strip().splitlines()) == 1
+
+
+def test_export_runs_in_a_tensorflow_only_process(copy_run):
+    script = textwrap.dedent(f"""
+        import json, sys
+        import tensorflow as tf
+        outputs = tf.saved_model.load({str(copy_run)!r}).signatures["serving_default"](
+            bits=tf.constant(["0110", "10"]))
+        print(json.dumps({{"copy": [c.decode() for c in outputs["copy"].numpy()],
+                          "imported": sorted(m for m in ("keras", "seqapps", "pipelines") if m in sys.modules)}}))
+    """)
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    answer = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert [len(c) for c in answer["copy"]] == [4, 2]
+    assert "seqapps" not in answer["imported"] and "pipelines" not in answer["imported"]
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("mode=flat", "'mode'"),
+    ("beta=-0.5", "'beta'"),
+    ("string_length=11", "'string_length'"),
+])
+def test_bad_config_exits_2_with_one_line(capsys, tmp_path, setting, message):
+    code, _, err = run_cli(capsys, "run", "copy_task", "--preset", "tiny", "--set", setting, "--out", str(tmp_path))
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "copy_task").exists()

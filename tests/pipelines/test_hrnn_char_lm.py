@@ -1,0 +1,56 @@
+"""End-to-end checks of the hrnn_char_lm pipeline (word-boundary HRNN) on its tiny preset, through the CLI."""
+import json
+
+import numpy as np
+import pytest
+
+from pipelines.hrnn_char_lm import windows
+from seqapps import cli
+from tests.pipelines.cli_runner import run_cli
+
+pytestmark = pytest.mark.large
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory):
+    """Runs the tiny preset (pip-only text) once in hrnn mode, for the tests that read its export."""
+    out = tmp_path_factory.mktemp("exports")
+    code = cli.main(["run", "hrnn_char_lm", "--preset", "tiny", "--set", "mode=hrnn", "--json", "--out", str(out)])
+    assert code == 0
+    export = out / "hrnn_char_lm" / "1"
+    return export, json.loads((export / "assets.extra" / "metrics.json").read_text())
+
+
+def test_windows_predict_the_next_character():
+    inputs, targets = windows(np.arange(10, dtype=np.int32), 3)
+    np.testing.assert_array_equal(inputs, [[0, 1, 2], [3, 4, 5], [6, 7, 8]])
+    np.testing.assert_array_equal(targets[..., 0], [[1, 2, 3], [4, 5, 6], [7, 8, 9]])
+    assert (targets[..., 1] == 1).all()
+
+
+def test_tiny_run_reports_bpc_beside_the_unigram_baseline(lm_run):
+    _, metrics = lm_run
+    vocabulary = metrics["data"]["vocabulary"]
+    assert metrics["data"]["source"] == "pydoc_data.topics"
+    assert 0 < metrics["metrics"]["bpc"] < np.log2(vocabulary) + 1
+    assert 2 < metrics["baseline"]["unigram"]["bpc"] < np.log2(vocabulary)
+
+
+def test_predict_scores_text_and_names_next_characters(lm_run, capsys):
+    export, _ = lm_run
+    code, answer, _ = run_cli(capsys, "predict", str(export), "the value", "a longer line of words ", "--json")
+    assert code == 0 and len(answer["predictions"]) == 2
+    for row in answer["predictions"]:
+        assert row["bits_per_character"] > 0 and len(row["next"]) == 5
+        assert all(len(n["char"]) == 1 or n["char"] == "<unk>" for n in row["next"])
+        assert 0 < sum(n["p"] for n in row["next"]) <= 1.0001
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("mode=restricted", "'mode'"),
+    ("beta=-2", "'beta'"),
+    ("units=8,8,8", "'units'"),
+])
+def test_bad_config_exits_2_with_one_line(capsys, tmp_path, setting, message):
+    code, _, err = run_cli(capsys, "run", "hrnn_char_lm", "--preset", "tiny", "--set", setting, "--out", str(tmp_path))
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1

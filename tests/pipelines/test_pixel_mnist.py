@@ -1,0 +1,67 @@
+"""End-to-end checks of the pixel_mnist pipeline (decoupled HRNN) on its tiny preset, through the CLI."""
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pipelines.pixel_mnist import digits_images, pixel_order
+from seqapps import cli
+from tests.pipelines.cli_runner import run_cli
+
+pytestmark = pytest.mark.large
+
+
+@pytest.fixture(scope="module")
+def permuted_run(tmp_path_factory):
+    """Runs the tiny preset with permuted pixels once, for the tests that read its result and export."""
+    out = tmp_path_factory.mktemp("exports")
+    code = cli.main(["run", "pixel_mnist", "--preset", "tiny", "--set", "permute=true", "--json", "--out", str(out)])
+    assert code == 0
+    export = out / "pixel_mnist" / "1"
+    return export, json.loads((export / "assets.extra" / "metrics.json").read_text())
+
+
+def test_permutation_is_fixed_and_identity_without_permute():
+    np.testing.assert_array_equal(pixel_order(4, False), np.arange(16))
+    first, second = pixel_order(28, True), pixel_order(28, True)
+    np.testing.assert_array_equal(first, second)
+    assert sorted(first) == list(range(784)) and not np.array_equal(first, np.arange(784))
+
+
+def test_tiny_run_reports_accuracy_beside_baselines(permuted_run):
+    export, metrics = permuted_run
+    assert set(metrics["metrics"]) == {"accuracy", "cross_entropy"}
+    assert set(metrics["baseline"]) == {"majority_class", "logistic_regression"}
+    assert metrics["baseline"]["logistic_regression"]["accuracy"] > 0.5
+    assert metrics["data"]["steps"] == 64 and metrics["data"]["permute"] is True
+    state = json.loads((export / "assets.extra" / "state.json").read_text())
+    np.testing.assert_array_equal(state["order"], pixel_order(8, True))
+
+
+def test_predict_classifies_png_files(permuted_run, capsys, tmp_path):
+    export, _ = permuted_run
+    images, labels = digits_images()
+    paths = []
+    for i in range(2):
+        big = tf.image.resize(images[i][..., None], [28, 28]).numpy()
+        paths.append(tmp_path / f"digit{labels[i]}.png")
+        paths[-1].write_bytes(tf.io.encode_png(np.round(big).astype("uint8")).numpy())
+    code, answer, _ = run_cli(capsys, "predict", str(export), *map(str, paths), "--json")
+    assert code == 0 and len(answer["predictions"]) == 2
+    for row in answer["predictions"]:
+        assert 0 <= row["label"] <= 9 and abs(sum(row["probabilities"]) - 1) < 1e-3
+    (tmp_path / "note.txt").write_text("not an image")
+    code, _, err = run_cli(capsys, "predict", str(export), str(tmp_path / "note.txt"))
+    assert code == 2 and "not a PNG or JPEG" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--set", "mode=lstm"], "'mode'"),
+    (["--set", "beta=-1"], "'beta'"),
+    (["--data", "tfds:mnist"], "tfds:mnist"),
+    (["--data", "digits.csv"], "expected tfds:mnist"),
+])
+def test_bad_config_or_data_exits_2_with_one_line(capsys, tmp_path, argv, message):
+    code, _, err = run_cli(capsys, "run", "pixel_mnist", "--preset", "tiny", *argv, "--out", str(tmp_path))
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1

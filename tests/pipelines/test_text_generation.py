@@ -1,0 +1,115 @@
+"""End-to-end checks of the text_generation (char-RNN) pipeline on its tiny preset, through the CLI."""
+import functools
+import json
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pipelines import text_generation
+from seqapps import cli, runner
+from seqapps.data import text as text_data
+from seqapps.export import read_export
+from tests.pipelines.cli_runner import run_cli
+
+pytestmark = pytest.mark.large
+
+
+@pytest.fixture(scope="module")
+def char_export(tmp_path_factory):
+    """Runs the tiny preset (one small LSTM on pydoc topics) once."""
+    out = tmp_path_factory.mktemp("exports")
+    return runner.run("text_generation", "tiny", out=out)
+
+
+def test_tiny_run_reports_bits_per_char_and_a_unigram_baseline(char_export):
+    assert set(char_export["metrics"]) == {"bits_per_char", "parameters"}
+    assert 0 < char_export["metrics"]["bits_per_char"] < 10
+    assert 3 < char_export["baseline"]["unigram"]["bits_per_char"] < 7
+    assert char_export["data"]["source"] == "pydoc_data.topics"
+
+
+def test_export_generates_text_in_a_tensorflow_only_process(char_export):
+    script = textwrap.dedent(f"""
+        import json, sys
+        import tensorflow as tf
+        serve = tf.saved_model.load({char_export["export"]!r}).signatures["serving_default"]
+        def call(prompt, length, temperature):
+            out = serve(prompt=tf.constant(prompt), length=tf.constant(length, tf.int32),
+                        temperature=tf.constant(temperature, tf.float32))
+            return [t.decode() for t in out["text"].numpy()], [g.decode() for g in out["generated"].numpy()]
+        greedy = call(["In the", "\\u00df\\u20ac unknown chars", ""], 12, 0.0)
+        print(json.dumps({{"greedy": greedy, "again": call(["In the", "x", ""], 12, 0.0),
+                          "sampled": call(["In the"], 30, 1.0), "scalar": call("def", 5, 0.5),
+                          "empty": call(["abc"], 0, 1.0),
+                          "imported": sorted(m for m in ("keras", "seqapps", "pipelines") if m in sys.modules)}}))
+    """)
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    answer = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert "seqapps" not in answer["imported"] and "pipelines" not in answer["imported"]
+    texts, generated = answer["greedy"]
+    assert [len(g) for g in generated] == [12, 12, 12]
+    assert texts[0] == "In the" + generated[0] and texts[1].startswith("\u00df\u20ac unknown chars")
+    assert answer["again"][1][0] == generated[0] and answer["again"][1][2] == generated[2]  # greedy: deterministic
+    assert len(answer["sampled"][1][0]) == 30
+    assert len(answer["scalar"][1]) == 1 and answer["scalar"][0][0].startswith("def")
+    assert answer["empty"] == [["abc"], [""]]
+
+
+def test_in_graph_greedy_decoding_matches_the_keras_model(char_export):
+    info = read_export(char_export["export"])
+    chars = info.state["chars"]
+    model = keras.saving.load_model(info.keras_model_path)
+    serve = tf.saved_model.load(str(info.path)).signatures["serving_default"]
+    prompt = "The return"
+    generated = serve(prompt=tf.constant([prompt]), length=tf.constant(6), temperature=tf.constant(0.0))
+    ids = [chars.index(c) for c in "\n" + prompt]
+    expected = ""
+    for _ in range(6):
+        logits = model.predict(np.array([ids], "int32"), verbose=0)[0, -1]
+        ids.append(int(np.argmax(logits)))
+        expected += chars[ids[-1]]
+    assert generated["generated"].numpy()[0].decode() == expected
+
+
+def test_predict_prints_generated_text_from_a_prompt(char_export, capsys):
+    assert cli.main(["predict", char_export["export"], "In the beginning"]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[0].startswith("In the beginning") and len("\n".join(printed)) > len("In the beginning")
+    code, answer, _ = run_cli(capsys, "predict", char_export["export"], "In the", "And", "--json")
+    assert code == 0 and [t[:3] for t in answer["texts"]] == ["In ", "And"]
+
+
+def test_user_text_file_trains(capsys, tmp_path):
+    corpus = tmp_path / "mine.txt"
+    corpus.write_text("\n".join(f"line {i}: the quick brown fox jumps over the lazy dog" for i in range(400)),
+                      encoding="utf-8")
+    code, result, err = run_cli(capsys, "run", "text_generation", "--preset", "tiny", "--json", "--out",
+                                str(tmp_path / "out"), "--data", str(corpus))
+    assert code == 0, err
+    assert result["data"]["source"] == str(corpus) and result["data"]["lines"] == 400
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "the file is empty"),
+    (b"In the beginning\n\xff\xfe text", "line 2: byte 0xff is not UTF-8"),
+])
+def test_bad_text_files_exit_2_with_one_line(capsys, tmp_path, content, message):
+    (tmp_path / "bad.txt").write_bytes(content)
+    code, _, err = run_cli(capsys, "run", "text_generation", "--preset", "tiny", "--data", str(tmp_path / "bad.txt"),
+                           "--out", str(tmp_path / "out"))
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_sword_packages_exit_2_naming_the_apt_command(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(text_generation.CORPORA, "kjv",
+                        functools.partial(text_data.kjv_bible, binary=str(tmp_path / "no-mod2imp")))
+    code, _, err = run_cli(capsys, "run", "text_generation", "--out", str(tmp_path / "out"))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "apt-get install -y libsword-utils sword-text-kjv" in err
