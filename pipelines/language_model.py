@@ -201,7 +201,7 @@ class LanguageModel(Pipeline):
         corpus = text_data.read_text_file(data_path) if data_path else CORPORA[config.corpus]()
         lines = [text_data.word_tokens(line) for line in corpus.lines]
         if config.max_words is not None:
-            lines = _first_lines_up_to(lines, config.max_words)
+            lines = text_data.first_lines_up_to(lines, config.max_words)
         parts = text_data.split_lines(lines, config.val_fraction, config.test_fraction)
         eos = text_data.END_OF_SENTENCE
         train_tokens = [token for line in parts["train"] for token in (*line, eos)]
@@ -369,15 +369,6 @@ class LanguageModel(Pipeline):
                          + ", ".join(f"{n['word']} ({math.exp(n['log_prob']):.1%})" for n in following))
         return "\n".join(lines), {"results": results}
 
-
-def _first_lines_up_to(lines: list[list[str]], max_words: int) -> list[list[str]]:
-    kept, total = [], 0
-    for line in lines:
-        if total >= max_words:
-            break
-        kept.append(line)
-        total += len(line) + 1
-    return kept
 
 
 def _windows(stream: np.ndarray, seq_len: int, context: int, eos_id: int) -> tuple[np.ndarray, np.ndarray]:

@@ -104,7 +104,7 @@ class TextGeneration(Pipeline):
         corpus = text_data.read_text_file(data_path) if data_path else CORPORA[config.corpus]()
         lines = corpus.lines
         if config.max_chars is not None:
-            lines = _first_lines_up_to(lines, config.max_chars)
+            lines = text_data.first_lines_up_to(lines, config.max_chars)
         parts = {name: START + START.join(part) + START
                  for name, part in text_data.split_lines(lines, config.val_fraction, config.test_fraction).items()}
         if state is None:
@@ -216,12 +216,3 @@ class TextGeneration(Pipeline):
         texts = [text.decode("utf-8", errors="replace") for text in outputs["text"]]
         return "\n\n".join(texts), {"texts": texts}
 
-
-def _first_lines_up_to(lines: list[str], max_chars: int) -> list[str]:
-    kept, total = [], 0
-    for line in lines:
-        if total >= max_chars:
-            break
-        kept.append(line)
-        total += len(line) + 1
-    return kept

@@ -23,7 +23,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Sequence, Sized
 
 import numpy as np
 
@@ -266,3 +266,22 @@ def build_vocabulary(tokens: Iterable[str], max_size: int | None = None, min_cou
     known = {token: counter[token] for token in words}
     unknown_count = sum(counter.values()) - sum(count for token, count in known.items() if token != UNKNOWN)
     return Vocabulary(words, [unknown_count, *(known[token] for token in words[1:])])
+
+
+def first_lines_up_to(lines: Sequence[Sized], budget: int) -> list:
+    """The first lines whose sizes (plus one separator each) reach ``budget``.
+
+    Args:
+        lines: strings (sized in characters) or token lists (sized in tokens).
+        budget: how many characters or tokens to keep, at least.
+
+    Returns:
+        The leading lines, stopping at the first line that starts past ``budget``.
+    """
+    kept, total = [], 0
+    for line in lines:
+        if total >= budget:
+            break
+        kept.append(line)
+        total += len(line) + 1
+    return kept

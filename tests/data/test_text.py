@@ -142,3 +142,8 @@ def test_installed_wordnet_glosses_are_a_large_vocabulary_corpus():
     corpus = _debian_corpus(text.wordnet_glosses, text.WORDNET_PACKAGES)
     tokens = [token for line in corpus.lines for token in text.word_tokens(line)]
     assert len(tokens) >= 1_000_000 and len(set(tokens)) >= 50_000
+
+
+def test_first_lines_up_to_stops_once_the_budget_is_reached():
+    assert text.first_lines_up_to(["abc", "de", "fgh"], 5) == ["abc", "de"]  # 4 + 3 >= 5 after two lines
+    assert text.first_lines_up_to([["a", "b"], ["c"]], 1) == [["a", "b"]]
