@@ -5,6 +5,7 @@ pipeline is run, fine-tuned and predicted the same way.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -31,7 +32,10 @@ def _train_evaluate_export(pipeline: Pipeline, config: TrainingConfig, preset: s
     keras.utils.set_random_seed(config.seed)
     model = training.build_and_compile(pipeline, config, data, strategy, load_model=load_model)
     before = pipeline.evaluate(model, data)[0] if load_model else None
-    report = training.fit(model, data, config, _checkpoint_dir(model_root, checkpoint_key), verbose=verbose)
+    checkpoint_dir = _checkpoint_dir(model_root, checkpoint_key)
+    report = training.fit(model, data, config, checkpoint_dir, verbose=verbose)
+    with contextlib.suppress(OSError):  # the backup is gone once training completes; drop empty parents
+        checkpoint_dir.parent.rmdir()
     metrics, baseline = pipeline.evaluate(model, data)
     result: dict[str, Any] = {"metrics": metrics, "baseline": baseline}
     if before is not None:
