@@ -1,0 +1,64 @@
+"""Every pipeline's tiny export, served by ``seqapps serve`` and called with its own warm-up request."""
+import base64
+
+import httpx
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.framework import tensor_pb2
+
+from seqapps import export, runner, serving
+from seqapps.pipeline import REGISTRY
+
+pytestmark = pytest.mark.large
+
+
+@pytest.fixture(scope="module")
+def model_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("saved_models")
+    for name in REGISTRY.names():
+        runner.run(name, "tiny", out=root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def client(model_root):
+    with serving.serve_in_thread(model_root, serving.ServingOptions(poll_seconds=0.2)) as url:
+        with httpx.Client(base_url=url, timeout=120) as http_client:
+            yield http_client
+
+
+def warmup_inputs(version_dir) -> dict[str, np.ndarray]:
+    """The inputs of the export's TF Serving warm-up request, as NumPy arrays."""
+    (log,) = export.read_warmup_requests(version_dir / export.ASSETS_EXTRA / export.WARMUP_FILE)
+    return {name: tf.make_ndarray(tensor_pb2.TensorProto.FromString(proto.SerializeToString()))
+            for name, proto in log.predict_log.request.inputs.items()}
+
+
+def to_json(value: np.ndarray):
+    """TF Serving's JSON for a tensor: bytes as {"b64": ...}, numbers as nested lists."""
+    if value.dtype == object:
+        return np.vectorize(lambda b: {"b64": base64.b64encode(b).decode()}, otypes=[object])(value).tolist()
+    return value.tolist()
+
+
+@pytest.mark.parametrize("name", REGISTRY.names())
+def test_every_pipeline_export_is_served_like_tf_serving(client, model_root, name):
+    status = client.get(f"/v1/models/{name}").json()
+    assert status["model_version_status"][0]["state"] == "AVAILABLE", status
+    metadata = client.get(f"/v1/models/{name}/metadata").json()
+    signature = metadata["metadata"]["signature_def"]["signature_def"]["serving_default"]
+
+    inputs = warmup_inputs(model_root / name / "1")
+    assert set(inputs) == set(signature["inputs"])
+    response = client.post(f"/v1/models/{name}:predict",
+                           json={"inputs": {key: to_json(value) for key, value in inputs.items()}})
+    assert response.status_code == 200, response.text
+    outputs = response.json()["outputs"]
+    direct = tf.saved_model.load(str(model_root / name / "1")).signatures["serving_default"](
+        **{key: tf.constant(value) for key, value in inputs.items()})
+    if not isinstance(outputs, dict):  # a single output comes back bare, as TF Serving does
+        outputs = {next(iter(direct)): outputs}
+    assert set(outputs) == set(direct) == set(signature["outputs"])
+    for key, value in direct.items():
+        assert np.shape(outputs[key]) == tuple(value.shape), key
