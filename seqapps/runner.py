@@ -18,6 +18,7 @@ from seqapps.pipeline import REGISTRY, Pipeline, Splits
 
 
 def _checkpoint_dir(model_root: Path, key: dict[str, Any]) -> Path:
+    """The backup folder of one run: the same command (pipeline, config, data) finds it again."""
     digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
     return model_root / ".checkpoints" / digest
 
@@ -25,6 +26,7 @@ def _checkpoint_dir(model_root: Path, key: dict[str, Any]) -> Path:
 def _train_evaluate_export(pipeline: Pipeline, config: TrainingConfig, preset: str, data: Splits,
                            model_root: Path, checkpoint_key: dict[str, Any], strategy: Any,
                            verbose: bool, load_model: Any = None) -> dict[str, Any]:
+    """Builds (or loads), trains, evaluates and, on the chief, exports; returns the result fields."""
     import keras
 
     from seqapps import export, training
