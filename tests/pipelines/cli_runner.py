@@ -1,5 +1,6 @@
 """Runs the ``seqapps`` command in-process for the end-to-end pipeline tests."""
 import json
+from pathlib import Path
 from typing import Any
 
 from seqapps import cli
@@ -15,3 +16,21 @@ def run_cli(capsys: Any, *argv: str) -> tuple[int, Any, str]:
     except json.JSONDecodeError:
         last = None
     return code, last, captured.err
+
+
+def run_tiny(out: Path, name: str, *overrides: str) -> Path:
+    """Runs ``seqapps run NAME --preset tiny`` into ``out``; returns the export folder (version 1).
+
+    Args:
+        out: an empty export root.
+        name: the pipeline.
+        overrides: ``key=value`` config overrides.
+    """
+    sets = [arg for override in overrides for arg in ("--set", override)]
+    assert cli.main(["run", name, "--preset", "tiny", "--json", "--out", str(out), *sets]) == 0
+    return out / name / "1"
+
+
+def export_metrics(export: Path) -> dict[str, Any]:
+    """Reads the metrics saved with an export."""
+    return json.loads((export / "assets.extra" / "metrics.json").read_text())

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from pipelines.copy_task import BLANK, copy_sequences
-from seqapps import cli
-from tests.pipelines.cli_runner import run_cli
+from tests.pipelines.cli_runner import run_cli, run_tiny
 
 pytestmark = pytest.mark.large
 
@@ -17,10 +16,7 @@ pytestmark = pytest.mark.large
 @pytest.fixture(scope="module")
 def copy_run(tmp_path_factory):
     """Runs the tiny preset once (through the CLI) for the tests that read its export."""
-    out = tmp_path_factory.mktemp("exports")
-    code = cli.main(["run", "copy_task", "--preset", "tiny", "--json", "--out", str(out)])
-    assert code == 0
-    return out / "copy_task" / "1"
+    return run_tiny(tmp_path_factory.mktemp("exports"), "copy_task")
 
 
 def test_sequences_hold_the_string_then_blanks_and_score_only_the_copy():

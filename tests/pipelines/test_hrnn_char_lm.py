@@ -1,12 +1,10 @@
 """End-to-end checks of the hrnn_char_lm pipeline (word-boundary HRNN) on its tiny preset, through the CLI."""
-import json
 
 import numpy as np
 import pytest
 
 from pipelines.hrnn_char_lm import windows
-from seqapps import cli
-from tests.pipelines.cli_runner import run_cli
+from tests.pipelines.cli_runner import export_metrics, run_cli, run_tiny
 
 pytestmark = pytest.mark.large
 
@@ -14,11 +12,8 @@ pytestmark = pytest.mark.large
 @pytest.fixture(scope="module")
 def lm_run(tmp_path_factory):
     """Runs the tiny preset (pip-only text) once in hrnn mode, for the tests that read its export."""
-    out = tmp_path_factory.mktemp("exports")
-    code = cli.main(["run", "hrnn_char_lm", "--preset", "tiny", "--set", "mode=hrnn", "--json", "--out", str(out)])
-    assert code == 0
-    export = out / "hrnn_char_lm" / "1"
-    return export, json.loads((export / "assets.extra" / "metrics.json").read_text())
+    export = run_tiny(tmp_path_factory.mktemp("exports"), "hrnn_char_lm", "mode=hrnn")
+    return export, export_metrics(export)
 
 
 def test_windows_predict_the_next_character():

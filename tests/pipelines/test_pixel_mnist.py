@@ -6,8 +6,7 @@ import pytest
 import tensorflow as tf
 
 from pipelines.pixel_mnist import digits_images, pixel_order
-from seqapps import cli
-from tests.pipelines.cli_runner import run_cli
+from tests.pipelines.cli_runner import export_metrics, run_cli, run_tiny
 
 pytestmark = pytest.mark.large
 
@@ -15,11 +14,8 @@ pytestmark = pytest.mark.large
 @pytest.fixture(scope="module")
 def permuted_run(tmp_path_factory):
     """Runs the tiny preset with permuted pixels once, for the tests that read its result and export."""
-    out = tmp_path_factory.mktemp("exports")
-    code = cli.main(["run", "pixel_mnist", "--preset", "tiny", "--set", "permute=true", "--json", "--out", str(out)])
-    assert code == 0
-    export = out / "pixel_mnist" / "1"
-    return export, json.loads((export / "assets.extra" / "metrics.json").read_text())
+    export = run_tiny(tmp_path_factory.mktemp("exports"), "pixel_mnist", "permute=true")
+    return export, export_metrics(export)
 
 
 def test_permutation_is_fixed_and_identity_without_permute():
