@@ -4,13 +4,16 @@ It is ``keras.Model.fit`` with the callbacks every run needs: early stopping on
 validation loss (best weights restored), the learning rate halved on plateau,
 global gradient-norm clipping, a NaN guard that stops with an error, and
 ``BackupAndRestore`` checkpoints so that a killed run resumes where it stopped.
-Models are built under the chosen ``tf.distribute`` strategy.
+Models are built under the chosen ``tf.distribute`` strategy; with several workers,
+the chief keeps the backup that every worker resumes from.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -25,6 +28,7 @@ from seqapps.pipeline import Pipeline, Splits
 STRATEGIES = ("auto", "mirrored", "multiworker")
 
 
+@functools.cache
 def make_strategy(name: str) -> tf.distribute.Strategy:
     """Returns the distribution strategy for ``--strategy``.
 
@@ -35,7 +39,9 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
             environment variable).
 
     Returns:
-        The strategy; create it before any other TensorFlow work.
+        The strategy; create it before any other TensorFlow work. One process gets one
+        strategy of each name: a second MirroredStrategy in the same process would reuse
+        the first one's collective keys and abort with a shape mismatch.
     """
     if name == "auto":
         return tf.distribute.get_strategy()
@@ -59,12 +65,73 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
         resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in resolver.cluster_spec().jobs)
 
 
+def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
+    """True under MultiWorkerMirroredStrategy with more than one training task in TF_CONFIG."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return False
+    spec = strategy.cluster_resolver.cluster_spec()
+    return sum(spec.num_tasks(job) for job in spec.jobs if job in ("chief", "worker")) > 1
+
+
+def worker_checkpoint_dir(checkpoint_dir: Path, strategy: tf.distribute.Strategy) -> Path:
+    """The folder this worker's ``BackupAndRestore`` writes.
+
+    Keras 3's ``BackupAndRestore`` knows nothing of workers, so two workers writing one
+    folder would race. The chief keeps ``checkpoint_dir``; every other worker writes a
+    sibling folder of its own and, before training, starts from a copy of the chief's
+    backup, so that all workers resume from the same epoch after a restart.
+
+    Args:
+        checkpoint_dir: the run's backup folder (on a file system all workers share).
+        strategy: the run's strategy.
+
+    Returns:
+        The folder to hand to ``BackupAndRestore``.
+    """
+    if is_chief(strategy):
+        return checkpoint_dir
+    resolver = strategy.cluster_resolver
+    own = checkpoint_dir.with_name(f"{checkpoint_dir.name}-{resolver.task_type}-{resolver.task_id}")
+    shutil.rmtree(own, ignore_errors=True)
+    if checkpoint_dir.is_dir():
+        # The chief cannot write a newer backup meanwhile: its next one needs this worker's steps.
+        shutil.copytree(checkpoint_dir, own)
+    return own
+
+
 def make_optimizer(config: TrainingConfig) -> keras.optimizers.Optimizer:
     """Returns the configured optimizer with global gradient-norm clipping."""
     clip = {"global_clipnorm": config.clipnorm} if config.clipnorm > 0 else {}
     if config.optimizer == "sgd":
         return keras.optimizers.SGD(learning_rate=config.learning_rate, **clip)
     return keras.optimizers.Adam(learning_rate=config.learning_rate, **clip)
+
+
+def _adapt_to_distribution(model: keras.Model, train: tf.data.Dataset) -> None:
+    """Works around Keras 3.15 ``fit``/``evaluate`` failures under tf.distribute.
+
+    1. Before each ``fit``, ``evaluate`` and ``predict``, Keras averages the first batch
+       across replicas with ``strategy.reduce`` to build the model, even when it is
+       built. That fails for a batch that splits unevenly (a last, short batch) and,
+       across workers, for nested inputs (keras-team/keras#20329). Here the model is
+       built once from a local batch, and that step is skipped.
+    2. Across workers, Keras averages the step's logs with
+       ``strategy.reduce("MEAN", v, axis=0)``, which fails on scalar logs. Here each log
+       gets a leading axis of one, so the reduction averages over replicas, and every
+       worker sees the same logs (so early stopping and learning-rate decisions agree).
+
+    Args:
+        model: a compiled model, built under a strategy with more than one replica.
+        train: the batched training dataset (one batch is read to build the model).
+    """
+    with model.distribute_strategy.scope():
+        model._symbolic_build(data_batch=next(iter(train)))
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+    if not is_multi_worker(model.distribute_strategy):
+        return
+    for name in ("train_step", "test_step"):
+        step = getattr(model, name)
+        setattr(model, name, lambda data, step=step: tf.nest.map_structure(lambda v: v[None], step(data)))
 
 
 class _StopOnNonFiniteLoss(keras.callbacks.Callback):
@@ -138,9 +205,13 @@ def fit(model: keras.Model, data: Splits, config: TrainingConfig, checkpoint_dir
     """
     keras.utils.set_random_seed(config.seed)
     train, val = batch_datasets(data, config)
+    strategy = model.distribute_strategy
+    checkpoint_dir = worker_checkpoint_dir(Path(checkpoint_dir), strategy)
+    if strategy.num_replicas_in_sync > 1 or is_multi_worker(strategy):
+        _adapt_to_distribution(model, train)
     resumed_from = _backup_epoch(checkpoint_dir)
     callbacks = [
-        keras.callbacks.BackupAndRestore(str(checkpoint_dir), delete_checkpoint=True),
+        keras.callbacks.BackupAndRestore(str(checkpoint_dir), double_checkpoint=True, delete_checkpoint=True),
         _StopOnNonFiniteLoss(),
         keras.callbacks.EarlyStopping(monitor="val_loss", patience=config.early_stopping_patience,
                                       restore_best_weights=True),

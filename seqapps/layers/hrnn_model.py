@@ -161,6 +161,11 @@ class HRNNSequenceModel(keras.Model):
     def train_step(self, data: tuple) -> dict[str, tf.Tensor]:
         inputs, targets = data[0], data[1]
         loss, grads = self.hrnn.loss_and_gradients(self.layer_inputs(inputs), targets, weighted_sparse_crossentropy)
+        # Under tf.distribute the optimizer sums the replicas' gradients; each replica's are of
+        # its local mean loss, so scale them to give the gradient of the global-batch mean.
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        if replicas > 1:
+            grads = [grad / replicas for grad in grads]
         self.optimizer.apply(grads, self.hrnn.trainable_variables)
         self.loss_tracker.update_state(loss)
         return {"loss": self.loss_tracker.result()}

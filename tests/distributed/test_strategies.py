@@ -1,14 +1,30 @@
-"""tf.distribute through the shared training loop: MirroredStrategy over two logical CPUs."""
+"""tf.distribute through the shared training loop.
+
+MirroredStrategy over two logical CPUs, and MultiWorkerMirroredStrategy with two worker
+processes on 127.0.0.1 (training together, exporting once, resuming after a kill).
+Each run happens in subprocesses: a strategy must be created before other TensorFlow work.
+"""
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.large
-OVERRIDES = ["--set", "epochs=2", "--set", "steps_per_epoch=3", "--set", "batch_size=32"]
+OVERRIDES = ["epochs=2", "steps_per_epoch=3", "batch_size=32"]
+
+# Same data order under every strategy: TF rewrites a dataset when it distributes it, and a seeded
+# shuffle then yields another order, so the comparisons batch without shuffling.
+UNSHUFFLED = """
+from seqapps import training
+training.batch_datasets = lambda data, config: (data.train.repeat().batch(config.batch_size),
+                                                data.val.batch(config.batch_size))
+"""
 
 
 def run_in_subprocess(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -16,22 +32,24 @@ def run_in_subprocess(code: str, env: dict | None = None) -> subprocess.Complete
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}, timeout=600)
 
 
-def test_mirrored_over_two_cpus_matches_the_default_strategy(tmp_path):
+def last_json_line(text: str) -> dict:
+    return json.loads(text.strip().splitlines()[-1])
+
+
+# gr_hrnn: the HRNN's own train_step with the recomputed segment gradients, and no random
+# decoder draws (which would differ between one batch and two half batches).
+@pytest.mark.parametrize("pipeline, extra", [("load_forecasting", []), ("copy_task", ["mode=gr_hrnn"])])
+def test_mirrored_over_two_cpus_matches_the_default_strategy(tmp_path, pipeline, extra):
     code = f"""
-        import json, sys
+        import json
         import tensorflow as tf
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-        from seqapps import runner, training
-
-        # Same data order under both strategies: TF rewrites a dataset when it distributes it, and a
-        # seeded shuffle then yields another order, so the comparison batches without shuffling.
-        training.batch_datasets = lambda data, config: (data.train.repeat().batch(config.batch_size),
-                                                        data.val.batch(config.batch_size))
-        overrides = {OVERRIDES[1::2]!r}
+        from seqapps import runner
+        {textwrap.indent(UNSHUFFLED, " " * 8).strip()}
         curves = {{}}
         for strategy in ("auto", "mirrored"):
-            result = runner.run("load_forecasting", "tiny", overrides=overrides, out={str(tmp_path)!r} + "/" + strategy,
+            result = runner.run({pipeline!r}, "tiny", overrides={OVERRIDES + extra!r}, out={str(tmp_path)!r} + "/" + strategy,
                                 strategy=strategy)
             curves[strategy] = result["training"]["loss_history"]
         replicas = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
@@ -39,10 +57,143 @@ def test_mirrored_over_two_cpus_matches_the_default_strategy(tmp_path):
     """
     completed = run_in_subprocess(code)
     assert completed.returncode == 0, completed.stderr[-3000:]
-    answer = json.loads(completed.stdout.strip().splitlines()[-1])
+    answer = last_json_line(completed.stdout)
     assert answer["replicas"] == 2
     auto, mirrored = answer["curves"]["auto"], answer["curves"]["mirrored"]
     assert len(auto) == len(mirrored) == 2
     # Same global batch, seed and data: only float summation order differs (all-reduce of two
     # half-batch gradients); measured 1e-7 relative over six steps, so 1e-4 leaves room.
     assert auto == pytest.approx(mirrored, rel=1e-4)
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+WORKER = """
+import json, os, sys
+from seqapps import runner, training
+{unshuffled}
+kill_at_epoch = int(os.environ.get("KILL_AT_EPOCH", "0"))
+if kill_at_epoch:
+    import keras
+
+    class DieAfterEpoch(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):  # runs after BackupAndRestore saved this epoch
+            if epoch + 1 == kill_at_epoch:
+                os._exit(3)
+
+    shared_fit = training.fit
+    training.fit = lambda *args, **kwargs: shared_fit(*args, **kwargs, extra_callbacks=[DieAfterEpoch()])
+result = runner.run(sys.argv[2], "tiny", overrides=json.loads(sys.argv[3]), out=sys.argv[1], strategy="multiworker")
+print(json.dumps(result))
+"""
+
+
+def start_workers(out: Path, overrides: list[str], pipeline: str = "load_forecasting", kill_index: int | None = None,
+                  kill_at_epoch: int = 0) -> list[subprocess.Popen]:
+    """Starts two workers of one MultiWorkerMirroredStrategy cluster on loopback."""
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    code = WORKER.format(unshuffled=UNSHUFFLED)
+    workers = []
+    for index in range(2):
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
+               "TF_CONFIG": json.dumps({"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}})}
+        if index == kill_index:
+            env["KILL_AT_EPOCH"] = str(kill_at_epoch)
+        workers.append(subprocess.Popen([sys.executable, "-c", code, str(out), pipeline, json.dumps(overrides)], env=env, text=True,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    return workers
+
+
+def finish(workers: list[subprocess.Popen]) -> list[dict]:
+    """Waits for both workers and returns their results."""
+    results = []
+    for worker in workers:
+        stdout, stderr = worker.communicate(timeout=600)
+        assert worker.returncode == 0, stderr[-3000:]
+        results.append(last_json_line(stdout))
+    return results
+
+
+def test_two_workers_train_together_and_the_chief_exports_once(tmp_path):
+    overrides = OVERRIDES
+    chief, worker = finish(start_workers(tmp_path / "multi", overrides))
+    single = run_in_subprocess(f"""
+        import json
+        from seqapps import runner
+        {textwrap.indent(UNSHUFFLED, " " * 8).strip()}
+        print(json.dumps(runner.run("load_forecasting", "tiny", overrides={overrides!r}, out={str(tmp_path / "one")!r})))
+    """)
+    assert single.returncode == 0, single.stderr[-3000:]
+    assert chief["export"] == str(tmp_path / "multi" / "load_forecasting" / "1")
+    assert worker["export"] is None
+    assert sorted(p.name for p in (tmp_path / "multi" / "load_forecasting").iterdir()) == ["1"]
+    # The workers agree, and they match one process at the same global batch: each step's global
+    # batch is split between them and their gradients summed. Float summation order differs.
+    assert chief["training"]["loss_history"] == worker["training"]["loss_history"]
+    timings = ("train_tokens_per_s", "train_seconds_per_epoch")  # the language model's speed report
+    assert ({k: v for k, v in chief["metrics"].items() if k not in timings}
+            == {k: v for k, v in worker["metrics"].items() if k not in timings})
+    one = last_json_line(single.stdout)
+    assert chief["training"]["loss_history"] == pytest.approx(one["training"]["loss_history"], rel=1e-4)
+    assert chief["metrics"]["mae"] == pytest.approx(one["metrics"]["mae"], rel=1e-3)
+
+
+def test_a_killed_worker_resumes_from_its_backup(tmp_path):
+    overrides = ["epochs=4", "steps_per_epoch=3", "batch_size=16", "early_stopping_patience=10"]
+    chief, victim = start_workers(tmp_path, overrides, kill_index=1, kill_at_epoch=2)
+    assert victim.wait(timeout=600) == 3, victim.stderr.read()[-3000:]
+    # The survivor waits on its peer in the next collective; a cluster manager restarts the job.
+    chief.send_signal(signal.SIGKILL)
+    chief.wait(timeout=60)
+    backups = tmp_path / "load_forecasting" / ".checkpoints"
+    saved = {p.parent.name: json.loads(p.read_text())["epoch"] for p in backups.glob("*/training_metadata.json")}
+    chief_epoch = saved.pop(next(name for name in saved if "-worker-" not in name))
+    # Worker 1 saved epoch 2 before dying; the chief may have been killed before saving it.
+    assert saved == {next(iter(saved)): 2} and next(iter(saved)).endswith("-worker-1")
+    assert chief_epoch in (1, 2)
+
+    chief, worker = finish(start_workers(tmp_path, overrides))
+    for result in (chief, worker):  # both resume from the chief's backup, so they stay in step
+        assert result["training"]["resumed_from_epoch"] == chief_epoch
+        assert len(result["training"]["loss_history"]) == 4 - chief_epoch
+    assert chief["export"] == str(tmp_path / "load_forecasting" / "1") and worker["export"] is None
+    assert not backups.exists()  # both workers' backups are removed once training completes
+
+
+EVERY_OTHER_PIPELINE = ["weather_forecasting", "language_model", "text_generation", "copy_task", "pixel_mnist",
+                        "hrnn_char_lm"]
+
+
+def test_every_pipeline_trains_under_mirrored(tmp_path):
+    code = f"""
+        import json
+        import tensorflow as tf
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        from seqapps import runner
+        exports = {{name: runner.run(name, "tiny", out={str(tmp_path)!r}, strategy="mirrored")["export"]
+                   for name in {EVERY_OTHER_PIPELINE!r}}}
+        print(json.dumps(exports))
+    """
+    completed = run_in_subprocess(code)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    exports = last_json_line(completed.stdout)
+    assert exports == {name: str(tmp_path / name / "1") for name in EVERY_OTHER_PIPELINE}
+
+
+@pytest.mark.parametrize("pipeline", EVERY_OTHER_PIPELINE)
+def test_every_pipeline_trains_on_two_workers(tmp_path, pipeline):
+    chief, worker = finish(start_workers(tmp_path, [], pipeline=pipeline))
+    assert chief["export"] == str(tmp_path / pipeline / "1") and worker["export"] is None
+    assert chief["training"]["loss_history"] == worker["training"]["loss_history"]
+    timings = ("train_tokens_per_s", "train_seconds_per_epoch")  # the language model's speed report
+    assert ({k: v for k, v in chief["metrics"].items() if k not in timings}
+            == {k: v for k, v in worker["metrics"].items() if k not in timings})
