@@ -49,8 +49,8 @@ def test_mirrored_over_two_cpus_matches_the_default_strategy(tmp_path, pipeline,
         {textwrap.indent(UNSHUFFLED, " " * 8).strip()}
         curves = {{}}
         for strategy in ("auto", "mirrored"):
-            result = runner.run({pipeline!r}, "tiny", overrides={OVERRIDES + extra!r}, out={str(tmp_path)!r} + "/" + strategy,
-                                strategy=strategy)
+            result = runner.run({pipeline!r}, "tiny", overrides={OVERRIDES + extra!r},
+                                out={str(tmp_path)!r} + "/" + strategy, strategy=strategy)
             curves[strategy] = result["training"]["loss_history"]
         replicas = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
         print(json.dumps({{"curves": curves, "replicas": replicas.num_replicas_in_sync}}))
@@ -107,8 +107,8 @@ def start_workers(out: Path, overrides: list[str], pipeline: str = "load_forecas
                "TF_CONFIG": json.dumps({"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}})}
         if index == kill_index:
             env["KILL_AT_EPOCH"] = str(kill_at_epoch)
-        workers.append(subprocess.Popen([sys.executable, "-c", code, str(out), pipeline, json.dumps(overrides)], env=env, text=True,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        command = [sys.executable, "-c", code, str(out), pipeline, json.dumps(overrides)]
+        workers.append(subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     return workers
 
 
@@ -129,7 +129,8 @@ def test_two_workers_train_together_and_the_chief_exports_once(tmp_path):
         import json
         from seqapps import runner
         {textwrap.indent(UNSHUFFLED, " " * 8).strip()}
-        print(json.dumps(runner.run("load_forecasting", "tiny", overrides={overrides!r}, out={str(tmp_path / "one")!r})))
+        result = runner.run("load_forecasting", "tiny", overrides={overrides!r}, out={str(tmp_path / "one")!r})
+        print(json.dumps(result))
     """)
     assert single.returncode == 0, single.stderr[-3000:]
     assert chief["export"] == str(tmp_path / "multi" / "load_forecasting" / "1")
