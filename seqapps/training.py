@@ -13,6 +13,7 @@ import functools
 import json
 import math
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -201,7 +202,7 @@ def fit(model: keras.Model, data: Splits, config: TrainingConfig, checkpoint_dir
         from, best validation loss, final learning rate and seconds.
 
     Raises:
-        TrainingError: the loss became NaN or infinite.
+        TrainingError: the loss became NaN or infinite, or another worker stopped.
     """
     keras.utils.set_random_seed(config.seed)
     train, val = batch_datasets(data, config)
@@ -220,8 +221,16 @@ def fit(model: keras.Model, data: Splits, config: TrainingConfig, checkpoint_dir
         *extra_callbacks,
     ]
     start = time.perf_counter()
-    history = model.fit(train, validation_data=val, epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
-                        callbacks=callbacks, shuffle=False, verbose=1 if verbose else 0)
+    try:
+        history = model.fit(train, validation_data=val, epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
+                            callbacks=callbacks, shuffle=False, verbose=1 if verbose else 0)
+    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError) as error:
+        if not is_multi_worker(strategy):
+            raise
+        message = str(error)
+        tasks = sorted(set(re.findall(r"/job:\w+/replica:\d+/task:\d+", message[message.find("unhealthy"):])))
+        raise TrainingError(f"another worker stopped ({type(error).__name__}; unhealthy: {', '.join(tasks) or '?'}); "
+                            "start every worker again with the same command to resume from the last backup") from None
     val_losses = [float(v) for v in history.history.get("val_loss", [])]
     return {
         "epochs_run": len(history.epoch),

@@ -6,7 +6,6 @@ Each run happens in subprocesses: a strategy must be created before other Tensor
 """
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -78,7 +77,7 @@ def free_ports(count: int) -> list[int]:
 
 WORKER = """
 import json, os, sys
-from seqapps import runner, training
+from seqapps import training
 {unshuffled}
 kill_at_epoch = int(os.environ.get("KILL_AT_EPOCH", "0"))
 if kill_at_epoch:
@@ -91,8 +90,10 @@ if kill_at_epoch:
 
     shared_fit = training.fit
     training.fit = lambda *args, **kwargs: shared_fit(*args, **kwargs, extra_callbacks=[DieAfterEpoch()])
-result = runner.run(sys.argv[2], "tiny", overrides=json.loads(sys.argv[3]), out=sys.argv[1], strategy="multiworker")
-print(json.dumps(result))
+from seqapps import cli
+sets = [arg for item in json.loads(sys.argv[3]) for arg in ("--set", item)]
+sys.exit(cli.main(["run", sys.argv[2], "--preset", "tiny", "--strategy", "multiworker", "--out", sys.argv[1],
+                   "--json", *sets]))
 """
 
 
@@ -151,9 +152,13 @@ def test_a_killed_worker_resumes_from_its_backup(tmp_path):
     overrides = ["epochs=4", "steps_per_epoch=3", "batch_size=16", "early_stopping_patience=10"]
     chief, victim = start_workers(tmp_path, overrides, kill_index=1, kill_at_epoch=2)
     assert victim.wait(timeout=600) == 3, victim.stderr.read()[-3000:]
-    # The survivor waits on its peer in the next collective; a cluster manager restarts the job.
-    chief.send_signal(signal.SIGKILL)
-    chief.wait(timeout=60)
+    # The survivor's next collective fails once the dead peer misses its heartbeats (about 10 s here):
+    # one line that says what to do, exit code 1.
+    _, stderr = chief.communicate(timeout=300)
+    assert chief.returncode == 1, stderr[-3000:]
+    error = stderr.strip().splitlines()[-1]
+    assert error.startswith("seqapps: training failed: another worker stopped") and "task:1" in error
+    assert "start every worker again with the same command" in error
     backups = tmp_path / "load_forecasting" / ".checkpoints"
     saved = {p.parent.name: json.loads(p.read_text())["epoch"] for p in backups.glob("*/training_metadata.json")}
     chief_epoch = saved.pop(next(name for name in saved if "-worker-" not in name))
