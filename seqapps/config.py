@@ -161,7 +161,7 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
     if origin is list:
         (item_type,) = typing.get_args(annotation)
         if isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
+            value = [yaml.safe_load(part) for part in value.split(",") if part.strip()]  # "64,64" -> [64, 64]
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"config field {key!r}: got {value!r}, expected a list")
         return [_coerce(key, item, item_type) for item in value]

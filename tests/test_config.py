@@ -11,6 +11,7 @@ class ToyConfig(TrainingConfig):
     columns: list[str] = dataclasses.field(default_factory=lambda: ["a"])
     horizon: int | str = "1D"
     window: int | None = None
+    sizes: list[int] = dataclasses.field(default_factory=lambda: [1])
     PRESETS = {"tiny": {"epochs": 1, "horizon": 3}, "default": {}, "full": {"epochs": 99}}
 
 
@@ -29,6 +30,13 @@ def test_union_and_optional_fields_coerce():
     config = resolve_config(ToyConfig, "default", None, ["horizon=7D", "window=12"])
     assert config.horizon == "7D" and config.window == 12
     assert resolve_config(ToyConfig, "default", None, ["window=null"]).window is None
+
+
+def test_comma_lists_coerce_their_items():
+    assert resolve_config(ToyConfig, "default", None, ["sizes=64,32,16"]).sizes == [64, 32, 16]
+    assert resolve_config(ToyConfig, "default", None, ["sizes=[8, 4]"]).sizes == [8, 4]
+    with pytest.raises(ConfigError, match="'sizes'.*expected an integer"):
+        resolve_config(ToyConfig, "default", None, ["sizes=64,x"])
 
 
 @pytest.mark.parametrize("override, message", [
