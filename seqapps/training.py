@@ -227,8 +227,7 @@ def fit(model: keras.Model, data: Splits, config: TrainingConfig, checkpoint_dir
     except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError) as error:
         if not is_multi_worker(strategy):
             raise
-        message = str(error)
-        tasks = sorted(set(re.findall(r"/job:\w+/replica:\d+/task:\d+", message[message.find("unhealthy"):])))
+        tasks = sorted(set(re.findall(r"/job:\w+/replica:\d+/task:\d+", str(error).partition("unhealthy")[2])))
         raise TrainingError(f"another worker stopped ({type(error).__name__}; unhealthy: {', '.join(tasks) or '?'}); "
                             "start every worker again with the same command to resume from the last backup") from None
     val_losses = [float(v) for v in history.history.get("val_loss", [])]
