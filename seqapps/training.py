@@ -208,7 +208,7 @@ def fit(model: keras.Model, data: Splits, config: TrainingConfig, checkpoint_dir
     train, val = batch_datasets(data, config)
     strategy = model.distribute_strategy
     checkpoint_dir = worker_checkpoint_dir(Path(checkpoint_dir), strategy)
-    if strategy.num_replicas_in_sync > 1 or is_multi_worker(strategy):
+    if strategy.num_replicas_in_sync > 1:
         _adapt_to_distribution(model, train)
     resumed_from = _backup_epoch(checkpoint_dir)
     callbacks = [

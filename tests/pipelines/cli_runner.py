@@ -34,3 +34,12 @@ def run_tiny(out: Path, name: str, *overrides: str) -> Path:
 def export_metrics(export: Path) -> dict[str, Any]:
     """Reads the metrics saved with an export."""
     return json.loads((export / "assets.extra" / "metrics.json").read_text())
+
+
+def assert_rejected_in_one_line(capsys: Any, out: Path, name: str, argv: list[str], message: str) -> None:
+    """Checks that ``seqapps run NAME --preset tiny ARGV`` exits 2 with one line holding ``message``
+    and writes no export.
+    """
+    code, _, err = run_cli(capsys, "run", name, "--preset", "tiny", *argv, "--out", str(out))
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (out / name).exists()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pipelines.copy_task import BLANK, copy_sequences
-from tests.pipelines.cli_runner import run_cli, run_tiny
+from tests.pipelines.cli_runner import assert_rejected_in_one_line, run_cli, run_tiny
 
 pytestmark = pytest.mark.large
 
@@ -66,6 +66,4 @@ def test_export_runs_in_a_tensorflow_only_process(copy_run):
     ("string_length=11", "'string_length'"),
 ])
 def test_bad_config_exits_2_with_one_line(capsys, tmp_path, setting, message):
-    code, _, err = run_cli(capsys, "run", "copy_task", "--preset", "tiny", "--set", setting, "--out", str(tmp_path))
-    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "copy_task").exists()
+    assert_rejected_in_one_line(capsys, tmp_path, "copy_task", ["--set", setting], message)

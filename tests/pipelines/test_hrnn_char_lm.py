@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pipelines.hrnn_char_lm import windows
-from tests.pipelines.cli_runner import export_metrics, run_cli, run_tiny
+from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli, run_tiny
 
 pytestmark = pytest.mark.large
 
@@ -47,5 +47,4 @@ def test_predict_scores_text_and_names_next_characters(lm_run, capsys):
     ("units=8,8,8", "'units'"),
 ])
 def test_bad_config_exits_2_with_one_line(capsys, tmp_path, setting, message):
-    code, _, err = run_cli(capsys, "run", "hrnn_char_lm", "--preset", "tiny", "--set", setting, "--out", str(tmp_path))
-    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert_rejected_in_one_line(capsys, tmp_path, "hrnn_char_lm", ["--set", setting], message)

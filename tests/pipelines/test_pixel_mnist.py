@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from pipelines.pixel_mnist import digits_images, pixel_order
-from tests.pipelines.cli_runner import export_metrics, run_cli, run_tiny
+from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli, run_tiny
 
 pytestmark = pytest.mark.large
 
@@ -59,5 +59,4 @@ def test_predict_classifies_png_files(permuted_run, capsys, tmp_path):
     (["--data", "digits.csv"], "expected tfds:mnist"),
 ])
 def test_bad_config_or_data_exits_2_with_one_line(capsys, tmp_path, argv, message):
-    code, _, err = run_cli(capsys, "run", "pixel_mnist", "--preset", "tiny", *argv, "--out", str(tmp_path))
-    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert_rejected_in_one_line(capsys, tmp_path, "pixel_mnist", argv, message)
