@@ -58,3 +58,60 @@ def forecast_metrics(y_true: np.ndarray, y_pred: np.ndarray, scale: float) -> di
     mae = float(mean_absolute_error(truth, forecast))
     return {"mae": mae, "rmse": float(root_mean_squared_error(truth, forecast)),
             "smape": float(100 * ratio.mean()), "mase": mae / float(scale) if scale > 0 else float("nan")}
+
+
+# --- Language-model metrics: perplexity, bits per character, the unigram baseline -------------
+# (one section of its own: other metric families are added above and below it)
+
+
+def _mean_negative_log_prob(log_probs: np.ndarray, mask: np.ndarray | None = None) -> float:
+    log_probs = np.asarray(log_probs, dtype="float64")
+    weights = np.ones_like(log_probs) if mask is None else np.asarray(mask, dtype="float64")
+    if weights.shape != log_probs.shape or weights.sum() <= 0:
+        raise ValueError(f"mask must have the shape of log_probs {log_probs.shape} and weigh at least one token")
+    return float(-np.sum(log_probs * weights) / np.sum(weights))
+
+
+def perplexity(log_probs: np.ndarray, mask: np.ndarray | None = None) -> float:
+    """Perplexity ``exp(-mean(log p))`` over the (masked) tokens.
+
+    Args:
+        log_probs: per-token natural-log probabilities, any shape (NumPy or eager tensors).
+        mask: optional weights of the same shape (1 for real tokens).
+
+    Returns:
+        The perplexity as a Python float.
+    """
+    return float(np.exp(_mean_negative_log_prob(log_probs, mask)))
+
+
+def bits_per_char(log_probs: np.ndarray, mask: np.ndarray | None = None) -> float:
+    """Mean cost in bits, ``-mean(log2 p)``, of the (masked) tokens: bits per character for
+    a character model (per token in general); ``log2(perplexity)``.
+
+    Args:
+        log_probs: per-token natural-log probabilities, any shape.
+        mask: optional weights of the same shape.
+
+    Returns:
+        Bits per token as a Python float.
+    """
+    return _mean_negative_log_prob(log_probs, mask) / np.log(2)
+
+
+def unigram_log_probs(train_counts: np.ndarray, targets: np.ndarray, smoothing: float = 1.0) -> np.ndarray:
+    """Natural-log probabilities of ``targets`` under the add-``smoothing`` unigram model of the
+    training counts: the baseline of every language model.
+
+    Args:
+        train_counts: ``[V]`` token counts of the training data (id 0: unknown tokens).
+        targets: int ids of the scored tokens, any shape.
+        smoothing: added to every count (> 0), so unseen ids have a finite cost.
+
+    Returns:
+        float64 log-probabilities of the shape of ``targets``.
+    """
+    counts = np.asarray(train_counts, dtype="float64") + smoothing
+    if counts.ndim != 1 or np.any(counts <= 0):
+        raise ValueError("train_counts must be 1-D and non-negative, with smoothing > 0")
+    return np.log(counts / counts.sum())[np.asarray(targets, dtype="int64")]
