@@ -1,6 +1,7 @@
 """End-to-end checks of the text_generation (char-RNN) pipeline on its tiny preset, through the CLI."""
 import functools
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -33,41 +34,56 @@ def test_tiny_run_reports_bits_per_char_and_a_unigram_baseline(char_export):
     assert char_export["data"]["source"] == "pydoc_data.topics"
 
 
-def test_export_generates_text_in_a_tensorflow_only_process(char_export):
+def test_export_generates_text_in_a_tensorflow_only_process(char_export, tmp_path):
+    moved = tmp_path / "moved"
+    shutil.copytree(char_export["export"], moved)  # the vocabulary asset travels with the folder
+    assert (moved / "assets" / "chars.txt").is_file()
     script = textwrap.dedent(f"""
         import json, sys
         import tensorflow as tf
-        serve = tf.saved_model.load({char_export["export"]!r}).signatures["serving_default"]
-        def call(prompt, length, temperature):
-            out = serve(prompt=tf.constant(prompt), length=tf.constant(length, tf.int32),
-                        temperature=tf.constant(temperature, tf.float32))
+        serve = tf.saved_model.load({str(moved)!r}).signatures["serving_default"]
+        def call(prompts, lengths, temperatures, top_ks=None):
+            out = serve(prompt=tf.constant(prompts), length=tf.constant(lengths, tf.int32),
+                        temperature=tf.constant(temperatures, tf.float32),
+                        top_k=tf.constant(top_ks or [0] * len(prompts), tf.int32))
             return [t.decode() for t in out["text"].numpy()], [g.decode() for g in out["generated"].numpy()]
-        greedy = call(["In the", "\\u00df\\u20ac unknown chars", ""], 12, 0.0)
-        print(json.dumps({{"greedy": greedy, "again": call(["In the", "x", ""], 12, 0.0),
-                          "sampled": call(["In the"], 30, 1.0), "scalar": call("def", 5, 0.5),
-                          "empty": call(["abc"], 0, 1.0),
-                          "imported": sorted(m for m in ("keras", "seqapps", "pipelines") if m in sys.modules)}}))
+        def error(*args):
+            try:
+                call(*args)
+            except tf.errors.InvalidArgumentError as failure:
+                return failure.message
+        greedy = call(["In the", "\\u00df\\u20ac unknown chars", ""], [12, 12, 12], [0.0, 0.0, 0.0])
+        print(json.dumps({{"greedy": greedy, "again": call(["In the", "x", ""], [12, 12, 12], [0.0, 0.0, 0.0]),
+                          "sampled": call(["In the"], [30], [1.0]),
+                          "per_row": call(["def", "In the", "In the"], [5, 0, 9], [0.5, 1.0, 0.0], [3, 0, 1]),
+                          "empty": call(["abc"], [0], [1.0]),
+                          "long_prompt": error(["x" * 2001], [5], [1.0]), "too_many": error(["x"], [1001], [1.0]),
+                          "imported": sorted(m for m in ("seqapps", "pipelines") if m in sys.modules)}}))
     """)
     completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr[-2000:]
     answer = json.loads(completed.stdout.strip().splitlines()[-1])
-    assert "seqapps" not in answer["imported"] and "pipelines" not in answer["imported"]
+    assert answer["imported"] == []
     texts, generated = answer["greedy"]
     assert [len(g) for g in generated] == [12, 12, 12]
     assert texts[0] == "In the" + generated[0] and texts[1].startswith("\u00df\u20ac unknown chars")
     assert answer["again"][1][0] == generated[0] and answer["again"][1][2] == generated[2]  # greedy: deterministic
     assert len(answer["sampled"][1][0]) == 30
-    assert len(answer["scalar"][1]) == 1 and answer["scalar"][0][0].startswith("def")
+    texts, generated = answer["per_row"]  # each row its own length, temperature and top_k
+    assert [len(g) for g in generated] == [5, 0, 9] and texts[0].startswith("def") and texts[1] == "In the"
+    assert generated[2] == answer["greedy"][1][0][:9]  # top_k=1 at temperature 0 is greedy
     assert answer["empty"] == [["abc"], [""]]
+    assert "max_prompt_chars=2000" in answer["long_prompt"] and "max_generated_length=1000" in answer["too_many"]
 
 
 def test_in_graph_greedy_decoding_matches_the_keras_model(char_export):
     info = read_export(char_export["export"])
-    chars = info.state["chars"]
+    chars = info.state["vocabulary"]["tokens"]
     model = keras.saving.load_model(info.keras_model_path)
     serve = tf.saved_model.load(str(info.path)).signatures["serving_default"]
     prompt = "The return"
-    generated = serve(prompt=tf.constant([prompt]), length=tf.constant(6), temperature=tf.constant(0.0))
+    generated = serve(prompt=tf.constant([prompt]), length=tf.constant([6]), temperature=tf.constant([0.0]),
+                      top_k=tf.constant([0]))
     ids = [chars.index(c) for c in "\n" + prompt]
     expected = ""
     for _ in range(6):
