@@ -26,18 +26,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable
+from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from seqapps import metrics
-from seqapps.config import require
+from seqapps.config import HRNNConfig, require
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
-from seqapps.layers.hrnn_model import HRNNConfig, HRNNSequenceModel
-from seqapps.pipeline import Pipeline, Splits, register_pipeline
+from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
+from seqapps.export import Signature
+from seqapps.pipeline import Pipeline, Splits
 
 CORPORA = {"pydoc": text_data.pydoc_topics, "kjv": text_data.kjv_bible, "wordnet": text_data.wordnet_glosses}
 START = "\n"  # every text is read after a line break, as every training line is
@@ -95,7 +96,6 @@ def weighted_windows(ids: np.ndarray, seq_len: int, what: str) -> tuple[np.ndarr
     return inputs, np.stack([targets.astype(np.float32), np.ones(targets.shape, np.float32)], axis=-1)
 
 
-@register_pipeline("hrnn_char_lm")
 class HRNNCharLM(Pipeline):
     """Next-character prediction with an upper RNN that ticks at word ends."""
 
@@ -127,7 +127,7 @@ class HRNNCharLM(Pipeline):
 
     def build_model(self, config: HRNNCharLMConfig, data: Splits) -> keras.Model:
         vocabulary = text_data.Vocabulary(**data.state["vocabulary"])
-        model = HRNNSequenceModel(config.build_hrnn(len(vocabulary), "categorical_crossentropy"),
+        model = HRNNSequenceModel(build_hrnn(config, len(vocabulary), "categorical_crossentropy"),
                                   one_hot_depth=len(vocabulary), boundary_ids=[vocabulary.id(c) for c in BOUNDARIES],
                                   name=self.name)
         model.build((None, None))
@@ -146,12 +146,12 @@ class HRNNCharLM(Pipeline):
         unigram = metrics.unigram_log_probs(data.arrays["train_counts"], labels)
         return ({"bpc": metrics.bits_per_char(model_log_probs)}, {"unigram": {"bpc": metrics.bits_per_char(unigram)}})
 
-    def serving_function(self, model: keras.Model, data: Splits) -> tuple[Callable, list]:
+    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
         size = len(data.state["vocabulary"]["tokens"])
         model.char_lookup = text_data.Vocabulary(**data.state["vocabulary"]).lookup(name="chars")
 
-        def serve(text: tf.Tensor) -> dict[str, tf.Tensor]:
-            ids = model.char_lookup.ids(TOKENIZER.tf_tokenize(START + text))
+        def serve(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            ids = model.char_lookup.ids(TOKENIZER.tf_tokenize(START + inputs["text"]))
             lengths = tf.cast(ids.row_lengths(), tf.int32)
             dense = ids.to_tensor()
             mask = tf.sequence_mask(lengths, tf.shape(dense)[1])
@@ -166,12 +166,10 @@ class HRNNCharLM(Pipeline):
             return {"bits_per_character": bpc, "next_chars": model.char_lookup.tokens(top.indices),
                     "next_probabilities": tf.exp(top.values)}
 
-        return serve, [tf.TensorSpec([None], tf.string, name="text")]
+        example = {"text": np.array(["the value of ", "import"], dtype=object)}
+        return {"serving_default": Signature({"text": tf.TensorSpec([None], tf.string)}, example, run=serve)}
 
-    def serving_example(self, data: Splits) -> dict[str, np.ndarray]:
-        return {"text": np.array(["the value of ", "import"], dtype=object)}
-
-    def predict_inputs(self, state: dict[str, Any], inputs: list[str]) -> dict[str, np.ndarray]:
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
         if not all(inputs):
             raise DataError("expected non-empty text inputs")
         return {"text": np.array(inputs, dtype=object)}

@@ -18,15 +18,16 @@ characters). It returns ``text`` (prompt and continuation) and ``generated``.
 The prompt, after a line break, is fed through the LSTM cells
 (``seqapps.layers.decoding.advance``), then ``seqapps.layers.decoding.sample``
 continues; characters map to ids with the vocabulary's asset-file lookup tables
-(unknown prompt characters to id 0, ``<unk>``, which is never generated). Prompts longer than ``max_prompt_chars``
-characters and lengths above ``max_generated_length`` fail with
-InvalidArgument in the graph.
+(unknown prompt characters to id 0, ``<unk>``, which is never generated).
+Prompts longer than ``max_prompt_chars`` characters and lengths above
+``max_generated_length`` fail with InvalidArgument in the graph; the export's
+``Limits`` carry both bounds for the server.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable
+from typing import Any
 
 import keras
 import numpy as np
@@ -35,8 +36,9 @@ import tensorflow as tf
 from seqapps import metrics
 from seqapps.config import TrainingConfig, require
 from seqapps.data import text as text_data
+from seqapps.export import Limits, Signature
 from seqapps.layers import decoding
-from seqapps.pipeline import Pipeline, Splits, register_pipeline
+from seqapps.pipeline import Pipeline, Splits
 
 CORPORA = {"kjv": text_data.kjv_bible, "pydoc": text_data.pydoc_topics}
 START = "\n"  # every prompt is preceded by a line break, as every training line is
@@ -105,7 +107,6 @@ class TextGenerationConfig(TrainingConfig):
                 "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
 
 
-@register_pipeline("text_generation")
 class TextGeneration(Pipeline):
     """Char-RNN: a stacked LSTM over characters; the export samples text from a prompt."""
 
@@ -163,7 +164,7 @@ class TextGeneration(Pipeline):
 
     # --- serving ----------------------------------------------------------------------------
 
-    def serving_function(self, model: keras.Model, data: Splits) -> tuple[Callable, list]:
+    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
         state = data.state
         model.char_lookup = text_data.Vocabulary(**state["vocabulary"]).lookup(name="chars")
         embedding, dense = model.get_layer("embedding"), model.get_layer("logits")
@@ -177,43 +178,53 @@ class TextGeneration(Pipeline):
             logits = dense(hidden)  # the unknown id 0 is never generated: every output is one real character
             return tf.where(tf.range(tf.shape(logits)[-1]) == 0, float("-inf"), logits), new_states
 
-        def serve(prompt: tf.Tensor, length: tf.Tensor, temperature: tf.Tensor, top_k: tf.Tensor) -> dict:
-            chars = TOKENIZER.tf_tokenize(START + prompt)
-            prompt_chars = chars.row_lengths() - 1
+        def preprocess(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            chars = TOKENIZER.tf_tokenize(START + inputs["prompt"])
             checks = [tf.debugging.assert_less_equal(
-                          prompt_chars, tf.constant(state["max_prompt_chars"], tf.int64),
+                          chars.row_lengths() - 1, tf.constant(state["max_prompt_chars"], tf.int64),
                           message=f"a prompt is longer than max_prompt_chars={state['max_prompt_chars']}"),
                       tf.debugging.assert_less_equal(
-                          length, state["max_generated_length"],
+                          inputs["length"], state["max_generated_length"],
                           message=f"length exceeds max_generated_length={state['max_generated_length']}")]
             with tf.control_dependencies(checks):
                 ids = model.char_lookup.ids(chars)
-            lengths, dense_ids = tf.cast(ids.row_lengths(), tf.int32), ids.to_tensor()
-            batch = tf.shape(dense_ids)[0]
+            return {"ids": ids.to_tensor(), "lengths": tf.cast(ids.row_lengths(), tf.int32),
+                    "length": tf.maximum(inputs["length"], 0), "temperature": inputs["temperature"],
+                    "top_k": inputs["top_k"]}
+
+        def run(inputs: dict[str, tf.Tensor]) -> tf.Tensor:
+            ids, lengths = inputs["ids"], inputs["lengths"]
+            batch = tf.shape(ids)[0]
             zeros = [[tf.zeros([batch, cell.units]), tf.zeros([batch, cell.units])] for cell in cells]
-            states = decoding.advance(step, dense_ids, lengths - 1, zeros)  # all but the last prompt character
-            length = tf.maximum(length, 0)
-            sampled, _ = decoding.sample(step, tf.gather(dense_ids, lengths - 1, batch_dims=1), states,
-                                         tf.reduce_max(tf.concat([length, [0]], 0)), end_id=-1,
-                                         temperature=temperature, top_k=top_k)
-            kept = tf.RaggedTensor.from_tensor(sampled, lengths=length)
-            generated = TOKENIZER.tf_join(model.char_lookup.tokens(kept))
-            return {"text": prompt + generated, "generated": generated}
+            states = decoding.advance(step, ids, lengths - 1, zeros)  # all but the last prompt character
+            sampled, _ = decoding.sample(step, tf.gather(ids, lengths - 1, batch_dims=1), states,
+                                         tf.reduce_max(tf.concat([inputs["length"], [0]], 0)), end_id=-1,
+                                         temperature=inputs["temperature"], top_k=inputs["top_k"])
+            return tf.RaggedTensor.from_tensor(sampled, lengths=inputs["length"])
 
-        return serve, [tf.TensorSpec([None], tf.string, name="prompt"), tf.TensorSpec([None], tf.int32, name="length"),
-                       tf.TensorSpec([None], tf.float32, name="temperature"),
-                       tf.TensorSpec([None], tf.int32, name="top_k")]
+        def postprocess(sampled: tf.RaggedTensor, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            generated = TOKENIZER.tf_join(model.char_lookup.tokens(sampled))
+            return {"text": inputs["prompt"] + generated, "generated": generated}
 
-    def serving_example(self, data: Splits) -> dict[str, np.ndarray]:
-        return self._requests(data.state, ["In the beginning", ""], data.state["sample_length"])
+        inputs = {"prompt": tf.TensorSpec([None], tf.string), "length": tf.TensorSpec([None], tf.int32),
+                  "temperature": tf.TensorSpec([None], tf.float32), "top_k": tf.TensorSpec([None], tf.int32)}
+        example = self._requests(state, ["In the beginning", ""], state["sample_length"],
+                                 temperature=0.0)  # greedy: the export check compares it exactly
+        return {"serving_default": Signature(inputs, example, run, preprocess, postprocess)}
 
     @staticmethod
-    def _requests(state: dict[str, Any], prompts: list[str], length: int) -> dict[str, np.ndarray]:
+    def _requests(state: dict[str, Any], prompts: list[str], length: int,
+                  temperature: float = 0.8) -> dict[str, np.ndarray]:
         rows = len(prompts)
         return {"prompt": np.array(prompts, dtype=object), "length": np.full(rows, length, "int32"),
-                "temperature": np.full(rows, 0.8, "float32"), "top_k": np.full(rows, state["top_k"], "int32")}
+                "temperature": np.full(rows, temperature, "float32"),
+                "top_k": np.full(rows, state["top_k"], "int32")}
 
-    def predict_inputs(self, state: dict[str, Any], inputs: list[str]) -> dict[str, np.ndarray]:
+    def limits(self, config: TextGenerationConfig, data: Splits) -> Limits:
+        return Limits(max_batch_size=256, max_string_bytes=4 * config.max_prompt_chars,  # UTF-8: <= 4 bytes a char
+                      max_generated_length=config.max_generated_length)
+
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
         return self._requests(state, inputs, min(200, state["max_generated_length"]))
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],

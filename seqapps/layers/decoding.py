@@ -198,7 +198,10 @@ def advance(step_fn: StepFn, ids: tf.Tensor, lengths: tf.Tensor, initial_state: 
     def body(step, state):
         _, new_state = step_fn(ids[:, step], state, step)
         active = step < lengths
-        keep = lambda new, old: tf.where(tf.reshape(active, [-1] + [1] * (new.shape.rank - 1)), new, old)
+
+        def keep(new: tf.Tensor, old: tf.Tensor) -> tf.Tensor:
+            return tf.where(tf.reshape(active, [-1] + [1] * (new.shape.rank - 1)), new, old)
+
         return step + 1, tf.nest.map_structure(keep, new_state, state)
 
     invariants = tf.nest.map_structure(lambda s: tf.TensorShape([None] * s.shape.rank), initial_state)

@@ -3,9 +3,6 @@ import json
 import os
 import shutil
 import stat
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -14,6 +11,7 @@ import tensorflow as tf
 from seqapps import metrics
 from seqapps.data import text
 from seqapps.errors import DataError
+from tests.export_harness import call_in_tensorflow_only_process, decoded
 
 IMP_SAMPLE = """$$$[ Module Heading ]
 $$$Genesis 0:0
@@ -238,20 +236,12 @@ def test_vocabulary_ships_as_an_asset_and_works_after_the_export_moves(tmp_path)
     assert b"<quokka>" not in saved  # the tokens live in the asset, not as graph constants
     del module  # the temporary vocabulary file goes; the export keeps its copy
     shutil.move(tmp_path / "first", tmp_path / "moved")
-    script = textwrap.dedent(f"""
-        import json, sys
-        import tensorflow as tf
-        serve = tf.saved_model.load({str(tmp_path / "moved")!r}).signatures["serving_default"]
-        out = serve(tf.constant(["a\\nb", "dz\\\\"]))
-        print(json.dumps({{"ids": out["ids"].numpy().tolist(), "text": [t.decode() for t in out["text"].numpy()],
-                          "imported": sorted(m for m in ("seqapps", "pipelines") if m in sys.modules)}}))
-    """)
-    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    answer = json.loads(completed.stdout.strip().splitlines()[-1])
+    answer = call_in_tensorflow_only_process(tmp_path / "moved", [
+        ("serving_default", {"text_in": np.array(["a\nb", "dz\\"], dtype=object)})])
     assert answer["imported"] == []
-    assert answer["ids"] == [vocabulary.encode("a\nb").tolist(), vocabulary.encode("dz\\").tolist()]
-    assert answer["text"] == ["a\nb", "d<unk>\\"]
+    (outputs,) = answer["outputs"]
+    assert outputs["ids"].tolist() == [vocabulary.encode("a\nb").tolist(), vocabulary.encode("dz\\").tolist()]
+    assert decoded(outputs["text"]) == ["a\nb", "d<unk>\\"]
 
 
 def test_windows_worked_example():

@@ -1,15 +1,12 @@
 """Tests of seqapps.layers.decoding against brute-force enumeration of every sequence."""
 import itertools
-import json
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from seqapps.layers import decoding
+from tests.export_harness import call_in_tensorflow_only_process
 
 END = 0
 
@@ -295,42 +292,22 @@ class Decoders(tf.Module):
         return {"ids": ids, "scores": scores}
 
 
-def run_tensorflow_only(script: str) -> dict:
-    """Runs a script in a fresh process that imports only TensorFlow; returns its last printed JSON line.
-
-    (``import tensorflow`` itself loads ``keras`` in TF 2.21, so only seqapps and pipelines are checked.)"""
-    guard = "\nimport sys\nprint(json.dumps({'imported': sorted(m for m in ('seqapps', 'pipelines') " \
-            "if m in sys.modules)}))\n"
-    completed = subprocess.run([sys.executable, "-c", textwrap.dedent(script) + guard], capture_output=True,
-                               text=True, timeout=300)
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    lines = completed.stdout.strip().splitlines()
-    assert json.loads(lines[-1])["imported"] == []
-    return json.loads(lines[-2])
-
-
 def test_decoders_run_from_a_saved_model_in_a_tensorflow_only_process(tmp_path):
     module = Decoders(random_table(7, vocab=5))
     signatures = {"greedy": module.greedy, "sampled": module.sampled, "beam": module.beam}
     tf.saved_model.save(module, str(tmp_path / "decoders"), signatures=signatures)
-    starts, temperatures = [1, 2, 3], [0.0, 1.0, 0.7]
-    expected = {"greedy": module.greedy(tf.constant(starts), tf.constant(6)),
-                "sampled": module.sampled(tf.constant(starts), tf.constant(6), tf.constant(temperatures)),
-                "beam": module.beam(tf.constant(starts), tf.constant(6))}
-    answer = run_tensorflow_only(f"""
-        import json
-        import tensorflow as tf
-        loaded = tf.saved_model.load({str(tmp_path / "decoders")!r})
-        starts, length = tf.constant({starts}), tf.constant(6)
-        calls = {{"greedy": loaded.signatures["greedy"](start_ids=starts, max_length=length),
-                 "sampled": loaded.signatures["sampled"](start_ids=starts, max_length=length,
-                                                         temperature=tf.constant({temperatures})),
-                 "beam": loaded.signatures["beam"](start_ids=starts, max_length=length),
-                 "short": loaded.signatures["greedy"](start_ids=starts, max_length=tf.constant(2))}}
-        print(json.dumps({{name: {{k: v.numpy().tolist() for k, v in out.items()}} for name, out in calls.items()}}))
-    """)
-    for name, outputs in expected.items():
-        for key, value in outputs.items():
-            np.testing.assert_allclose(answer[name][key], value.numpy(), atol=1e-6)
-    assert np.array(answer["short"]["ids"]).shape[1] <= 2
-    assert np.array(answer["beam"]["ids"]).shape[:2] == (3, 3)
+    starts, temperatures = np.array([1, 2, 3], "int32"), np.array([0.0, 1.0, 0.7], "float32")
+    length, short = np.array(6, "int32"), np.array(2, "int32")  # max_length is a tensor input
+    expected = {"greedy": module.greedy(starts, length), "sampled": module.sampled(starts, length, temperatures),
+                "beam": module.beam(starts, length)}
+    calls = [("greedy", {"start_ids": starts, "max_length": length}),
+             ("sampled", {"start_ids": starts, "max_length": length, "temperature": temperatures}),
+             ("beam", {"start_ids": starts, "max_length": length}),
+             ("greedy", {"start_ids": starts, "max_length": short})]
+    answer = call_in_tensorflow_only_process(tmp_path / "decoders", calls)
+    assert answer["imported"] == []
+    for (name, _), served in zip(calls[:3], answer["outputs"]):
+        for key, value in expected[name].items():
+            np.testing.assert_allclose(served[key], value.numpy(), atol=1e-6)
+    assert answer["outputs"][3]["ids"].shape[1] <= 2
+    assert answer["outputs"][2]["ids"].shape[:2] == (3, 3)
