@@ -92,9 +92,12 @@ def sample(step_fn: StepFn, start_ids: tf.Tensor, initial_state: Any, max_length
     def choose(logits: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
         rows = tf.shape(logits)[0]
         temp = _per_row(temperature, tf.float32, rows)
-        tempered = logits / tf.where(temp > 0, temp, 1.0)[:, None]
-        filtered = _top_p_filter(_top_k_filter(tempered, _per_row(top_k, tf.int32, rows)),
-                                 _per_row(top_p, tf.float32, rows))
+        filtered = logits / tf.where(temp > 0, temp, 1.0)[:, None]
+        if not (isinstance(top_k, int) and top_k == 0):  # a filter runs only where some row asks for it
+            filtered = _top_k_filter(filtered, _per_row(top_k, tf.int32, rows))
+        if not (isinstance(top_p, (int, float)) and top_p >= 1):
+            p = _per_row(top_p, tf.float32, rows)
+            filtered = tf.cond(tf.reduce_any(p < 1), lambda: _top_p_filter(filtered, p), lambda: filtered)
         if seed is None:
             drawn = tf.random.categorical(filtered, 1, dtype=tf.int32)[:, 0]
         else:
@@ -167,8 +170,7 @@ def beam_search(step_fn: StepFn, start_ids: tf.Tensor, initial_state: Any, beam_
                  tf.nest.map_structure(lambda s: tf.repeat(s, beam_size, axis=0), initial_state),
                  tf.tile(first[None], [batch, 1]), tf.zeros([batch, beam_size], tf.int32),
                  tf.zeros([batch, beam_size], tf.bool), tf.zeros([batch, beam_size, 0], tf.int32))
-    invariants = tf.nest.map_structure(lambda v: tf.TensorShape([None] * v.shape.rank), loop_vars)
-    invariants = (*invariants[:-1], tf.TensorShape([None, beam_size, None]))
+    invariants = (*tf.nest.map_structure(_any_rows, loop_vars[:-1]), tf.TensorShape([None, beam_size, None]))
     _, _, _, log_probs, lengths, _, sequences = tf.while_loop(
         lambda step, *rest: (step < max_length) & ~tf.reduce_all(rest[4]), body, loop_vars,
         shape_invariants=invariants)
@@ -204,7 +206,7 @@ def advance(step_fn: StepFn, ids: tf.Tensor, lengths: tf.Tensor, initial_state: 
 
         return step + 1, tf.nest.map_structure(keep, new_state, state)
 
-    invariants = tf.nest.map_structure(lambda s: tf.TensorShape([None] * s.shape.rank), initial_state)
+    invariants = tf.nest.map_structure(_any_rows, initial_state)
     _, state = tf.while_loop(lambda step, _: step < tf.reduce_max(tf.concat([lengths, [0]], 0)), body,
                              (tf.constant(0), initial_state), shape_invariants=(tf.TensorShape([]), invariants))
     return state
@@ -229,11 +231,18 @@ def _decode(step_fn: StepFn, start_ids: tf.Tensor, initial_state: Any, max_lengt
 
     loop_vars = (tf.constant(0), start_ids, initial_state, tf.zeros([batch]), tf.zeros([batch], tf.bool),
                  tf.zeros([batch, 0], tf.int32))
-    invariants = tf.nest.map_structure(lambda v: tf.TensorShape([None] * v.shape.rank), loop_vars)
+    invariants = (*tf.nest.map_structure(_any_rows, loop_vars[:-1]), tf.TensorShape([None, None]))
     _, _, _, log_probs, _, ids = tf.while_loop(
         lambda step, _ids, _state, _lp, finished, _out: (step < max_length) & ~tf.reduce_all(finished),
         body, loop_vars, shape_invariants=invariants)
     return ids, log_probs
+
+
+def _any_rows(value: tf.Tensor) -> tf.TensorShape:
+    """A loop variable's shape with its first (row) dimension left free; the other dimensions stay
+    static, which keeps the step's kernels (matmuls of known width) fast."""
+    shape = tf.convert_to_tensor(value).shape
+    return shape if shape.rank == 0 else tf.TensorShape([None]).concatenate(shape[1:])
 
 
 def _per_row(value: Any, dtype: tf.DType, rows: tf.Tensor) -> tf.Tensor:
@@ -245,9 +254,9 @@ def _per_row(value: Any, dtype: tf.DType, rows: tf.Tensor) -> tf.Tensor:
 def _top_k_filter(logits: tf.Tensor, k: tf.Tensor) -> tf.Tensor:
     """Sets all but each row's ``k`` largest logits (ties at the k-th kept) to -inf; ``k <= 0`` keeps all."""
     vocab = tf.shape(logits)[-1]
-    k = tf.where((k <= 0) | (k > vocab), vocab, k)
-    ordered = tf.sort(logits, axis=-1, direction="DESCENDING")
-    kth = tf.gather(ordered, k - 1, batch_dims=1)
+    k = tf.minimum(k, vocab)
+    largest = tf.math.top_k(logits, k=tf.maximum(tf.reduce_max(k), 1)).values  # only as many as a row asks for
+    kth = tf.where(k > 0, tf.gather(largest, tf.maximum(k, 1) - 1, batch_dims=1), float("-inf"))
     return tf.where(logits < kth[:, None], float("-inf"), logits)
 
 
