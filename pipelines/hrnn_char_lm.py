@@ -103,12 +103,8 @@ class HRNNCharLM(Pipeline):
 
     def load_data(self, config: HRNNCharLMConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
-        corpus = text_data.read_text_file(data_path) if data_path else CORPORA[config.corpus]()
-        lines = corpus.lines
-        if config.max_chars is not None:
-            lines = text_data.first_lines_up_to(lines, config.max_chars)
-        parts = {name: START + START.join(part) + START
-                 for name, part in text_data.split_lines(lines, config.val_fraction, config.test_fraction).items()}
+        corpus = (text_data.read_text_file(data_path) if data_path else CORPORA[config.corpus]()).head(config.max_chars)
+        parts = text_data.joined_splits(corpus, config.val_fraction, config.test_fraction, START)
         if state is None:
             state = {"vocabulary": text_data.build_vocabulary(TOKENIZER.tokenize(parts["train"]),
                                                               min_count=config.min_char_count,
@@ -117,8 +113,8 @@ class HRNNCharLM(Pipeline):
         streams = {name: vocabulary.encode(TOKENIZER.tokenize(part)) for name, part in parts.items()}
         splits = {name: weighted_windows(stream, config.seq_len, f"{corpus.source}: the {name} split")
                   for name, stream in streams.items()}
-        report = {"source": corpus.source, "licence": corpus.licence, "lines": len(lines),
-                  "characters": sum(len(line) + 1 for line in lines),
+        report = {"source": corpus.source, "licence": corpus.licence, "lines": len(corpus.lines),
+                  "characters": corpus.num_chars,
                   "vocabulary": len(vocabulary), "windows": {name: int(len(w[0])) for name, w in splits.items()}}
         return Splits(*(tf.data.Dataset.from_tensor_slices(splits[name]) for name in ("train", "val", "test")),
                       state=state, report=report,

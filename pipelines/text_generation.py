@@ -116,12 +116,8 @@ class TextGeneration(Pipeline):
 
     def load_data(self, config: TextGenerationConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
-        corpus = text_data.read_text_file(data_path) if data_path else CORPORA[config.corpus]()
-        lines = corpus.lines
-        if config.max_chars is not None:
-            lines = text_data.first_lines_up_to(lines, config.max_chars)
-        parts = {name: START + START.join(part) + START
-                 for name, part in text_data.split_lines(lines, config.val_fraction, config.test_fraction).items()}
+        corpus = (text_data.read_text_file(data_path) if data_path else CORPORA[config.corpus]()).head(config.max_chars)
+        parts = text_data.joined_splits(corpus, config.val_fraction, config.test_fraction, START)
         if state is None:  # a fine-tuned model keeps its vocabulary; its serving settings come from the config
             state = {"vocabulary": text_data.build_vocabulary(TOKENIZER.tokenize(parts["train"])).state()}
         state = {**state, "top_k": config.top_k, "sample_length": config.sample_length,
@@ -130,7 +126,7 @@ class TextGeneration(Pipeline):
         streams = {name: vocabulary.encode(TOKENIZER.tokenize(part)) for name, part in parts.items()}
         windows = {name: text_data.windows(stream, config.seq_len, what=f"{corpus.source}: the {name} split")
                    for name, stream in streams.items()}
-        report = {"source": corpus.source, "licence": corpus.licence, "lines": len(lines),
+        report = {"source": corpus.source, "licence": corpus.licence, "lines": len(corpus.lines),
                   "characters": {name: int(len(stream)) for name, stream in streams.items()},
                   "vocabulary": len(vocabulary) - 1}
         datasets_ = {name: tf.data.Dataset.from_tensor_slices(pair) for name, pair in windows.items()}

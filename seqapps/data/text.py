@@ -72,6 +72,11 @@ class Corpus:
         """Characters in all lines, counting one newline per line."""
         return sum(len(line) + 1 for line in self.lines)
 
+    def head(self, max_chars: int | None) -> "Corpus":
+        """The first lines up to ``max_chars`` characters (``first_lines_up_to``; None: all of them)."""
+        return self if max_chars is None else Corpus(first_lines_up_to(self.lines, max_chars), self.source,
+                                                     self.licence)
+
 
 def _apt_error(what: str, packages: str) -> DataError:
     return DataError(f"{what} needs the Debian package(s) {packages}: run `apt-get install -y {packages}`, "
@@ -279,6 +284,22 @@ def split_lines(lines: list[str], val_fraction: float, test_fraction: float) -> 
         raise DataError(f"too little text: {len(lines)} lines leave the {' and '.join(empty)} split(s) empty; "
                         f"give more lines (of every 100 lines, {val_cut} go to validation and {test_cut - val_cut} to test)")
     return splits
+
+
+def joined_splits(corpus: Corpus, val_fraction: float, test_fraction: float,
+                  separator: str = "\n") -> dict[str, str]:
+    """A corpus as one text per split, for character models.
+
+    Args:
+        corpus: the lines.
+        val_fraction, test_fraction: as ``split_lines``.
+        separator: joins the lines of a split, and starts and ends it.
+
+    Returns:
+        ``{"train", "val", "test"}`` texts, e.g. ``"\nline 1\nline 3\n"``.
+    """
+    return {name: separator + separator.join(part) + separator
+            for name, part in split_lines(corpus.lines, val_fraction, test_fraction).items()}
 
 
 @dataclasses.dataclass

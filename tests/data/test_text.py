@@ -246,7 +246,8 @@ def test_vocabulary_ships_as_an_asset_and_works_after_the_export_moves(tmp_path)
 
 def test_windows_worked_example():
     inputs, targets = text.windows(np.arange(10), 3)
-    assert inputs.tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8]] and targets.tolist() == [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    assert inputs.tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    assert targets.tolist() == [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
     inputs, targets = text.windows(np.arange(1, 9), 3, context=2, pad_id=0)  # 8 ids: (8 - 1) // 3 = 2 windows
     assert inputs.tolist() == [[0, 0, 1, 2, 3], [2, 3, 4, 5, 6]] and targets.tolist() == [[2, 3, 4], [5, 6, 7]]
     assert inputs.dtype == np.int32 and targets.dtype == np.int32
@@ -270,3 +271,10 @@ def test_perplexity_bits_per_char_and_unigram_baseline_worked_examples():
     assert metrics.bits_per_char(metrics.unigram_log_probs(np.zeros(8), np.arange(8))) == pytest.approx(3.0)
     with pytest.raises(ValueError, match="mask must have the shape"):
         metrics.perplexity(log_probs, mask=[0, 0])
+
+
+def test_joined_splits_and_head_worked_example():
+    corpus = text.Corpus([f"l{i}" for i in range(100)], "mine.txt", "mine")
+    parts = text.joined_splits(corpus.head(12), 0.01, 0.01)  # head: l0..l3 (3 chars each), 12 characters
+    assert parts == {"train": "\nl2\nl3\n", "val": "\nl0\n", "test": "\nl1\n"}
+    assert corpus.head(None) is corpus and corpus.head(12).source == "mine.txt"

@@ -108,7 +108,8 @@ def test_small_beams_hold_the_best_hypotheses_found_with_their_brute_force_score
     start_ids, state = start_state([2, 4, 1])
     ids, scores = decoding.beam_search(step_fn, start_ids, state, 3, 4, END, length_penalty=alpha)
     for row, start in enumerate([2, 4, 1]):
-        truth = {tuple(padded(tokens, 4)): score for tokens, _, score in enumerate_sequences(table, start, start, 4, alpha)}
+        enumerated = enumerate_sequences(table, start, start, 4, alpha)
+        truth = {tuple(padded(tokens, 4)): score for tokens, _, score in enumerated}
         width = ids.shape[-1]
         for beam, score in zip(ids.numpy()[row].tolist(), scores.numpy()[row]):
             assert truth[tuple(padded(beam, 4))[:4]] == pytest.approx(score, abs=1e-4)  # each beam scored right
