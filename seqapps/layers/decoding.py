@@ -74,11 +74,7 @@ def sample(step_fn: StepFn, start_ids: tf.Tensor, initial_state: Any, max_length
     values. A row with ``temperature <= 0`` takes the argmax, as ``greedy_search``.
 
     Args:
-        step_fn: ``(ids, state, step) -> (logits, new_state)``, see the module docstring.
-        start_ids: int32 ``[batch]``, the first tokens fed.
-        initial_state: nested ``[batch, ...]`` tensors.
-        max_length: the most tokens generated per sequence.
-        end_id: the token that ends a sequence.
+        step_fn, start_ids, initial_state, max_length, end_id: as ``greedy_search``.
         temperature: > 0 to sample (1: the model's distribution), <= 0 for the argmax.
         top_k: keep only the k likeliest tokens (0: all).
         top_p: keep the nucleus of this probability mass (1: all).
