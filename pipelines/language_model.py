@@ -44,7 +44,8 @@ import tensorflow as tf
 from seqapps.config import TrainingConfig, require
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
-from seqapps.layers.batch_nce import LOSSES, BatchNCE, perplexity, unigram_distribution
+from seqapps.layers.batch_nce import LOSSES, BatchNCE, unigram_distribution
+from seqapps.metrics import perplexity
 from seqapps.pipeline import Pipeline, Splits, register_pipeline
 
 ARCHITECTURES = ("ffnn", "ffnn_relu", "rnn", "rnn_relu", "lstm", "lstm_relu")
