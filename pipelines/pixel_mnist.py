@@ -11,14 +11,14 @@ Metric: test accuracy (and cross-entropy), beside the majority class and a
 logistic regression on the raw pixels.
 
 The export's ``serving_default`` takes ``image``, a string tensor [batch] of
-encoded grayscale or colour PNG/JPEG bytes (any size: converted to gray and resized
-to ``image_size`` in the graph; pixels 0..255, white digit on black as in MNIST), and
+encoded grayscale or colour JPEG/PNG/GIF/BMP bytes (any size up to the limits of
+``seqapps.data.images.decode_images``: converted to gray and resized to ``image_size``
+in the graph; pixels 0..255, white digit on black as in MNIST), and
 returns ``label`` (int64 digit) and ``probabilities`` (float32 [batch, 10]).
 """
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any, Callable
 
 import keras
@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps.config import require
+from seqapps.data.images import decode_images, read_image_bytes
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNConfig, HRNNSequenceModel
 from seqapps.pipeline import Pipeline, Splits, register_pipeline
@@ -191,12 +192,8 @@ class PixelMnist(Pipeline):
         size = data.state["image_size"]
         order = tf.constant(data.state["order"], tf.int32)
 
-        def decode(encoded: tf.Tensor) -> tf.Tensor:
-            image = tf.io.decode_image(encoded, channels=1, expand_animations=False, dtype=tf.uint8)
-            return tf.image.resize(tf.cast(image, tf.float32), [size, size])[..., 0]
-
         def serve(image: tf.Tensor) -> dict[str, tf.Tensor]:
-            images = tf.map_fn(decode, tf.reshape(image, [-1]), fn_output_signature=tf.TensorSpec([size, size]))
+            images = decode_images(image, size, size, channels=1)
             pixels = tf.clip_by_value(tf.reshape(images, [-1, size * size]), 0.0, 255.0) / 255.0
             logits = model(tf.gather(pixels, order, axis=1)[..., None], training=False)[:, -1]
             probabilities = tf.nn.softmax(logits, axis=-1)
@@ -210,16 +207,7 @@ class PixelMnist(Pipeline):
         return {"image": np.array(encoded, dtype=object)}
 
     def predict_inputs(self, state: dict[str, Any], inputs: list[str]) -> dict[str, np.ndarray]:
-        encoded = []
-        for name in inputs:
-            path = Path(name)
-            if not path.is_file():
-                raise DataError(f"{path}: no such image file (expected a PNG or JPEG of a digit)")
-            data = path.read_bytes()
-            if not (data.startswith(b"\x89PNG") or data.startswith(b"\xff\xd8")):
-                raise DataError(f"{path}: not a PNG or JPEG image")
-            encoded.append(data)
-        return {"image": np.array(encoded, dtype=object)}
+        return {"image": np.array([read_image_bytes(name) for name in inputs], dtype=object)}
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
