@@ -202,8 +202,8 @@ def decode_wav(wav_bytes: tf.Tensor, sample_rate: int, resample: bool = True,
         out_length = (frames * sample_rate + tf.cast(rate, tf.int64) - 1) // tf.cast(rate, tf.int64)
         checks = [
             tf.debugging.Assert(frames > 0, ["a WAV file has no samples"]),
-            tf.debugging.Assert(out_length <= limit, [f"a WAV file is longer than the limit of {limit} samples at "
-                                                      f"{sample_rate} Hz; samples:", out_length]),
+            tf.debugging.Assert(out_length <= limit, [
+                f"a WAV file is longer than the limit of {limit} samples at {sample_rate} Hz; samples:", out_length]),
         ]
         if not resample:
             checks.append(tf.debugging.Assert(tf.equal(rate, sample_rate), [

@@ -5,7 +5,7 @@ GIF or BMP bytes becomes float32 RGB pixels (0..255) of one size. Before anythin
 decoded, each image's width and height are read from its header (the PNG IHDR chunk,
 the GIF screen descriptor, the BMP info header; ``tf.io.extract_jpeg_shape`` for
 JPEG), so that a small file that expands to a huge image (a 10,000 x 10,000 PNG is
-about 300 kB) is rejected with InvalidArgument instead of exhausting memory. A JPEG
+about 100 kB) is rejected with InvalidArgument instead of exhausting memory. A JPEG
 larger than the pixel budget is decoded at 1/2, 1/4 or 1/8 scale by libjpeg's DCT
 scaling when that brings it within the budget (photos from large camera sensors).
 

@@ -11,7 +11,13 @@ import pytest
 import soundfile
 import tensorflow as tf
 
-from seqapps.data.audio import LogMelSpectrogram, assert_finite, decode_wav, read_audio, resample_waveform
+from seqapps.data.audio import (
+    LogMelSpectrogram,
+    assert_finite,
+    decode_wav,
+    read_audio,
+    resample_waveform,
+)
 from seqapps.errors import DataError
 from tests.layers.harness import run_layer_test
 

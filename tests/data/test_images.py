@@ -10,7 +10,12 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from seqapps.data.images import MAX_IMAGE_PIXELS, decode_images, read_image, read_image_bytes
+from seqapps.data.images import (
+    MAX_IMAGE_PIXELS,
+    decode_images,
+    read_image,
+    read_image_bytes,
+)
 from seqapps.errors import DataError
 
 RNG = np.random.default_rng(7)
