@@ -19,17 +19,18 @@ returns ``label`` (int64 digit) and ``probabilities`` (float32 [batch, 10]).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from seqapps.config import require
-from seqapps.data.images import decode_images, read_image_bytes
+from seqapps.config import HRNNConfig, require
+from seqapps.data.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_images, read_image_bytes
 from seqapps.errors import DataError
-from seqapps.layers.hrnn_model import HRNNConfig, HRNNSequenceModel
-from seqapps.pipeline import Pipeline, Splits, register_pipeline
+from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
+from seqapps.export import Limits, Signature
+from seqapps.pipeline import Pipeline, Splits
 
 CLASSES = 10
 PERMUTATION_SEED = 1234  # the permutation is fixed: the same for every run of an image size
@@ -113,7 +114,6 @@ def pixel_order(image_size: int, permute: bool) -> np.ndarray:
     return np.random.default_rng(PERMUTATION_SEED).permutation(steps)
 
 
-@register_pipeline("pixel_mnist")
 class PixelMnist(Pipeline):
     """Classify a digit read one pixel per step (plain or permuted order)."""
 
@@ -165,7 +165,7 @@ class PixelMnist(Pipeline):
         return flat[:, order, None].astype(np.float32)
 
     def build_model(self, config: PixelMnistConfig, data: Splits) -> keras.Model:
-        model = HRNNSequenceModel(config.build_hrnn(CLASSES, "mse"), name=self.name)
+        model = HRNNSequenceModel(build_hrnn(config, CLASSES, "mse"), name=self.name)
         model.build((None, None, 1))
         return model
 
@@ -188,25 +188,27 @@ class PixelMnist(Pipeline):
             "logistic_regression": {"accuracy": float((regression.predict(pixels[..., 0]) == labels).mean())},
         }
 
-    def serving_function(self, model: keras.Model, data: Splits) -> tuple[Callable, list]:
+    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
         size = data.state["image_size"]
         order = tf.constant(data.state["order"], tf.int32)
 
-        def serve(image: tf.Tensor) -> dict[str, tf.Tensor]:
-            images = decode_images(image, size, size, channels=1)
+        def serve(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            images = decode_images(inputs["image"], size, size, channels=1)
             pixels = tf.clip_by_value(tf.reshape(images, [-1, size * size]), 0.0, 255.0) / 255.0
             logits = model(tf.gather(pixels, order, axis=1)[..., None], training=False)[:, -1]
             probabilities = tf.nn.softmax(logits, axis=-1)
             return {"label": tf.argmax(probabilities, axis=-1), "probabilities": probabilities}
 
-        return serve, [tf.TensorSpec([None], tf.string, name="image")]
-
-    def serving_example(self, data: Splits) -> dict[str, np.ndarray]:
         images = data.arrays["test_images"]
         encoded = [tf.io.encode_png(tf.cast(tf.round(image[..., None]), tf.uint8)).numpy() for image in images]
-        return {"image": np.array(encoded, dtype=object)}
+        example = {"image": np.array(encoded, dtype=object)}
+        return {"serving_default": Signature({"image": tf.TensorSpec([None], tf.string)}, example, run=serve)}
 
-    def predict_inputs(self, state: dict[str, Any], inputs: list[str]) -> dict[str, np.ndarray]:
+    def limits(self, config: PixelMnistConfig, data: Splits) -> Limits:
+        # The bounds decode_images enforces in the graph, declared so that servers answer 400 before decoding.
+        return Limits(max_string_bytes=MAX_IMAGE_BYTES, max_image_pixels=MAX_IMAGE_PIXELS)
+
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
         return {"image": np.array([read_image_bytes(name) for name in inputs], dtype=object)}
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
