@@ -363,7 +363,7 @@ class BatchNCE(keras.layers.Layer):
     model.compile("sgd", loss=lambda y_true, y_pred: y_pred)
     model.fit([h, t], np.zeros(len(t)), batch_size=400)
     log_probs = output.target_log_probs(h_valid, t_valid)
-    ppl_f, ppl_n = perplexity(log_probs["full"]), perplexity(log_probs["self_normalized"])  # seqapps.metrics
+    ppl_f, ppl_n = perplexity(log_probs["full"]), perplexity(log_probs["self_normalized"])
     ```
 
     Reference:

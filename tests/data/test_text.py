@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seqapps import metrics
 from seqapps.data import text
 from seqapps.errors import DataError
 from tests.export_harness import call_in_tensorflow_only_process, decoded
@@ -257,20 +256,6 @@ def test_windows_reject_a_stream_shorter_than_one_window():
     with pytest.raises(DataError, match=r"^mine.txt: the val split has 3 tokens, fewer than one window of "
                                         r"seq_len=3 \(it needs 4\)"):
         text.windows(np.arange(3), 3, what="mine.txt: the val split")
-
-
-def test_perplexity_bits_per_char_and_unigram_baseline_worked_examples():
-    # Two tokens of probability 1/2 and 1/8: mean cost 2 bits, perplexity 4.
-    log_probs = np.log([0.5, 0.125])
-    assert metrics.bits_per_char(log_probs) == pytest.approx(2.0)
-    assert metrics.perplexity(log_probs) == pytest.approx(4.0)
-    assert metrics.perplexity(np.log([0.5, 0.125, 1e-9]), mask=[1, 1, 0]) == pytest.approx(4.0)
-    # Counts [1, 3, 0] + 1 = [2, 4, 1] / 7.
-    np.testing.assert_allclose(metrics.unigram_log_probs([1, 3, 0], [1, 2, 0]), np.log([4 / 7, 1 / 7, 2 / 7]))
-    # A uniform unigram over 8 tokens costs exactly 3 bits per character.
-    assert metrics.bits_per_char(metrics.unigram_log_probs(np.zeros(8), np.arange(8))) == pytest.approx(3.0)
-    with pytest.raises(ValueError, match="mask must have the shape"):
-        metrics.perplexity(log_probs, mask=[0, 0])
 
 
 def test_joined_splits_and_head_worked_example():
