@@ -366,7 +366,7 @@ class Vocabulary:
         lines = Path(path).read_bytes().decode("utf-8").split("\n")[:-1]
         return cls([unescape(line) for line in lines], [0] * len(lines))
 
-    def lookup(self, directory: str | Path | None = None, name: str = "vocabulary") -> "VocabularyLookup":
+    def lookup(self, directory: str | Path | None = None, name: str = "vocabulary") -> "tf.Module":
         """Writes the vocabulary file and returns the in-graph lookup that reads it.
 
         Args:
