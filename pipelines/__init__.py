@@ -15,3 +15,5 @@ REGISTRY.declare("pixel_mnist", "pipelines.pixel_mnist:PixelMnist",
                  "sequential (optionally permuted) pixel digit classification with the decoupled HRNN")
 REGISTRY.declare("hrnn_char_lm", "pipelines.hrnn_char_lm:HRNNCharLM",
                  "character-level language model, HRNN upper level ticking at word ends (bits per character)")
+REGISTRY.declare("translation", "pipelines.translation:Translation",
+                 "English-Spanish sentence translation: BiLSTM/GRU encoder, attention decoder, greedy and beam search")

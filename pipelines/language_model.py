@@ -44,7 +44,7 @@ import tensorflow as tf
 from seqapps.config import TrainingConfig, require
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
-from seqapps.layers.batch_nce import LOSSES, BatchNCE, perplexity, unigram_distribution
+from seqapps.layers.batch_nce import LOSSES, BatchNCE, per_token_training_loss, perplexity, unigram_distribution
 from seqapps.pipeline import Pipeline, Splits, register_pipeline
 
 ARCHITECTURES = ("ffnn", "ffnn_relu", "rnn", "rnn_relu", "lstm", "lstm_relu")
@@ -137,13 +137,6 @@ class LanguageModelConfig(TrainingConfig):
                 self.max_eval_tokens, "null or >= 1")
         require(0 < self.val_fraction and 0 < self.test_fraction and self.val_fraction + self.test_fraction <= 0.5,
                 "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
-
-
-@keras.saving.register_keras_serializable(package="seqapps")
-def per_token_training_loss(y_true: Any, y_pred: Any) -> Any:
-    """The loss of a model whose output already is the per-token loss (``BatchNCE`` with targets)."""
-    del y_true
-    return y_pred
 
 
 @keras.saving.register_keras_serializable(package="seqapps")

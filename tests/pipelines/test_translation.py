@@ -1,8 +1,19 @@
 """Tests of the translation pipeline: its lexical baseline, a tiny end-to-end run and bad input."""
 import collections
+import json
 import random
+import subprocess
+import sys
+import textwrap
 
+import numpy as np
+import pytest
+
+from pipelines import translation
 from pipelines.translation import NULL, LexicalTranslator
+from seqapps import runner
+from seqapps.config import resolve_config
+from tests.pipelines.cli_runner import assert_rejected_in_one_line
 
 
 def _ibm1_reference(sources, targets, iterations):
@@ -39,3 +50,84 @@ def test_ibm1_matches_the_nested_loop_reference_on_random_pairs():
     sources = [[f"s{rng.randrange(12)}" for _ in range(rng.randint(1, 6))] for _ in range(60)]
     targets = [[f"t{rng.randrange(15)}" for _ in range(rng.randint(1, 6))] for _ in range(60)]
     assert LexicalTranslator.fit(sources, targets, iterations=4).table == _ibm1_reference(sources, targets, 4)
+
+
+# --- the pipeline, end to end on the tiny preset (num2words pairs: no apt step) -------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_export(tmp_path_factory):
+    """Runs the tiny preset once: a 32-unit BiLSTM/attention model on 600 number phrases."""
+    return runner.run("translation", "tiny", out=tmp_path_factory.mktemp("exports"))
+
+
+def test_tiny_run_reports_bleu_and_chrf_for_greedy_beam_and_the_lexical_baseline(tiny_export):
+    metrics, baseline = tiny_export["metrics"], tiny_export["baseline"]["lexical_ibm1"]
+    for name in ("greedy_bleu", "greedy_chrf", "beam_bleu", "beam_chrf"):
+        assert 0 <= metrics[name] <= 100
+    assert metrics["signature/greedy_bleu"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp")
+    assert 0 <= baseline["bleu"] <= 100 and baseline["chrf"] > 20  # number words map one to one often
+    assert 1 < metrics["ppl_full"] < tiny_export["data"]["target_vocabulary"] * 2
+    assert len(metrics["samples/translations"]) == 5
+    assert tiny_export["data"]["source"] == "num2words en-es"
+
+
+def test_export_translates_in_a_tensorflow_only_process(tiny_export):
+    script = textwrap.dedent(f"""
+        import json, sys
+        import numpy as np
+        import tensorflow as tf
+        loaded = tf.saved_model.load({tiny_export["export"]!r})
+        texts = tf.constant(["three hundred and five", "", "   ", "zzz unknown words", "one " * 250_000])
+        out = {{name: {{k: v.numpy().tolist() if v.dtype != tf.string else
+                        np.vectorize(lambda b: b.decode())(v.numpy()).tolist() for k, v in
+                        loaded.signatures[name](text=texts).items()}} for name in ("serving_default", "beam", "align")}}
+        out["imported"] = sorted(m for m in ("keras", "seqapps", "pipelines") if m in sys.modules)
+        print(json.dumps(out))
+    """)
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    answer = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert answer["imported"] == []
+    greedy, beam, align = answer["serving_default"], answer["beam"], answer["align"]
+    assert len(greedy["translation"]) == 5 and greedy["translation"][1:3] == ["", ""]
+    assert greedy["score"][1:3] == [0.0, 0.0] and all(-50 < s <= 0 for s in greedy["score"])
+    assert np.array(beam["translations"]).shape == (5, 2) and np.array(beam["scores"]).shape == (5, 2)
+    assert all(row[0] >= row[1] for row in beam["scores"])  # best first
+    assert align["translation"] == greedy["translation"]
+    attention = np.array(align["attention"])
+    assert attention.shape == (5, len(align["target_tokens"][0]), len(align["source_tokens"][0]))
+    assert align["source_tokens"][0][:4] == ["three", "hundred", "and", "five"]
+    assert len([t for t in align["source_tokens"][4] if t]) == 30  # a 1 MB text is cut to max_length words
+    # Rows of real target words sum to 1 over the source words (softmax), padding rows to 0.
+    words = np.array([[t != "" for t in row] for row in align["target_tokens"]])
+    np.testing.assert_allclose(attention.sum(-1)[words], 1.0, atol=1e-5)
+    assert np.all(attention.sum(-1)[~words] == 0)
+
+
+@pytest.mark.parametrize("content, extra, message", [
+    (b"one\tuno\ntwo\n", (), "line 2: no target text; expected source<TAB>target"),
+    (b"one\tuno\ndos\xe9\tdos\n", (), "line 2: byte 0xe9 is not UTF-8"),
+    (b"one two three four\tuno\n" * 40, ("--set", "max_length=3", "--set", "too_long=error"),
+     "line 1: a pair of 4 and 1 tokens is longer than max_length=3"),
+])
+def test_bad_pair_files_are_one_line_errors(capsys, tmp_path, content, extra, message):
+    path = tmp_path / "pairs.tsv"
+    path.write_bytes(content)
+    assert_rejected_in_one_line(capsys, tmp_path / "out", "translation", ["--data", str(path), *extra], message)
+
+
+def test_user_pairs_keep_the_exported_vocabularies_and_map_new_words_to_unknown(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    path.write_text("".join(f"word{i} one\tpalabra{i} uno\n" for i in range(60)) + "\n", encoding="utf-8")
+    pipeline = translation.Translation()
+    config = resolve_config(translation.TranslationConfig, "tiny", overrides=["split_by=pair", "too_long=truncate"])
+    state = {"source_vocabulary": ["<unk>", "</s>", "<s>", "one"], "target_vocabulary": ["<unk>", "</s>", "<s>", "uno"],
+             "max_length": 30, "max_decode_length": 20, "beam_size": 2, "length_penalty": 0.6, "replace_unknown": True}
+    data = pipeline.load_data(config, str(path), state=state)
+    assert data.state is state and data.report["counts"]["blank_lines"] == 1
+    inputs, _, weights = next(iter(data.train.batch(1)))
+    assert inputs["source"].numpy()[0, :3].tolist() == [0, 3, translation.END_ID]  # "wordN" is unknown
+    assert inputs["target_in"].numpy()[0, :3].tolist() == [translation.START_ID, 0, 3]
+    assert inputs["target_out"].numpy()[0, :3].tolist() == [0, 3, translation.END_ID]
+    assert weights.numpy()[0, :4].tolist() == [1, 1, 1, 0]
