@@ -56,12 +56,11 @@ from seqapps.data import pairs as pair_data
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.export import Limits, Signature
-from seqapps.layers import decoding
+from seqapps.layers.attention_decoder import CELLS, AttentionDecoder, WordGenerator
 from seqapps.layers.batch_nce import BatchNCE, per_token_training_loss, unigram_distribution
 from seqapps.pipeline import Pipeline, Splits, register_pipeline
 
 CORPORA = ("bible", "numbers")
-CELLS = {"lstm": keras.layers.LSTM, "gru": keras.layers.GRU}
 ATTENTIONS = ("bahdanau", "luong")
 OUTPUTS = ("softmax", "bnce")
 END = text_data.END_OF_SENTENCE
@@ -362,20 +361,15 @@ class Translation(Pipeline):
                 rnn(config.units // 2, return_sequences=True, return_state=last), name=f"encoder_{i + 1}",
             )(hidden, mask=source_mask)
             hidden = outputs[0] if last else outputs
+        memory = keras.layers.Identity(name="memory")(hidden)
         states = outputs[1:]  # forward states, then backward states
         per_direction = len(states) // 2
         initial_state = [keras.layers.Dense(config.units, activation="tanh", name=f"bridge_{k}")(
             keras.layers.Concatenate(name=f"final_state_{k}")([states[k], states[per_direction + k]]))
             for k in range(per_direction)]
-        embedded = keras.layers.Embedding(target_size, config.embedding_dim, name="target_embedding")(target_in)
-        embedded = keras.layers.Dropout(config.dropout, name="target_dropout")(embedded)
-        decoded = rnn(config.units, return_sequences=True, name="decoder")(embedded, initial_state=initial_state)
-        attention = (keras.layers.AdditiveAttention(name="attention") if config.attention == "bahdanau"
-                     else keras.layers.Attention(use_scale=True, name="attention"))
-        context = attention([decoded, hidden], mask=[None, source_mask])
-        attended = keras.layers.Dense(config.units, activation="tanh", name="attentional")(
-            keras.layers.Concatenate(name="decoder_and_context")([decoded, context]))
-        attended = keras.layers.Dropout(config.dropout, name="attentional_dropout")(attended)
+        decoder = AttentionDecoder(target_size, config.embedding_dim, config.units, cell=config.cell,
+                                   attention=config.attention, dropout=config.dropout, name="decoder")
+        attended = decoder({"ids": target_in, "memory": memory, "memory_mask": source_mask, "state": initial_state})
         output = BatchNCE(target_size, loss=config.output, log_z=config.log_z, extra_noise=config.extra_noise,
                           seed=config.seed, name="output")
         per_token = output([attended, target_out])
@@ -442,9 +436,8 @@ def _bleu_chrf(references: list[str], hypotheses: list[str], prefix: str) -> dic
 class Translator(tf.Module):
     """The trained model as in-graph translation functions: strings in, strings out.
 
-    It reuses the Keras model's layers: the encoder on the source words, then the decoder cell, the
-    attention and the output layer one step at a time under ``seqapps.layers.decoding``. The
-    vocabularies are asset files read by ``tf.lookup`` tables.
+    The encoder is the Keras model's source side; decoding runs its ``AttentionDecoder`` and output layer
+    through ``WordGenerator``. The vocabularies are asset files read by ``tf.lookup`` tables.
 
     Args:
         model: the training model of ``Translation.build_model``.
@@ -454,124 +447,75 @@ class Translator(tf.Module):
     def __init__(self, model: keras.Model, state: dict[str, Any]) -> None:
         super().__init__(name="translator")
         self.model = model
-        self.source_lookup, self.target_lookup = (
+        self.source_lookup, target_lookup = (
             text_data.Vocabulary(state[key], [0] * len(state[key])).lookup(name=key)
             for key in ("source_vocabulary", "target_vocabulary"))
         self.max_length = int(state["max_length"])
         self.max_decode_length = int(state["max_decode_length"])
-        self.beam_size = int(state["beam_size"])
-        self.length_penalty = float(state["length_penalty"])
         self.replace_unknown = bool(state["replace_unknown"])
-        encoders = sorted((layer for layer in model.layers if layer.name.startswith("encoder_")),
-                          key=lambda layer: int(layer.name.rpartition("_")[2]))
         bridges = sorted((layer for layer in model.layers if layer.name.startswith("bridge_")),
                          key=lambda layer: int(layer.name.rpartition("_")[2]))
-        self.encoder = keras.Model(model.input["source"], [encoders[-1].output[0], model.get_layer("source_mask").output,
+        self.encoder = keras.Model(model.input["source"], [model.get_layer("memory").output,
+                                                           model.get_layer("source_mask").output,
                                                            *(layer.output for layer in bridges)])
-        self.target_embedding = model.get_layer("target_embedding")
-        self.decoder = model.get_layer("decoder")
-        self.attention = model.get_layer("attention")
-        self.concatenate = model.get_layer("decoder_and_context")
-        self.attentional = model.get_layer("attentional")
-        self.output = model.get_layer("output")
-
-    # --- pieces -----------------------------------------------------------------------------
+        self.generator = WordGenerator(model.get_layer("decoder"), model.get_layer("output"), target_lookup,
+                                       TOKENIZER, START_ID, END_ID, int(state["beam_size"]),
+                                       float(state["length_penalty"]))
 
     def _encode(self, text: tf.Tensor) -> dict[str, Any]:
-        """Tokens (cut to ``max_length``), their ids padded with ``END_ID`` (one pad column at least) and the
-        encoder's memory, mask and initial decoder state."""
+        """Source words (cut to ``max_length``; ``""`` pads), their count, and the decoder's start state.
+
+        The ids get one ``END_ID`` pad column more than the words, so an all-empty batch still has one
+        (masked) position to attend to.
+        """
         tokens = TOKENIZER.tf_tokenize(tf.reshape(text, [-1]))[:, : self.max_length]
         ids = self.source_lookup.ids(tokens).to_tensor(default_value=END_ID)
         ids = tf.pad(ids, [[0, 0], [0, 1]], constant_values=END_ID)
         memory, mask, *rnn_state = self.encoder(ids, training=False)
-        return {"tokens": tokens.to_tensor(default_value=""), "lengths": tf.cast(tokens.row_lengths(), tf.int32),
-                "state": (list(rnn_state), memory, mask)}
-
-    def _step(self, ids: tf.Tensor, state: tuple, step: tf.Tensor) -> tuple[tf.Tensor, tuple]:
-        """One decoder step: ``decoding``'s step function (the output's log-probabilities are its logits)."""
-        rnn_state, memory, mask = state
-        output, rnn_state = self.cell(self.target_embedding(ids), list(rnn_state), training=False)
-        context = self.attention([output[:, None, :], memory], mask=[None, mask])
-        hidden = self.attentional(self.concatenate([output[:, None, :], context]))
-        return self.output(hidden)[:, 0, :], (list(rnn_state), memory, mask)
-
-    @property
-    def cell(self) -> keras.layers.Layer:
-        """The decoder's recurrent cell."""
-        return self.decoder.cell
+        words = tf.pad(tokens.to_tensor(default_value=""), [[0, 0], [0, 1]], constant_values="")
+        return {"words": words, "lengths": tf.cast(tokens.row_lengths(), tf.int32),
+                "state": {"rnn": list(rnn_state), "memory": memory, "memory_mask": mask}}
 
     def _limit(self, lengths: tf.Tensor) -> tf.Tensor:
         """Decode at most twice the longest source plus 10 words, and never over ``max_decode_length``."""
         return tf.minimum(self.max_decode_length, 2 * tf.reduce_max(tf.concat([lengths, [0]], 0)) + 10)
 
-    def _attention(self, encoded: dict[str, Any], ids: tf.Tensor) -> tf.Tensor:
-        """Teacher-forced attention weights ``[n, T, S]`` of the decoder reading ``<s> ids[:-1]``."""
-        rnn_state, memory, mask = encoded["state"]
-        given = tf.concat([tf.fill([tf.shape(ids)[0], 1], START_ID), ids[:, :-1]], axis=1)
-        decoded = self.decoder(self.target_embedding(given), initial_state=list(rnn_state), training=False)
-        _, weights = self.attention([decoded, memory], mask=[None, mask], return_attention_scores=True)
-        return weights
-
-    def _words(self, encoded: dict[str, Any], ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """Output words of ``ids [n, T]`` before the first end token, ``<unk>`` replaced by the most
-        attended source word when configured; returns ``(words padded with "", keep mask, attention)``."""
-        keep = tf.cumsum(tf.cast(ids == END_ID, tf.int32), axis=1, exclusive=True) == 0
-        keep &= ids != END_ID
-        words = self.target_lookup.tokens(ids)
-        weights = self._attention(encoded, ids)
+    def _words(self, source: dict[str, Any], ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Output words (``""`` after the end, and for an empty source) with ``<unk>`` replaced by the most
+        attended source word when configured (Luong et al. 2015), and the attention weights."""
+        weights = self.generator.attention(source["state"], ids)
+        words = self.generator.words(ids)
         if self.replace_unknown:
-            source_words = tf.pad(encoded["tokens"], [[0, 0], [0, 1]], constant_values="")
-            attended = tf.gather(source_words, tf.argmax(weights, axis=-1, output_type=tf.int32), batch_dims=1)
-            words = tf.where((ids == 0) & (attended != ""), attended, words)
-        return tf.where(keep, words, ""), keep, weights
-
-    @staticmethod
-    def _join(words: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
-        return TOKENIZER.tf_join(tf.ragged.boolean_mask(words, keep))
-
-    # --- signatures ---------------------------------------------------------------------------
+            attended = tf.gather(source["words"], tf.argmax(weights, axis=-1, output_type=tf.int32), batch_dims=1)
+            words = tf.where((ids == 0) & (attended != "") & (words != ""), attended, words)
+        return tf.where(source["lengths"][:, None] > 0, words, ""), weights
 
     def greedy(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         """``text [batch]`` -> ``translation [batch]`` and ``score``: the log-probability per output token."""
-        encoded = self._encode(inputs["text"])
-        batch = tf.shape(encoded["lengths"])[0]
-        ids, log_probs = decoding.greedy_search(self._step, tf.fill([batch], START_ID), encoded["state"],
-                                                self._limit(encoded["lengths"]), END_ID)
-        words, keep, _ = self._words(encoded, ids)
-        length = tf.minimum(tf.reduce_sum(tf.cast(keep, tf.int32), axis=1) + 1, tf.shape(ids)[1])
-        empty = encoded["lengths"] == 0
-        return {"translation": tf.where(empty, "", self._join(words, keep)),
-                "score": tf.where(empty, 0.0, log_probs / tf.cast(length, tf.float32))}
+        source = self._encode(inputs["text"])
+        ids, log_probs, lengths = self.generator.greedy(source["state"], self._limit(source["lengths"]))
+        words, _ = self._words(source, ids)
+        score = tf.where(source["lengths"] > 0, log_probs / tf.cast(lengths, tf.float32), 0.0)
+        return {"translation": self.generator.text(words), "score": score}
 
     def beam(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         """``text [batch]`` -> ``translations [batch, beam_size]`` (best first) and their beam ``scores``."""
-        encoded = self._encode(inputs["text"])
-        batch = tf.shape(encoded["lengths"])[0]
-        ids, scores = decoding.beam_search(self._step, tf.fill([batch], START_ID), encoded["state"], self.beam_size,
-                                           self._limit(encoded["lengths"]), END_ID, self.length_penalty)
-        flat_ids = tf.reshape(ids, [batch * self.beam_size, -1])
-        repeat = lambda tensor: tf.repeat(tensor, self.beam_size, axis=0)  # noqa: E731
-        tiled = {"tokens": repeat(encoded["tokens"]), "lengths": repeat(encoded["lengths"]),
-                 "state": tf.nest.map_structure(repeat, encoded["state"])}
-        words, keep, _ = self._words(tiled, flat_ids)
-        texts = tf.reshape(self._join(words, keep), [batch, self.beam_size])
-        empty = encoded["lengths"][:, None] == 0
-        return {"translations": tf.where(empty, "", texts), "scores": tf.where(empty, 0.0, scores)}
+        source = self._encode(inputs["text"])
+        ids, scores = self.generator.beam(source["state"], self._limit(source["lengths"]))
+        words, _ = self._words(self.generator.repeat(source), ids)
+        texts = tf.reshape(self.generator.text(words), tf.shape(scores))
+        return {"translations": texts, "scores": tf.where(source["lengths"][:, None] > 0, scores, 0.0)}
 
     def align(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         """``text [batch]`` -> the greedy ``translation``, ``source_tokens [batch, S]``, ``target_tokens
         [batch, T]`` (padded with "") and ``attention [batch, T, S]`` (zero outside the tokens)."""
-        encoded = self._encode(inputs["text"])
-        batch = tf.shape(encoded["lengths"])[0]
-        ids, _ = decoding.greedy_search(self._step, tf.fill([batch], START_ID), encoded["state"],
-                                        self._limit(encoded["lengths"]), END_ID)
-        words, keep, weights = self._words(encoded, ids)
-        keep &= encoded["lengths"][:, None] > 0  # an empty text has an empty translation
-        width = tf.shape(encoded["tokens"])[1]
-        source_keep = tf.sequence_mask(encoded["lengths"], width)
-        attention = weights[:, :, :width] * tf.cast(keep[:, :, None] & source_keep[:, None, :], weights.dtype)
-        return {"translation": self._join(words, keep), "source_tokens": encoded["tokens"],
-                "target_tokens": tf.where(keep, words, ""), "attention": attention}
+        source = self._encode(inputs["text"])
+        ids, _, _ = self.generator.greedy(source["state"], self._limit(source["lengths"]))
+        words, weights = self._words(source, ids)
+        source_words = source["words"][:, :-1]
+        real = tf.cast((words != "")[:, :, None] & (source_words != "")[:, None, :], weights.dtype)
+        return {"translation": self.generator.text(words), "source_tokens": source_words, "target_tokens": words,
+                "attention": weights[:, :, :-1] * real}
 
     def translate_texts(self, texts: Sequence[str], beam: bool = False, batch_size: int = 64) -> list[str]:
         """Translates Python strings (greedy, or the best beam) in batches, for evaluation."""
