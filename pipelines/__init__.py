@@ -17,3 +17,5 @@ REGISTRY.declare("hrnn_char_lm", "pipelines.hrnn_char_lm:HRNNCharLM",
                  "character-level language model, HRNN upper level ticking at word ends (bits per character)")
 REGISTRY.declare("translation", "pipelines.translation:Translation",
                  "English-Spanish sentence translation: BiLSTM/GRU encoder, attention decoder, greedy and beam search")
+REGISTRY.declare("image_captioning", "pipelines.image_captioning:ImageCaptioning",
+                 "image captioning: CNN encoder, LSTM/GRU decoder attending over the feature map, from image bytes")
