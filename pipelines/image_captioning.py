@@ -44,8 +44,9 @@ from seqapps.data import text as text_data
 from seqapps.errors import ConfigError, DataError
 from seqapps.export import Limits, Signature
 from seqapps.layers.attention_decoder import ATTENTIONS, CELLS, AttentionDecoder, WordGenerator
-from seqapps.layers.batch_nce import BatchNCE, per_token_training_loss, unigram_distribution
-from seqapps.pipeline import Pipeline, Splits, register_pipeline
+from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
+from seqapps.losses import per_token_training_loss
+from seqapps.pipeline import Pipeline, Splits
 
 OUTPUTS = ("softmax", "bnce")
 END = text_data.END_OF_SENTENCE
@@ -199,7 +200,6 @@ def nearest_neighbour(train_features: np.ndarray, train_captions: Sequence[Seque
     return [train_captions[i][0] for i in index.kneighbors(features, return_distance=False)[:, 0]]
 
 
-@register_pipeline("image_captioning")
 class ImageCaptioning(Pipeline):
     """CNN encoder + attending LSTM/GRU decoder, from image bytes to a caption."""
 
@@ -333,6 +333,7 @@ class ImageCaptioning(Pipeline):
 
     def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
         captioner = Captioner(model, data.state)
+        model.caption_vocabulary = captioner.generator.lookup  # tracked, so the export saves its asset file
         inputs = {"image_bytes": tf.TensorSpec([None], tf.string, name="image_bytes")}
         first = data.arrays["parts"]["test"].images[0]
         example = {"image_bytes": np.array([image_data.read_image_bytes(first)], dtype=object)}
@@ -340,9 +341,18 @@ class ImageCaptioning(Pipeline):
                 "beam": Signature(inputs=inputs, example=example, run=captioner.beam),
                 "attention": Signature(inputs=inputs, example=example, run=captioner.attention)}
 
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
+        """``seqapps predict EXPORT photo.jpg ...``: each INPUT is an image file."""
+        return {"image_bytes": np.array([image_data.read_image_bytes(path) for path in inputs], dtype=object)}
+
+    def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
+                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+        found = [text.decode("utf-8", "replace") for text in outputs["caption"]]
+        return "\n".join(found), {"captions": found, "scores": [round(float(s), 4) for s in outputs["score"]]}
+
     def limits(self, config: CaptioningConfig, data: Splits) -> Limits:
-        return Limits(max_batch_size=256, max_image_bytes=image_data.MAX_IMAGE_BYTES,
-                      max_generated_length=config.max_caption_length)
+        return Limits(max_batch_size=256, max_string_bytes=image_data.MAX_IMAGE_BYTES,
+                      max_image_pixels=image_data.MAX_IMAGE_PIXELS, max_generated_length=config.max_caption_length)
 
 
 def _scores(references: list[list[str]], hypotheses: list[str], truths: dict[str, scenes.Scene] | None,
@@ -369,7 +379,6 @@ class Captioner(tf.Module):
 
     def __init__(self, model: keras.Model, state: dict[str, Any]) -> None:
         super().__init__(name="captioner")
-        self.model = model
         self.image_size = int(state["image_size"])
         self.max_length = int(state["max_caption_length"])
         lookup = text_data.Vocabulary(state["vocabulary"], [0] * len(state["vocabulary"])).lookup(name="vocabulary")

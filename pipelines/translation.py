@@ -57,8 +57,9 @@ from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.export import Limits, Signature
 from seqapps.layers.attention_decoder import CELLS, AttentionDecoder, WordGenerator
-from seqapps.layers.batch_nce import BatchNCE, per_token_training_loss, unigram_distribution
-from seqapps.pipeline import Pipeline, Splits, register_pipeline
+from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
+from seqapps.losses import per_token_training_loss
+from seqapps.pipeline import Pipeline, Splits
 
 CORPORA = ("bible", "numbers")
 ATTENTIONS = ("bahdanau", "luong")
@@ -301,7 +302,6 @@ class LexicalTranslator:
         return [self.table.get(token, token) for token in tokens]
 
 
-@register_pipeline("translation")
 class Translation(Pipeline):
     """RNN encoder-decoder with attention; greedy and beam search in the export."""
 
@@ -411,6 +411,7 @@ class Translation(Pipeline):
 
     def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
         translator = Translator(model, data.state)
+        model.translation_vocabularies = [translator.source_lookup, translator.generator.lookup]  # saved as assets
         text = {"text": tf.TensorSpec([None], tf.string, name="text")}
         example = {"text": np.array(["In the beginning God created the heavens and the earth.", ""], dtype=object)}
         return {
@@ -420,8 +421,14 @@ class Translation(Pipeline):
         }
 
     def limits(self, config: TranslationConfig, data: Splits) -> Limits:
-        return Limits(max_string_bytes=100_000, max_generated_length=config.max_decode_length,
+        return Limits(max_batch_size=256, max_string_bytes=100_000, max_generated_length=config.max_decode_length,
                       max_sequence_length=config.max_length)
+
+    def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
+                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+        translations = [text.decode("utf-8", "replace") for text in outputs["translation"]]
+        scores = [round(float(score), 4) for score in outputs["score"]]
+        return "\n".join(translations), {"translations": translations, "scores": scores}
 
 
 def _bleu_chrf(references: list[str], hypotheses: list[str], prefix: str) -> dict[str, Any]:
@@ -446,7 +453,6 @@ class Translator(tf.Module):
 
     def __init__(self, model: keras.Model, state: dict[str, Any]) -> None:
         super().__init__(name="translator")
-        self.model = model
         self.source_lookup, target_lookup = (
             text_data.Vocabulary(state[key], [0] * len(state[key])).lookup(name=key)
             for key in ("source_vocabulary", "target_vocabulary"))

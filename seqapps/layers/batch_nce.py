@@ -570,13 +570,3 @@ class BatchNCE(keras.layers.Layer):
             }
         )
         return config
-
-
-@keras.saving.register_keras_serializable(package="seqapps")
-def per_token_training_loss(y_true: Any, y_pred: Any) -> Any:
-    """The loss of a model whose output already is the per-token loss (``BatchNCE`` with targets).
-
-    Registered here, in the library, so that a saved model compiled with it loads after ``import seqapps``.
-    """
-    del y_true
-    return y_pred
