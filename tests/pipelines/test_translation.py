@@ -1,10 +1,6 @@
 """Tests of the translation pipeline: its lexical baseline, a tiny end-to-end run and bad input."""
 import collections
-import json
 import random
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -13,6 +9,7 @@ from pipelines import translation
 from pipelines.translation import NULL, LexicalTranslator
 from seqapps import runner
 from seqapps.config import resolve_config
+from tests.export_harness import call_in_tensorflow_only_process, decoded
 from tests.pipelines.cli_runner import assert_rejected_in_one_line
 
 
@@ -61,6 +58,7 @@ def tiny_export(tmp_path_factory):
     return runner.run("translation", "tiny", out=tmp_path_factory.mktemp("exports"))
 
 
+@pytest.mark.large
 def test_tiny_run_reports_bleu_and_chrf_for_greedy_beam_and_the_lexical_baseline(tiny_export):
     metrics, baseline = tiny_export["metrics"], tiny_export["baseline"]["lexical_ibm1"]
     for name in ("greedy_bleu", "greedy_chrf", "beam_bleu", "beam_chrf"):
@@ -72,37 +70,33 @@ def test_tiny_run_reports_bleu_and_chrf_for_greedy_beam_and_the_lexical_baseline
     assert tiny_export["data"]["source"] == "num2words en-es"
 
 
-def test_export_translates_in_a_tensorflow_only_process(tiny_export):
-    script = textwrap.dedent(f"""
-        import json, sys
-        import numpy as np
-        import tensorflow as tf
-        loaded = tf.saved_model.load({tiny_export["export"]!r})
-        texts = tf.constant(["three hundred and five", "", "   ", "zzz unknown words", "one " * 250_000])
-        out = {{name: {{k: v.numpy().tolist() if v.dtype != tf.string else
-                        np.vectorize(lambda b: b.decode())(v.numpy()).tolist() for k, v in
-                        loaded.signatures[name](text=texts).items()}} for name in ("serving_default", "beam", "align")}}
-        out["imported"] = sorted(m for m in ("keras", "seqapps", "pipelines") if m in sys.modules)
-        print(json.dumps(out))
-    """)
-    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    answer = json.loads(completed.stdout.strip().splitlines()[-1])
+@pytest.mark.large
+def test_export_translates_empty_long_and_unknown_text_in_a_tensorflow_only_process(tiny_export):
+    texts = np.array(["three hundred and five", "", "   ", "zzz unknown words", "one " * 250_000], dtype=object)
+    answer = call_in_tensorflow_only_process(tiny_export["export"], [
+        (name, {"text": texts}) for name in ("serving_default", "beam", "align")])
     assert answer["imported"] == []
-    greedy, beam, align = answer["serving_default"], answer["beam"], answer["align"]
-    assert len(greedy["translation"]) == 5 and greedy["translation"][1:3] == ["", ""]
-    assert greedy["score"][1:3] == [0.0, 0.0] and all(-50 < s <= 0 for s in greedy["score"])
-    assert np.array(beam["translations"]).shape == (5, 2) and np.array(beam["scores"]).shape == (5, 2)
-    assert all(row[0] >= row[1] for row in beam["scores"])  # best first
-    assert align["translation"] == greedy["translation"]
-    attention = np.array(align["attention"])
-    assert attention.shape == (5, len(align["target_tokens"][0]), len(align["source_tokens"][0]))
-    assert align["source_tokens"][0][:4] == ["three", "hundred", "and", "five"]
-    assert len([t for t in align["source_tokens"][4] if t]) == 30  # a 1 MB text is cut to max_length words
-    # Rows of real target words sum to 1 over the source words (softmax), padding rows to 0.
-    words = np.array([[t != "" for t in row] for row in align["target_tokens"]])
+    greedy, beam, align = answer["outputs"]
+    translations = decoded(greedy["translation"])
+    assert len(translations) == 5 and translations[1:3] == ["", ""]  # an empty text translates to ""
+    assert greedy["score"][1:3].tolist() == [0.0, 0.0] and np.all((greedy["score"] > -50) & (greedy["score"] <= 0))
+    assert beam["translations"].shape == (5, 2) and beam["scores"].shape == (5, 2)
+    assert np.all(beam["scores"][:, 0] >= beam["scores"][:, 1])  # best first
+    assert decoded(align["translation"]) == translations
+    source, target, attention = decoded(align["source_tokens"]), decoded(align["target_tokens"]), align["attention"]
+    assert attention.shape == (5, len(target[0]), len(source[0]))
+    assert source[0][:4] == ["three", "hundred", "and", "five"]
+    assert sum(1 for token in source[4] if token) == 30  # a 1 MB text is cut to max_length words
+    # Rows of real target words sum to 1 over the real source words (a softmax), padding rows to 0.
+    words = np.array([[token != "" for token in row] for row in target])
     np.testing.assert_allclose(attention.sum(-1)[words], 1.0, atol=1e-5)
     assert np.all(attention.sum(-1)[~words] == 0)
+
+
+@pytest.mark.large
+def test_predict_prints_one_translation_per_text(tiny_export):
+    text, value = runner.predict(tiny_export["export"], ["three hundred", "twelve"])
+    assert len(value["translations"]) == 2 and text == "\n".join(value["translations"])
 
 
 @pytest.mark.parametrize("content, extra, message", [
