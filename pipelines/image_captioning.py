@@ -284,12 +284,11 @@ class ImageCaptioning(Pipeline):
         features = keras.layers.Reshape((-1, grid.shape[-1]), name="grid")(grid)
         memory = keras.layers.Dense(config.units, name="memory")(features)
         pooled = keras.layers.GlobalAveragePooling1D(name="pooled")(features)
-        mask = keras.layers.Lambda(lambda m: keras.ops.ones(keras.ops.shape(m)[:2], "bool"), name="memory_mask")(memory)
         initial_state = [keras.layers.Dense(config.units, activation="tanh", name=f"init_{k}")(pooled)
                          for k in range(2 if config.cell == "lstm" else 1)]
         decoder = AttentionDecoder(vocab_size, config.embedding_dim, config.units, cell=config.cell,
                                    attention=config.attention, dropout=config.dropout, name="decoder")
-        hidden = decoder({"ids": target_in, "memory": memory, "memory_mask": mask, "state": initial_state})
+        hidden = decoder({"ids": target_in, "memory": memory, "state": initial_state})
         output = BatchNCE(vocab_size, loss=config.output, log_z=config.log_z, extra_noise=config.extra_noise,
                           seed=config.seed, name="output")
         per_token = output([hidden, target_out])
@@ -385,15 +384,14 @@ class Captioner(tf.Module):
         initial = sorted((layer for layer in model.layers if layer.name.startswith("init_")),
                          key=lambda layer: layer.name)
         self.encoder = keras.Model(model.input["image"], [model.get_layer("memory").output,
-                                                          model.get_layer("memory_mask").output,
                                                           model.get_layer("pooled").output,
                                                           *(layer.output for layer in initial)])
         self.generator = WordGenerator(model.get_layer("decoder"), model.get_layer("output"), lookup, TOKENIZER,
                                        START_ID, END_ID, int(state["beam_size"]), float(state["length_penalty"]))
 
     def _state(self, pixels: tf.Tensor) -> dict[str, Any]:
-        memory, mask, _, *rnn_state = self.encoder(pixels, training=False)
-        return {"rnn": list(rnn_state), "memory": memory, "memory_mask": mask}
+        memory, _, *rnn_state = self.encoder(pixels, training=False)
+        return {"rnn": list(rnn_state), "memory": memory}
 
     def _pixels(self, image_bytes: tf.Tensor) -> tf.Tensor:
         return image_data.decode_images(tf.reshape(image_bytes, [-1]), self.image_size, self.image_size)
@@ -427,7 +425,7 @@ class Captioner(tf.Module):
 
     def features(self, pixels: np.ndarray, batch_size: int = 256) -> np.ndarray:
         """Pooled CNN features of uint8 images, for the nearest-neighbour baseline."""
-        return np.concatenate([self.encoder(pixels[i: i + batch_size].astype("float32"), training=False)[2].numpy()
+        return np.concatenate([self.encoder(pixels[i: i + batch_size].astype("float32"), training=False)[1].numpy()
                                for i in range(0, len(pixels), batch_size)])
 
     def caption_pixels(self, pixels: np.ndarray, beam: bool = False, batch_size: int = 128) -> list[str]:

@@ -56,7 +56,7 @@ from seqapps.data import pairs as pair_data
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.export import Limits, Signature
-from seqapps.layers.attention_decoder import CELLS, AttentionDecoder, WordGenerator
+from seqapps.layers.attention_decoder import CELLS, AttentionDecoder, PaddingMask, WordGenerator
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
 from seqapps.losses import per_token_training_loss
 from seqapps.pipeline import Pipeline, Splits
@@ -352,7 +352,7 @@ class Translation(Pipeline):
         target_in = keras.Input((None,), dtype="int32", name="target_in")
         target_out = keras.Input((None,), dtype="int32", name="target_out")
         rnn = CELLS[config.cell]
-        source_mask = keras.layers.Lambda(lambda ids: keras.ops.not_equal(ids, END_ID), name="source_mask")(source)
+        source_mask = PaddingMask(END_ID, name="source_mask")(source)
         hidden = keras.layers.Embedding(source_size, config.embedding_dim, name="source_embedding")(source)
         hidden = keras.layers.Dropout(config.dropout, name="source_dropout")(hidden)
         for i in range(config.encoder_layers):

@@ -23,6 +23,43 @@ ATTENTIONS = ("bahdanau", "luong", "none")
 
 
 @keras.saving.register_keras_serializable(package="seqapps")
+class PaddingMask(keras.layers.Layer):
+    """True where ids are not the padding id: the memory mask of an encoder over padded word ids.
+
+    Args:
+        pad_id: int, the id that pads sequences.
+        **kwargs: other ``keras.layers.Layer`` arguments.
+
+    Call arguments:
+        inputs: int ids of any shape.
+
+    Returns:
+        A bool tensor of the same shape.
+
+    Example:
+    ```python
+    mask = PaddingMask(pad_id=1)(ids)  # [[5, 7, 1, 1]] -> [[True, True, False, False]]
+    ```
+    """
+
+    def __init__(self, pad_id: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pad_id = int(pad_id)
+
+    def call(self, inputs: Any) -> Any:
+        return keras.ops.not_equal(inputs, self.pad_id)
+
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
+        return tuple(input_shape)
+
+    def compute_output_spec(self, inputs: Any) -> keras.KerasTensor:
+        return keras.KerasTensor(inputs.shape, dtype="bool")
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "pad_id": self.pad_id}
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
 class AttentionDecoder(keras.layers.Layer):
     """Embedding, LSTM/GRU and attention over a memory, combined into the attentional hidden state.
 
@@ -39,8 +76,9 @@ class AttentionDecoder(keras.layers.Layer):
 
     Call arguments:
         inputs: a dict with ``"ids"`` (int ``[B, T]``, the previous words), ``"memory"`` (``[B, S, units]``),
-            ``"memory_mask"`` (bool ``[B, S]``, True for real positions) and ``"state"`` (the RNN's
-            initial state: a list of one ``[B, units]`` tensor for a GRU, two for an LSTM).
+            optionally ``"memory_mask"`` (bool ``[B, S]``, True for real positions; default all) and
+            ``"state"`` (the RNN's initial state: a list of one ``[B, units]`` tensor for a GRU, two for
+            an LSTM).
         training: bool, whether dropout is on.
         return_attention: bool, also return the attention weights ``[B, T, S]``.
         mask: ignored (the memory's Keras mask is given as ``memory_mask``).
@@ -94,12 +132,12 @@ class AttentionDecoder(keras.layers.Layer):
         else:
             self.combine.build(query_shape)
 
-    def _hidden(self, output: tf.Tensor, memory: tf.Tensor, memory_mask: tf.Tensor, training: bool | None,
-                return_attention: bool) -> tuple[tf.Tensor, tf.Tensor | None]:
+    def _hidden(self, output: tf.Tensor, memory: tf.Tensor, memory_mask: tf.Tensor | None,
+                training: bool | None) -> tuple[tf.Tensor, tf.Tensor | None]:
         if self.attention is None:
             return self.hidden_dropout(self.combine(output), training=training), None
-        context, weights = self.attention([output, memory], mask=[None, memory_mask], return_attention_scores=True,
-                                          training=training)
+        context, weights = self.attention([output, memory], mask=None if memory_mask is None else [None, memory_mask],
+                                          return_attention_scores=True, training=training)
         hidden = self.combine(keras.ops.concatenate([output, context], axis=-1))
         return self.hidden_dropout(hidden, training=training), weights
 
@@ -108,11 +146,10 @@ class AttentionDecoder(keras.layers.Layer):
         del mask  # Keras masks of the inputs are not used: ``memory_mask`` says which positions are real
         embedded = self.embedding_dropout(self.embedding(inputs["ids"]), training=training)
         output = self.rnn(embedded, initial_state=list(inputs["state"]), training=training)
-        hidden, weights = self._hidden(output, inputs["memory"], inputs["memory_mask"], training, return_attention)
+        hidden, weights = self._hidden(output, inputs["memory"], inputs.get("memory_mask"), training)
         if return_attention:
             if weights is None:  # no attention: zero weights of the memory's shape
-                weights = keras.ops.zeros_like(output[..., :1]) * keras.ops.cast(
-                    inputs["memory_mask"], output.dtype)[:, None, :]
+                weights = keras.ops.zeros_like(output[..., :1]) * keras.ops.zeros_like(inputs["memory"][..., 0])[:, None]
             return hidden, weights
         return hidden
 
@@ -121,15 +158,14 @@ class AttentionDecoder(keras.layers.Layer):
 
         Args:
             ids: int ``[n]``, the previous words.
-            state: ``{"rnn": [...], "memory": [n, S, units], "memory_mask": [n, S]}``.
+            state: ``{"rnn": [...], "memory": [n, S, units]}`` and optionally ``"memory_mask": [n, S]``.
 
         Returns:
             ``(hidden [n, units], new state)`` with the same structure.
         """
         output, rnn_state = self.rnn.cell(self.embedding(ids), list(state["rnn"]), training=False)
-        hidden, _ = self._hidden(output[:, None, :], state["memory"], state["memory_mask"], False, False)
-        return hidden[:, 0, :], {"rnn": list(rnn_state), "memory": state["memory"],
-                                 "memory_mask": state["memory_mask"]}
+        hidden, _ = self._hidden(output[:, None, :], state["memory"], state.get("memory_mask"), False)
+        return hidden[:, 0, :], {**state, "rnn": list(rnn_state)}
 
     def compute_mask(self, inputs: Any, mask: Any = None) -> None:
         return None
@@ -207,8 +243,10 @@ class WordGenerator(tf.Module):
     def attention(self, state: dict[str, Any], ids: tf.Tensor) -> tf.Tensor:
         """Attention weights ``[n, T, S]`` of the decoder reading ``<start> ids[:, :-1]`` (teacher forcing)."""
         given = tf.concat([tf.fill([tf.shape(ids)[0], 1], self.start_id), ids[:, :-1]], axis=1)
-        _, weights = self.decoder({"ids": given, "memory": state["memory"], "memory_mask": state["memory_mask"],
-                                   "state": state["rnn"]}, training=False, return_attention=True)
+        inputs = {"ids": given, "memory": state["memory"], "state": state["rnn"]}
+        if "memory_mask" in state:
+            inputs["memory_mask"] = state["memory_mask"]
+        _, weights = self.decoder(inputs, training=False, return_attention=True)
         return weights
 
     def words(self, ids: tf.Tensor) -> tf.Tensor:

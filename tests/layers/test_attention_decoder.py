@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seqapps.layers.attention_decoder import AttentionDecoder
+from seqapps.layers.attention_decoder import AttentionDecoder, PaddingMask
 from tests.layers.harness import run_layer_test
 
 BATCH, STEPS, SOURCE, UNITS, VOCAB = 3, 5, 4, 8, 11
@@ -50,3 +50,17 @@ def test_bad_cell_or_attention_is_a_value_error():
         AttentionDecoder(VOCAB, 6, UNITS, cell="rnn")
     with pytest.raises(ValueError, match="`attention` must be one of"):
         AttentionDecoder(VOCAB, 6, UNITS, attention="general")
+
+
+def test_padding_mask_marks_real_ids():
+    ids = np.array([[5, 7, 1, 1], [1, 2, 3, 1]], "int32")
+    layer = run_layer_test(PaddingMask, {"pad_id": 1}, ids, expected_output_shape=(2, 4), run_training_check=False)
+    np.testing.assert_array_equal(np.asarray(layer(ids)), ids != 1)
+
+
+def test_memory_mask_is_optional():
+    decoder = AttentionDecoder(VOCAB, 6, UNITS, cell="gru")
+    inputs = _inputs("gru", seed=2)
+    full = {**inputs, "memory_mask": np.ones((BATCH, SOURCE), bool)}
+    del inputs["memory_mask"]
+    np.testing.assert_allclose(decoder(inputs).numpy(), decoder(full).numpy(), atol=1e-6)

@@ -12,7 +12,7 @@ from seqapps.losses import ScaledMeanAbsoluteError
 from tests.layers.harness import run_layer_test
 
 #: Layers whose harness run lives in their own test module (with their NumPy references).
-TESTED_ELSEWHERE = {"AttentionDecoder", "BatchNCE", "DecoupledHRNN", "CalendarFeatures", "SeasonalNaive"}
+TESTED_ELSEWHERE = {"AttentionDecoder", "PaddingMask", "BatchNCE", "DecoupledHRNN", "CalendarFeatures", "SeasonalNaive"}
 
 
 def test_every_registered_layer_is_covered():
