@@ -121,8 +121,8 @@ class TranslationConfig(TrainingConfig):
     units: int = 256
     encoder_layers: int = 1
     attention: str = "bahdanau"
-    dropout: float = 0.2
-    output: str = "softmax"
+    dropout: float = 0.1
+    output: str = "bnce"
     log_z: float = 9.0
     extra_noise: int = 0
     beam_size: int = 4
@@ -133,7 +133,7 @@ class TranslationConfig(TrainingConfig):
     jit_compile: bool = False
     batch_size: int = 64
     learning_rate: float = 2e-3
-    epochs: int = 12
+    epochs: int = 5
     early_stopping_patience: int = 3
     lr_patience: int = 1
 

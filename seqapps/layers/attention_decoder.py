@@ -18,6 +18,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from seqapps.layers import decoding
+
 CELLS = {"lstm": keras.layers.LSTM, "gru": keras.layers.GRU}
 ATTENTIONS = ("bahdanau", "luong", "none")
 
@@ -215,15 +217,11 @@ class WordGenerator(tf.Module):
             ``(ids [n, T], log_probs [n], lengths [n])``: a length counts the words and the end token
             (``T`` when no end was reached).
         """
-        from seqapps.layers import decoding  # until issue 9's decoding module is merged: keeps this import-safe
-
         ids, log_probs = decoding.greedy_search(self._step, self._start(state), state, max_length, self.end_id)
         return ids, log_probs, self.lengths(ids)
 
     def beam(self, state: dict[str, Any], max_length: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Beam search: ``(ids [n * beam_size, T], scores [n, beam_size])``, best first per row."""
-        from seqapps.layers import decoding
-
         ids, scores = decoding.beam_search(self._step, self._start(state), state, self.beam_size, max_length,
                                            self.end_id, self.length_penalty)
         return tf.reshape(ids, [-1, tf.shape(ids)[-1]]), scores
