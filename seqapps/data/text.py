@@ -5,6 +5,9 @@ Corpora (all offline, see ``/work/shared/DATA-SOURCES.md``):
 - ``kjv_bible``: the King James Bible from the SWORD module ``engKJV2006eb``
   (apt ``libsword-utils`` + ``sword-text-kjv``; public domain), read with the
   ``mod2imp`` command, markup and footnotes stripped: one verse per line.
+  ``sword_bible`` reads any installed SWORD Bible module the same way, by verse
+  key (the translation pipeline joins the World English Bible and the
+  Reina-Valera 1909 on it).
 - ``wordnet_glosses``: the glosses of WordNet 3.0 (apt ``wordnet-base``; WordNet
   3.0 licence), one gloss per line: 1.45M words, 59k distinct.
 - ``pydoc_topics``: the help topics shipped with Python (``pydoc_data``; PSF
@@ -41,15 +44,22 @@ WORDNET_DIR = "/usr/share/wordnet"
 WORDNET_PACKAGES = "wordnet-base"
 WORDNET_PARTS = ("noun", "verb", "adj", "adv")
 
-#: Punctuation (anything but ASCII letters, digits, whitespace and the apostrophe) is split off.
-PUNCTUATION = r"([^a-z0-9'\t\n\r ])"
+#: Punctuation (anything but letters, digits, whitespace and the ASCII apostrophe, in any script) is split off;
+#: the same classes in Python's ``re`` (where ``\w`` is letters, digits and ``_``) and in TensorFlow's RE2.
+PUNCTUATION = r"(_|[^\w'\t\n\r ])"
+TF_PUNCTUATION = r"([^\p{L}\p{N}'\t\n\r ])"
 UNKNOWN = "<unk>"
 LEVELS = ("char", "word")
 END_OF_SENTENCE = "</s>"
 
-_VERSE_KEY = re.compile(r"^\$\$\$.* (\d+):(\d+)$")
-_NOTE = re.compile(r"<note\b.*?</note>", re.DOTALL)
+_VERSE_KEY = re.compile(r"^\$\$\$(.*) (\d+):(\d+)$")
+#: Tags that separate words: footnotes and the added words of ``transChange`` (``...</w><transChange>y``).
+_WORD_BREAK = re.compile(r"<note\b.*?</note>|</?transChange\b[^>]*>", re.DOTALL)
+#: Front and back matter that follows a book's last verse (the WEB's glossary): cut off.
+_MATTER = re.compile(r"<div\b[^>]*\btype=\"(?:front|introduction|glossary)\".*", re.DOTALL)
 _TAG = re.compile(r"<[^>]*>")
+#: Spaces the word breaks leave inside brackets and before marks: ``( is it``, ``life )``, ``God ,``.
+_SPACE_INSIDE = re.compile(r"(?<=[(\[¿¡]) +| +(?=[.,;:!?)\]])")
 _SPACES = re.compile(r"\s+")
 
 
@@ -90,14 +100,14 @@ def _nonempty(lines: Iterable[str], source: str, licence: str) -> Corpus:
     return Corpus(kept, source, licence)
 
 
-def read_text_file(path: str | Path) -> Corpus:
-    """Reads a user's UTF-8 text file (a BOM is allowed) as non-blank lines.
+def read_utf8(path: str | Path) -> str:
+    """Reads a user's UTF-8 text file (a BOM is allowed).
 
     Args:
         path: the file.
 
     Returns:
-        The file's lines.
+        The decoded text.
 
     Raises:
         DataError: missing, empty, binary or not UTF-8 (naming the line and byte).
@@ -111,32 +121,93 @@ def read_text_file(path: str | Path) -> Corpus:
     if b"\x00" in raw[:8192]:
         raise DataError(f"{path}: binary file (NUL bytes), expected UTF-8 text")
     try:
-        text = raw.decode("utf-8-sig")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         line = raw.count(b"\n", 0, error.start) + 1
         raise DataError(f"{path}: line {line}: byte 0x{raw[error.start]:02x} is not UTF-8; the text is in an "
                         "unknown encoding, convert it first (e.g. `iconv -f latin1 -t utf-8`)") from None
-    return _nonempty(text.splitlines(), str(path), "the user's")
 
 
-def kjv_verses(imp_text: str) -> list[str]:
-    """Extracts verse texts from ``mod2imp`` output: markup, footnotes and headings removed.
+def read_text_file(path: str | Path) -> Corpus:
+    """Reads a user's UTF-8 text file (a BOM is allowed) as non-blank lines.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The file's lines.
+
+    Raises:
+        DataError: as ``read_utf8``.
+    """
+    return _nonempty(read_utf8(path).splitlines(), str(path), "the user's")
+
+
+@dataclasses.dataclass(frozen=True)
+class SwordModule:
+    """A SWORD Bible module and the Debian packages that install it.
+
+    Attributes:
+        name: the module name given to ``mod2imp``.
+        packages: the apt packages, ``libsword-utils`` included.
+        title: a readable name for reports.
+    """
+
+    name: str
+    packages: str
+    title: str
+
+
+KJV = SwordModule(KJV_MODULE, KJV_PACKAGES, "King James Bible")
+WEB = SwordModule("engWEB2015eb", "libsword-utils sword-text-web", "World English Bible")
+RV1909 = SwordModule("spaRV1909eb", "libsword-utils sword-text-sparv", "Reina-Valera 1909")
+
+
+def sword_verses(imp_text: str) -> dict[str, str]:
+    """Extracts verse texts from ``mod2imp`` output: markup, Strong's tags, footnotes, headings and back matter removed.
 
     Args:
         imp_text: the SWORD import format (``$$$Book c:v`` lines, each followed by its OSIS text).
 
     Returns:
-        One string per verse (chapter and book headings, keyed ``c:0`` or ``0:0``, are dropped).
+        ``{"Genesis 1:1": "In the beginning ...", ...}`` in module order, spaces collapsed; chapter and
+        book headings (keyed ``c:0`` or ``0:0``) and verses left empty by the markup are dropped.
     """
-    verses, keep = [], False
+    verses, key = {}, None
     for line in imp_text.splitlines():
-        key = _VERSE_KEY.match(line)
         if line.startswith("$$$"):
-            keep = key is not None and int(key.group(1)) > 0 and int(key.group(2)) > 0
+            match = _VERSE_KEY.match(line)
+            key = line[3:] if match and int(match.group(2)) > 0 and int(match.group(3)) > 0 else None
             continue
-        if keep:
-            verses.append(_TAG.sub("", _NOTE.sub("", line)).replace("\u00b6", " "))
+        if key is not None:
+            plain = _TAG.sub("", _WORD_BREAK.sub(" ", _MATTER.sub("", line))).replace("\u00b6", " ")
+            verse = _SPACE_INSIDE.sub("", _SPACES.sub(" ", plain)).strip()
+            if verse:
+                verses[key] = verse
     return verses
+
+
+def sword_bible(module: SwordModule, binary: str = "mod2imp") -> dict[str, str]:
+    """Reads an installed SWORD Bible module, one verse per key.
+
+    Args:
+        module: the module, e.g. ``KJV``, ``WEB`` or ``RV1909``.
+        binary: the ``mod2imp`` command (from ``libsword-utils``).
+
+    Returns:
+        ``sword_verses`` of the module's text.
+
+    Raises:
+        DataError: the command or the module is not installed (naming the apt packages).
+    """
+    what = f"the {module.title} (SWORD module {module.name})"
+    if shutil.which(binary) is None:
+        raise _apt_error(what, module.packages)
+    completed = subprocess.run([binary, module.name], capture_output=True, check=False)
+    text = completed.stdout.decode("utf-8", errors="replace")
+    if completed.returncode != 0 or "$$$" not in text:
+        raise _apt_error(what, module.packages)
+    return sword_verses(text)
 
 
 def kjv_bible(binary: str = "mod2imp", module: str = KJV_MODULE) -> Corpus:
@@ -152,13 +223,8 @@ def kjv_bible(binary: str = "mod2imp", module: str = KJV_MODULE) -> Corpus:
     Raises:
         DataError: the command or the module is not installed (naming the apt packages).
     """
-    if shutil.which(binary) is None:
-        raise _apt_error("the KJV Bible text", KJV_PACKAGES)
-    completed = subprocess.run([binary, module], capture_output=True, check=False)
-    text = completed.stdout.decode("utf-8", errors="replace")
-    if completed.returncode != 0 or "$$$" not in text:
-        raise _apt_error(f"the KJV Bible text (SWORD module {module})", KJV_PACKAGES)
-    return _nonempty(kjv_verses(text), f"SWORD module {module} (apt sword-text-kjv)", "public domain")
+    verses = sword_bible(dataclasses.replace(KJV, name=module), binary)
+    return _nonempty(verses.values(), f"SWORD module {module} (apt sword-text-kjv)", "public domain")
 
 
 def wordnet_glosses(root: str | Path = WORDNET_DIR) -> Corpus:
@@ -202,7 +268,7 @@ def tf_word_tokens(text: "tf.Tensor") -> "tf.RaggedTensor":
     import tensorflow as tf
 
     lowered = tf.strings.lower(text, encoding="utf-8")
-    return tf.strings.split(tf.strings.regex_replace(lowered, PUNCTUATION, r" \1 "))
+    return tf.strings.split(tf.strings.regex_replace(lowered, TF_PUNCTUATION, r" \1 "))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,10 +25,10 @@ good.<note placement="foot"><reference type="annotateRef">1.4 </reference>the li
 """
 
 
-def test_kjv_verses_strip_markup_notes_and_headings():
-    assert text.kjv_verses(IMP_SAMPLE) == [
+def test_sword_verses_strip_markup_notes_and_headings():
+    assert list(text.sword_verses(IMP_SAMPLE).values()) == [
         "In the beginning God created the earth.",
-        "  And God saw the light, that it was good.",
+        "And God saw the light, that it was good.",
     ]
 
 
@@ -96,6 +96,7 @@ def test_pydoc_topics_is_a_pip_free_english_text():
 @pytest.mark.parametrize("line", [
     "Hello, World! It's 3.5 o'clock",
     "tabs\tand  spaces \u2014 and caf\u00e9 (dashes) -- \"quotes\"",
+    "\u00bfQui\u00e9n cri\u00f3 los a\u00f1os? \u00a1Jehov\u00e1! snake_case x\u00b2 \u00c9xodo \u0394\u03b9\u03bf\u03c2",
     "",
 ])
 def test_word_tokens_match_the_in_graph_tokeniser(line):
@@ -105,6 +106,7 @@ def test_word_tokens_match_the_in_graph_tokeniser(line):
 
 def test_word_tokens_split_punctuation_and_lower_case():
     assert text.word_tokens("It's 3.5, OK!") == ["it's", "3", ".", "5", ",", "ok", "!"]
+    assert text.word_tokens("\u00bfA\u00f1os?") == ["\u00bf", "a\u00f1os", "?"]  # letters of any script stay whole
 
 
 def test_vocabulary_orders_by_count_and_counts_unknown_tokens():
