@@ -377,19 +377,27 @@ class Forecasting(Pipeline):
     def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
         """Scores the model, its conformal interval and the baselines on the test split.
 
-        The interval offsets (calibrated on the validation split) are stored in
+        The interval offsets (calibrated on the training and validation residuals) are stored in
         ``data.state["interval"]`` for the export.
         """
         arrays, state = data.arrays, data.state
         truth = arrays["targets"]["test"]
         predicted = model.predict(arrays["inputs"]["test"], batch_size=256, verbose=0)
-        calibration = model.predict(arrays["inputs"]["val"], batch_size=256, verbose=0)
-        if state.get("ridge_lags"):  # calibrate on out-of-sample residuals: swap in the train-only ridge fit
+        calibration = {split: model.predict(arrays["inputs"][split], batch_size=256, verbose=0)
+                       for split in ("train", "val")}
+        if state.get("ridge_lags"):  # out-of-sample validation residuals: swap in the train-only ridge fit
             self._ridge(data)
-            calibration = calibration + arrays["ridge_val_shift"]
+            calibration["val"] = calibration["val"] + arrays["ridge_val_shift"]
         levels = interval_levels(arrays["interval"])
-        offsets = intervals.conformal_offsets(arrays["targets"]["val"], calibration, levels)
-        state["interval"] = {"levels": list(levels), "offsets": offsets.tolist()}
+        lag = min(state["daily_lag"], state["lookback"] - 1)
+        floors = [1e-3 * state["std"][state["input_cols"].index(c)] for c in state["target_cols"]]
+        state["interval"] = {"levels": list(levels), "scale_lag": lag, "scale_floor": floors}
+        scale = {split: keras.ops.convert_to_numpy(self._interval_scale(state, arrays["inputs"][split]))
+                 for split in ("train", "val", "test")}
+        offsets = intervals.conformal_offsets(
+            np.concatenate([arrays["targets"][s] / scale[s] for s in ("train", "val")]),
+            np.concatenate([calibration[s] / scale[s] for s in ("train", "val")]), levels)
+        state["interval"]["offsets"] = offsets.tolist()
         origins, horizon = arrays["test_origins"], state["horizon"]
         forecasts = {"model": predicted}
         for label, lag in {"naive_daily": state["daily_lag"], "naive_weekly": state["weekly_lag"]}.items():
@@ -403,11 +411,19 @@ class Forecasting(Pipeline):
         score = {name: self._score(truth, forecast, arrays["mase_scale"], state["target_cols"])
                  for name, forecast in forecasts.items()}
         metrics = score.pop("model")
-        bounds = predicted[None] + offsets[:, None]
+        bounds = predicted[None] + offsets[:, None] * scale["test"][None]
         metrics["interval_coverage"] = intervals.coverage(truth, bounds[0], bounds[-1])
         metrics["pinball"] = intervals.pinball_loss(truth, np.concatenate([bounds[:1], predicted[None], bounds[1:]]),
                                                     (levels[0], 0.5, levels[1]))
         return metrics, score
+
+    @staticmethod
+    def _interval_scale(state: dict[str, Any], inputs: dict[str, Any]) -> Any:
+        """Each window's local scale per target: a tensor [batch, 1, targets]."""
+        interval = state["interval"]
+        scales = [intervals.local_scale(inputs[name], interval["scale_lag"], floor)
+                  for name, floor in zip(state["target_cols"], interval["scale_floor"])]
+        return keras.ops.stack(scales, axis=-1)[:, None, :]
 
     @staticmethod
     def _score(truth: np.ndarray, forecast: np.ndarray, scale: np.ndarray, targets: list[str]) -> dict[str, float]:
@@ -431,11 +447,12 @@ class Forecasting(Pipeline):
 
         def serve(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
             forecast = model(inputs, training=False)
+            spread = self._interval_scale(state, inputs)  # [batch, 1, targets]
             outputs = {}
             for i, name in enumerate(state["target_cols"]):
                 outputs[name] = forecast[:, :, i]
                 for j, level in enumerate(levels):
-                    outputs[quantile_name(name, level)] = forecast[:, :, i] + offsets[j, :, i][None, :]
+                    outputs[quantile_name(name, level)] = forecast[:, :, i] + offsets[j, :, i] * spread[:, :, i]
             outputs[FORECAST_TIME] = inputs[END_TIME][:, None] + future_offsets[None, :]
             return outputs
 
