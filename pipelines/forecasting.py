@@ -78,6 +78,8 @@ class ForecastingConfig(TrainingConfig):
         seasonal_baseline: the season of the Holt-Winters baseline (None: skip it; it
             takes seconds on the default data).
         interval: the central coverage of the reported prediction interval.
+        fit_on_val: train the RNN on the training and validation windows (the
+            validation loss, then in-sample, still drives early stopping).
         fill_gaps: "none" (gaps and empty cells are errors), "interpolate" or "ffill".
         val_fraction, test_fraction: chronological split sizes.
     """
@@ -98,6 +100,7 @@ class ForecastingConfig(TrainingConfig):
     ridge_trainable: bool = False
     seasonal_baseline: int | str | None = None
     interval: float = 0.8
+    fit_on_val: bool = False
     fill_gaps: str = "none"
     val_fraction: float = 0.1
     test_fraction: float = 0.2
@@ -212,7 +215,11 @@ class Forecasting(Pipeline):
                   "mase_scale": forecast_metrics_lib.mase_scale(train_values[:, target_index], steps["daily_lag"]),
                   "inputs": {name: found[0] for name, found in datasets_.items()},
                   "targets": {name: found[1] for name, found in datasets_.items()}}
-        return Splits(*(tf.data.Dataset.from_tensor_slices(datasets_[name]) for name in ("train", "val", "test")),
+        train = datasets_["train"]
+        if config.fit_on_val:  # the protocol's final fit on train + val; validation then only paces training
+            train = tuple(tf.nest.map_structure(lambda a, b: np.concatenate([a, b]), train, datasets_["val"]))
+        return Splits(*(tf.data.Dataset.from_tensor_slices(split) for split in (train, datasets_["val"],
+                                                                                datasets_["test"])),
                       state=state, report=report, arrays=arrays)
 
     @staticmethod

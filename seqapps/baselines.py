@@ -62,7 +62,7 @@ def fit_ridge(train_x: np.ndarray, train_y: np.ndarray, val_x: np.ndarray, val_y
     final = Ridge(alpha=alpha).fit(np.concatenate([train_x, val_x]), np.concatenate([train_y, val_y]))
     coef = np.asarray(final.coef_, "float64").reshape(train_y.shape[1], -1).T
     return RidgeFit(float(alpha), coef, np.asarray(final.intercept_, "float64").reshape(-1), val_mae,
-                    np.asarray(val_forecast, "float64"))
+                    np.asarray(val_forecast, "float64").reshape(val_y.shape))
 
 
 def holt_winters(series: np.ndarray, fit_end: int, origins: np.ndarray, horizon: int, period: int) -> np.ndarray:

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from seqapps import runner, training
+from seqapps import cli, runner, training
 from seqapps.data import datasets
 from seqapps.pipeline import REGISTRY
 from tests.pipelines.cli_runner import run_cli
@@ -26,6 +26,9 @@ def weather_export(tmp_path_factory):
     return out, result
 
 
+POINT_METRICS = {"mae", "rmse", "smape", "mase"}
+
+
 def test_list_names_both_pipelines(capsys):
     code, listing, _ = run_cli(capsys, "list", "--json")
     names = [p["name"] for p in listing["pipelines"]]
@@ -38,8 +41,10 @@ def test_weather_tiny_run_exports_versions_1_then_2(capsys, tmp_path):
     assert code == 0
     assert result["export"] == str(tmp_path / "weather_forecasting" / "1")
     assert set(result) >= {"pipeline", "preset", "metrics", "baseline", "export", "seconds"}
-    assert set(result["baseline"]) == {"naive_daily", "naive_weekly"}
-    assert set(result["metrics"]) == {"mae", "rmse", "smape", "mase"}
+    # The tiny preset skips Holt-Winters (seasonal_baseline: null) to stay fast.
+    assert set(result["baseline"]) == {"naive_daily", "naive_weekly", "ridge"}
+    assert set(result["metrics"]) == POINT_METRICS | {"interval_coverage", "pinball"}
+    assert 0 <= result["metrics"]["interval_coverage"] <= 1
     code, again, _ = run_cli(capsys, "run", "weather_forecasting", "--preset", "tiny", "--json",
                              "--out", str(tmp_path))
     assert code == 0 and again["export"] == str(tmp_path / "weather_forecasting" / "2")
@@ -62,6 +67,8 @@ def test_export_serves_celsius_forecasts_in_a_tensorflow_only_process(weather_ex
         outputs = model.signatures["serving_default"](**inputs)
         print(json.dumps({{"shape": outputs["temp_air"].shape.as_list(),
                           "first": outputs["temp_air"].numpy()[0].tolist(),
+                          "p10": outputs["temp_air_p10"].numpy()[0].tolist(),
+                          "p90": outputs["temp_air_p90"].numpy()[0].tolist(),
                           "times": outputs["forecast_time"].numpy()[0].tolist(),
                           "imported": sorted(m for m in ("keras", "seqapps", "pipelines") if m in sys.modules)}}))
     """)
@@ -74,6 +81,8 @@ def test_export_serves_celsius_forecasts_in_a_tensorflow_only_process(weather_ex
     last = window["temp_air"].to_numpy()
     assert last.min() - 15 < min(answer["first"]) and max(answer["first"]) < last.max() + 15
     assert answer["times"][0] == end_time + 3600 and answer["times"][-1] == end_time + 24 * 3600
+    # The 80% interval brackets the point forecast at every step (offsets from residual quantiles).
+    assert all(low < mid < high for low, mid, high in zip(answer["p10"], answer["first"], answer["p90"]))
 
 
 def test_predict_prints_the_forecast_with_timestamps(weather_export, tmp_path, capsys):
@@ -83,8 +92,9 @@ def test_predict_prints_the_forecast_with_timestamps(weather_export, tmp_path, c
     code, answer, _ = run_cli(capsys, "predict", result["export"], str(recent), "--json")
     assert code == 0 and len(answer["forecast"]) == 24
     assert answer["forecast"][0]["timestamp"] == "1991-01-01T01:00:00"
-    code, _, _ = run_cli(capsys, "predict", result["export"], str(recent))
-    assert code == 0
+    assert list(answer["forecast"][0]) == ["timestamp", "temp_air_p10", "temp_air", "temp_air_p90"]
+    assert cli.main(["predict", result["export"], str(recent)]) == 0
+    assert "temp_air_p10" in capsys.readouterr().out.splitlines()[0]  # the table's header
 
 
 def write_load_csv(path, rows=2000, freq="30min", column="demand"):
@@ -105,7 +115,7 @@ def test_load_finetune_on_a_user_csv_exports_the_next_version(capsys, tmp_path):
                               str(user_csv), "--json")
     assert code == 0, result
     assert result["export"] == str(tmp_path / "load_forecasting" / "2")
-    assert set(result["metrics_before"]) == set(result["metrics"]) == {"mae", "rmse", "smape", "mase"}
+    assert set(result["metrics_before"]) == set(result["metrics"]) == POINT_METRICS | {"interval_coverage", "pinball"}
 
     wrong = tmp_path / "wrong.csv"
     renamed.rename(columns={"demand": "load_mw"}).to_csv(wrong, index=False)
