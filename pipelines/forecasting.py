@@ -22,7 +22,7 @@ quantiles of the model's residuals on the validation split.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any
 
 import keras
 import numpy as np
@@ -35,8 +35,10 @@ from seqapps.config import TrainingConfig, require
 from seqapps.data import datasets
 from seqapps.data.tables import FILL_METHODS, parse_duration, read_csv, to_time_series
 from seqapps.errors import DataError
+from seqapps.export import Signature
+from seqapps.losses import ScaledMeanAbsoluteError
 from seqapps.layers.time_features import CalendarFeatures, SeasonalDifference, SeasonalNaive
-from seqapps.pipeline import Pipeline, Splits, register_pipeline
+from seqapps.pipeline import Pipeline, Splits
 
 END_TIME = "end_time"
 FORECAST_TIME = "forecast_time"
@@ -360,11 +362,7 @@ class Forecasting(Pipeline):
         if base is not None:
             parts.append(base)
         if state["ridge_lags"]:
-            fit = self._ridge(data)
-            ridge = keras.layers.Dense(
-                horizon * len(targets), trainable=config.ridge_trainable, name="ridge",
-                kernel_initializer=keras.initializers.Constant(fit.coef.astype("float32")),
-                bias_initializer=keras.initializers.Constant(fit.intercept.astype("float32")))(
+            ridge = keras.layers.Dense(horizon * len(targets), trainable=config.ridge_trainable, name="ridge")(
                 self._ridge_features(state, inputs, scaled))
             parts.append(keras.layers.Reshape((horizon, len(targets)))(ridge))
         scaled_forecast = keras.layers.Add()(parts) if len(parts) > 1 else parts[0]
@@ -372,7 +370,11 @@ class Forecasting(Pipeline):
         mean, std = np.array(state["mean"])[target_index], np.array(state["std"])[target_index]
         forecast = keras.layers.Normalization(axis=-1, mean=mean, variance=np.square(std), invert=True,
                                               name="unscale_forecast")(scaled_forecast)
-        return keras.Model(inputs, forecast, name=self.name)
+        model = keras.Model(inputs, forecast, name=self.name)
+        if state["ridge_lags"]:
+            fit = self._ridge(data)
+            model.get_layer("ridge").set_weights([fit.coef.astype("float32"), fit.intercept.astype("float32")])
+        return model
 
     def compile_args(self, config: ForecastingConfig, data: Splits) -> dict[str, Any]:
         target_index = [data.state["input_cols"].index(c) for c in data.state["target_cols"]]
@@ -382,29 +384,14 @@ class Forecasting(Pipeline):
     # --- evaluation -----------------------------------------------------------------------
 
     def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
-        """Scores the model, its conformal interval and the baselines on the test split.
-
-        The interval offsets (calibrated on the training and validation residuals) are stored in
-        ``data.state["interval"]`` for the export.
-        """
+        """Scores the model, its interval and the baselines on the test split (and calibrates the interval)."""
         arrays, state = data.arrays, data.state
         truth = arrays["targets"]["test"]
         predicted = model.predict(arrays["inputs"]["test"], batch_size=256, verbose=0)
-        calibration = {split: model.predict(arrays["inputs"][split], batch_size=256, verbose=0)
-                       for split in ("train", "val")}
-        if state.get("ridge_lags"):  # out-of-sample validation residuals: swap in the train-only ridge fit
-            self._ridge(data)
-            calibration["val"] = calibration["val"] + arrays["ridge_val_shift"]
-        levels = interval_levels(arrays["interval"])
-        lag = min(state["daily_lag"], state["lookback"] - 1)
-        floors = [1e-3 * state["std"][state["input_cols"].index(c)] for c in state["target_cols"]]
-        state["interval"] = {"levels": list(levels), "scale_lag": lag, "scale_floor": floors}
-        scale = {split: keras.ops.convert_to_numpy(self._interval_scale(state, arrays["inputs"][split]))
-                 for split in ("train", "val", "test")}
-        offsets = intervals.conformal_offsets(
-            np.concatenate([arrays["targets"][s] / scale[s] for s in ("train", "val")]),
-            np.concatenate([calibration[s] / scale[s] for s in ("train", "val")]), levels)
-        state["interval"]["offsets"] = offsets.tolist()
+        self._calibrate(model, data)
+        levels = state["interval"]["levels"]
+        offsets = np.array(state["interval"]["offsets"])
+        scale = keras.ops.convert_to_numpy(self._interval_scale(state, arrays["inputs"]["test"]))
         origins, horizon = arrays["test_origins"], state["horizon"]
         forecasts = {"model": predicted}
         for label, lag in {"naive_daily": state["daily_lag"], "naive_weekly": state["weekly_lag"]}.items():
@@ -418,11 +405,35 @@ class Forecasting(Pipeline):
         score = {name: self._score(truth, forecast, arrays["mase_scale"], state["target_cols"])
                  for name, forecast in forecasts.items()}
         metrics = score.pop("model")
-        bounds = predicted[None] + offsets[:, None] * scale["test"][None]
+        bounds = predicted[None] + offsets[:, None] * scale[None]
         metrics["interval_coverage"] = intervals.coverage(truth, bounds[0], bounds[-1])
         metrics["pinball"] = intervals.pinball_loss(truth, np.concatenate([bounds[:1], predicted[None], bounds[1:]]),
                                                     (levels[0], 0.5, levels[1]))
         return metrics, score
+
+    def _calibrate(self, model: keras.Model, data: Splits) -> None:
+        """Stores the interval's offsets in ``data.state["interval"]`` (locally weighted split conformal).
+
+        The residuals of the training and validation windows, each divided by its
+        window's local scale, give per-step quantiles; the validation forecasts use
+        the ridge fitted on the training split alone, so that they are out of sample.
+        """
+        arrays, state = data.arrays, data.state
+        calibration = {split: model.predict(arrays["inputs"][split], batch_size=256, verbose=0)
+                       for split in ("train", "val")}
+        if state.get("ridge_lags"):
+            self._ridge(data)
+            calibration["val"] = calibration["val"] + arrays["ridge_val_shift"]
+        levels = interval_levels(arrays["interval"])
+        floors = [1e-3 * state["std"][state["input_cols"].index(c)] for c in state["target_cols"]]
+        state["interval"] = {"levels": list(levels), "scale_lag": min(state["daily_lag"], state["lookback"] - 1),
+                             "scale_floor": floors}
+        scale = {split: keras.ops.convert_to_numpy(self._interval_scale(state, arrays["inputs"][split]))
+                 for split in ("train", "val")}
+        offsets = intervals.conformal_offsets(
+            np.concatenate([arrays["targets"][s] / scale[s] for s in ("train", "val")]),
+            np.concatenate([calibration[s] / scale[s] for s in ("train", "val")]), levels)
+        state["interval"]["offsets"] = offsets.tolist()
 
     @staticmethod
     def _interval_scale(state: dict[str, Any], inputs: dict[str, Any]) -> Any:
@@ -443,32 +454,32 @@ class Forecasting(Pipeline):
 
     # --- serving --------------------------------------------------------------------------
 
-    def serving_function(self, model: keras.Model, data: Splits) -> tuple[Callable, list]:
+    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
         state = data.state
+        if "interval" not in state:  # evaluate() calibrates; a model signed without it is calibrated here
+            self._calibrate(model, data)
         lookback, step = state["lookback"], state["step_seconds"]
         future_offsets = tf.constant(np.arange(1, state["horizon"] + 1) * step, tf.int64)
         levels = state["interval"]["levels"]
         offsets = tf.constant(np.array(state["interval"]["offsets"], "float32"))  # [levels, horizon, targets]
-        signature = {name: tf.TensorSpec([None, lookback], tf.float32, name=name) for name in state["input_cols"]}
-        signature[END_TIME] = tf.TensorSpec([None], tf.int64, name=END_TIME)
+        inputs = {name: tf.TensorSpec([None, lookback], tf.float32) for name in state["input_cols"]}
+        inputs[END_TIME] = tf.TensorSpec([None], tf.int64)
 
-        def serve(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            forecast = model(inputs, training=False)
-            spread = self._interval_scale(state, inputs)  # [batch, 1, targets]
+        def readable(forecast: tf.Tensor, raw: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            spread = self._interval_scale(state, raw)  # [batch, 1, targets]
             outputs = {}
             for i, name in enumerate(state["target_cols"]):
                 outputs[name] = forecast[:, :, i]
                 for j, level in enumerate(levels):
                     outputs[quantile_name(name, level)] = forecast[:, :, i] + offsets[j, :, i] * spread[:, :, i]
-            outputs[FORECAST_TIME] = inputs[END_TIME][:, None] + future_offsets[None, :]
+            outputs[FORECAST_TIME] = raw[END_TIME][:, None] + future_offsets[None, :]
             return outputs
 
-        return serve, [signature]
+        example = {name: value[:2] for name, value in data.arrays["inputs"]["test"].items()}
+        return {"serving_default": Signature(inputs, example, run=lambda x: model(x, training=False),
+                                             postprocess=readable)}
 
-    def serving_example(self, data: Splits) -> dict[str, np.ndarray]:
-        return {name: value[:2] for name, value in data.arrays["inputs"]["test"].items()}
-
-    def predict_inputs(self, state: dict[str, Any], inputs: list[str]) -> dict[str, np.ndarray]:
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
         if len(inputs) != 1:
             raise DataError(f"expected one INPUT, a CSV file with the last {state['lookback']} rows or more "
                             f"of columns {', '.join([state['timestamp_col'], *state['input_cols']])}")
@@ -498,30 +509,6 @@ class Forecasting(Pipeline):
         return table, {"forecast": rows}
 
 
-@keras.saving.register_keras_serializable(package="seqapps")
-class ScaledMeanAbsoluteError(keras.losses.Loss):
-    """Mean absolute error with each target divided by its training standard deviation.
-
-    The model forecasts in the user's units; dividing by the scale keeps targets of
-    different units comparable and gradients of a sensible size for clipping.
-
-    Args:
-        scale: one positive number per target column.
-    """
-
-    def __init__(self, scale: list[float], name: str = "scaled_mae", **kwargs: Any) -> None:
-        super().__init__(name=name, **kwargs)
-        self.scale = [float(s) for s in scale]
-
-    def call(self, y_true: Any, y_pred: Any) -> Any:
-        scale = keras.ops.convert_to_tensor(np.array(self.scale, "float32"))
-        return keras.ops.mean(keras.ops.abs(y_true - y_pred) / scale, axis=-1)
-
-    def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "scale": self.scale}
-
-
-@register_pipeline("weather_forecasting")
 class WeatherForecasting(Forecasting):
     """Next 24 hours of air temperature from past hourly weather (pvlib TMY3, BSD-3)."""
 
@@ -531,7 +518,6 @@ class WeatherForecasting(Forecasting):
         return datasets.tmy3_weather()
 
 
-@register_pipeline("load_forecasting")
 class LoadForecasting(Forecasting):
     """Next day of half-hourly electricity demand (pmdarima Taylor series, MIT)."""
 
