@@ -16,8 +16,11 @@ Splits are chronological (70/10/20 by default); a window belongs to the split it
 forecast targets fall in. Metrics on the test split are reported beside the
 baselines: same time yesterday, same time last week, the ridge regression and,
 where ``seasonal_baseline`` is set, additive Holt-Winters (statsmodels). The
-``interval`` (80% by default) comes from split-conformal offsets: per-step
-quantiles of the model's residuals on the validation split.
+``interval`` (80% by default) is locally weighted split conformal: per-step
+quantiles of the model's training and validation residuals, each divided by its
+window's mean daily change, and served as that scale times the quantiles
+(``<target>_p10``, ``<target>_p90``), since test weeks can be calmer or wilder
+than the validation ones.
 """
 from __future__ import annotations
 

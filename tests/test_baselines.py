@@ -36,3 +36,10 @@ def test_holt_winters_matches_statsmodels_forecast_and_reads_no_future():
     changed = series.copy()
     changed[fit_end + 51:] += 100.0  # values after the second origin must not move its forecast
     np.testing.assert_allclose(holt_winters(changed, fit_end, origins, horizon, 24), forecast)
+
+
+def test_fit_ridge_keeps_the_shape_of_a_single_output():
+    rng = np.random.default_rng(2)
+    x, y = rng.normal(size=(40, 3)), rng.normal(size=(40, 1))
+    fit = fit_ridge(x[:30], y[:30], x[30:], y[30:])
+    assert fit.coef.shape == (3, 1) and fit.val_forecast.shape == (10, 1) and fit.predict(x).shape == (40, 1)

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from seqapps import cli, runner, training
+from seqapps import baselines, cli, runner, training
 from seqapps.data import datasets
 from seqapps.pipeline import REGISTRY
 from tests.export_harness import call_in_tensorflow_only_process
@@ -205,3 +205,17 @@ def test_killed_training_resumes_from_its_checkpoint(tmp_path):
     assert report["resumed_from_epoch"] == 2
     assert report["epochs_run"] == 1  # only the third epoch was left
     assert not (tmp_path / "ckpt").exists()  # the backup is removed once training completes
+
+
+@pytest.mark.parametrize("name", ["weather_forecasting", "load_forecasting"])
+def test_untrained_model_is_the_ridge_baseline(name):
+    from seqapps.config import resolve_config
+
+    pipeline = REGISTRY.get(name)()
+    config = resolve_config(pipeline.Config, "tiny")
+    data = pipeline.load_data(config, None)
+    model = pipeline.build_model(config, data)  # the RNN's correction starts at zero
+    forecast = model.predict(data.arrays["inputs"]["test"], verbose=0)
+    # The frozen layer holds the closed-form fit: float32 graph vs float64 NumPy, on values of O(10)-O(10^4).
+    np.testing.assert_allclose(forecast, data.arrays["ridge_forecast"], rtol=1e-4, atol=1e-3)
+    assert data.arrays["ridge"].alpha in baselines.RIDGE_ALPHAS
