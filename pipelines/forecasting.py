@@ -133,6 +133,11 @@ class WeatherConfig(ForecastingConfig):
     residual_period: int | str | None = None
     ridge_lags: int | str | None = "3D"
     seasonal_baseline: int | str | None = "1D"
+    # On the ridge base (measured, docs/results.md): 64 units at 1e-3 2.641 degC (ridge 2.639);
+    # 32 units, dropout 0.2, 3e-4: 2.629 (seed 42), 2.622 (seed 7).
+    units: int = 32
+    dropout: float = 0.2
+    learning_rate: float = 3e-4
     PRESETS = {
         "tiny": {"lookback": "2D", "ridge_lags": "1D", "seasonal_baseline": None, "units": 8, "layers": 1,
                  "epochs": 1, "steps_per_epoch": 4, "batch_size": 32},
@@ -148,6 +153,12 @@ class LoadConfig(ForecastingConfig):
     residual_period: int | str | None = "7D"
     ridge_lags: int | str | None = "1D"
     seasonal_baseline: int | str | None = "7D"
+    # On the ridge base (measured, docs/results.md): every variant tried is 339.5-361.9 MW against the
+    # ridge's 336.8; this one is the closest.
+    units: int = 32
+    dropout: float = 0.2
+    learning_rate: float = 3e-4
+    fit_on_val: bool = True
     PRESETS = {
         "tiny": {"lookback": "8D", "seasonal_baseline": None, "units": 8, "layers": 1, "epochs": 1,
                  "steps_per_epoch": 4, "batch_size": 32},
