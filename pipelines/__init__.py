@@ -15,3 +15,5 @@ REGISTRY.declare("pixel_mnist", "pipelines.pixel_mnist:PixelMnist",
                  "sequential (optionally permuted) pixel digit classification with the decoupled HRNN")
 REGISTRY.declare("hrnn_char_lm", "pipelines.hrnn_char_lm:HRNNCharLM",
                  "character-level language model, HRNN upper level ticking at word ends (bits per character)")
+REGISTRY.declare("speech_recognition", "pipelines.speech_recognition:SpeechRecognition",
+                 "speech to text: deep bidirectional RNN (or decoupled HRNN) with CTC over characters, word timings")

@@ -59,6 +59,7 @@ VARIANTS = {
     "test": ("m3", "f2", "quincy", "benjamin"),
 }
 OOV_POLICIES = ("error", "drop")
+SPOKEN_CHARS = " 'abcdefghijklmnopqrstuvwxyz"  # every character a generated transcript may hold
 TRANSCRIPT_COLUMNS = ("transcript", "sentence", "text")
 
 _RATE, _PITCH, _RANGE = 1, 3, 4  # espeak_PARAMETER values
@@ -561,6 +562,35 @@ def load_waveforms(utterances: Sequence[Utterance], max_seconds: float,
         waveforms.append(audio)
     return waveforms
 
+
+
+def split_at_silences(waveform: np.ndarray, max_samples: int, sample_rate: int = SAMPLE_RATE) -> list[np.ndarray]:
+    """Cuts a long clip into pieces of at most ``max_samples``, each cut at a quiet moment.
+
+    Each cut falls at the centre of the quietest 50 ms frame (lowest RMS) in the last
+    third of the piece that would otherwise run to ``max_samples``; the pieces do not
+    overlap, so their transcripts join with a space.
+
+    Args:
+        waveform: mono samples.
+        max_samples: the longest piece.
+        sample_rate: the samples' rate (for the 50 ms frame).
+
+    Returns:
+        Consecutive pieces covering the whole clip.
+    """
+    frame = max(1, sample_rate // 20)
+    pieces, start = [], 0
+    while waveform.size - start > max_samples:
+        low = start + (2 * max_samples) // 3
+        window = waveform[low: start + max_samples]
+        count = max(1, window.size // frame)
+        energy = np.square(window[: count * frame]).reshape(count, -1).mean(axis=1)
+        cut = low + int(np.argmin(energy)) * frame + frame // 2
+        pieces.append(waveform[start:cut])
+        start = cut
+    pieces.append(waveform[start:])
+    return pieces
 
 if __name__ == "__main__":  # the fresh process of ``espeak_corpus``: python -m seqapps.data.speech FOLDER
     _folder = Path(sys.argv[1])

@@ -130,3 +130,13 @@ def test_characters_the_model_cannot_emit_are_listed_or_dropped():
         "hllo wrld", "ok"]
     with pytest.raises(DataError, match="m.csv row 2: nothing is left"):
         speech.apply_charset(rows[:1], "xyz ", "drop")
+
+
+def test_long_clips_are_cut_at_the_quietest_moment():
+    rate = 1000
+    tone = np.sin(np.arange(10 * rate) / 3.0).astype(np.float32)
+    tone[6500:6600] = 0.0  # a pause at 6.5-6.6 s, in the last third of the first 9 s window
+    pieces = speech.split_at_silences(tone, max_samples=9 * rate, sample_rate=rate)
+    assert [p.size for p in pieces] == [6525, 3475]  # cut at the centre of the first silent 50 ms frame
+    assert np.array_equal(np.concatenate(pieces), tone)
+    assert len(speech.split_at_silences(tone, 10 * rate, rate)) == 1
