@@ -89,21 +89,21 @@ class SpeechRecognitionConfig(TrainingConfig):
     test_fraction: float = 0.1
     oov: str = "error"
     max_seconds: float = 15.0
-    n_mels: int = 80
+    n_mels: int = 40
     n_fft: int = 400
     hop_length: int = 160
-    stride: int = 2
-    conv_filters: int = 128
+    stride: int = 3
+    conv_filters: int = 96
     encoder: str = "birnn"
     cell: str = "gru"
-    units: list[int] = dataclasses.field(default_factory=lambda: [160, 160])
+    units: list[int] = dataclasses.field(default_factory=lambda: [128, 128])
     dropout: float = 0.1
     hrnn_periods: int = 4
     hrnn_mode: str = "decoupled"
     beam_width: int = 8
-    batch_size: int = 32
+    batch_size: int = 16
     learning_rate: float = 1e-3
-    epochs: int = 12
+    epochs: int = 15
     early_stopping_patience: int = 3
     lr_patience: int = 1
 
@@ -218,22 +218,26 @@ class SpeechRecognition(Pipeline):
     # --- evaluation -------------------------------------------------------------------------
 
     def transcribe(self, model: keras.Model, dataset: tf.data.Dataset, chars: list[str],
-                   beam_width: int) -> dict[str, list[str]]:
-        """Greedy and beam transcripts of a dataset of ``(inputs, labels)``."""
+                   beam_width: int) -> dict[str, list]:
+        """Greedy and beam transcripts, and the greedy words' start times, of a dataset of ``(inputs, labels)``."""
         table = tf.constant(chars)
+        space_id = chars.index(" ")
 
         @tf.function(reduce_retracing=True)
-        def decode(inputs: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
+        def decode(inputs: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
             logits = model(inputs, training=False)
             lengths = model.output_lengths(inputs["length"])
+            spans = ctc.ctc_word_spans(logits, lengths, table, space_id, model.seconds_per_frame)
             return (ctc.ids_to_text(ctc.ctc_greedy_decode(logits, lengths)[0], table),
-                    ctc.ids_to_text(ctc.ctc_beam_decode(logits, lengths, beam_width)[0], table))
+                    ctc.ids_to_text(ctc.ctc_beam_decode(logits, lengths, beam_width)[0], table),
+                    spans["start"], spans["num_words"])
 
-        found: dict[str, list[str]] = {"greedy": [], "beam": []}
+        found: dict[str, list] = {"greedy": [], "beam": [], "starts": []}
         for inputs, _ in dataset.padded_batch(16):
-            greedy, beam = decode(inputs)
+            greedy, beam, starts, counts = decode(inputs)
             found["greedy"] += [t.decode("utf-8") for t in greedy.numpy()]
             found["beam"] += [t.decode("utf-8") for t in beam.numpy()]
+            found["starts"] += [row[:n].tolist() for row, n in zip(starts.numpy(), counts.numpy())]
         return found
 
     def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
@@ -245,8 +249,10 @@ class SpeechRecognition(Pipeline):
         def scores(hypotheses: list[str]) -> dict[str, float]:
             return {"cer": float(jiwer.cer(truth, hypotheses)), "wer": float(jiwer.wer(truth, hypotheses))}
 
-        metrics = {f"{kind}_{name}": value for kind, hypotheses in found.items()
-                   for name, value in scores(hypotheses).items()}
+        metrics = {f"{kind}_{name}": value for kind in ("greedy", "beam")
+                   for name, value in scores(found[kind]).items()}
+        if data.arrays["words"]:
+            metrics.update(_word_timing_error(data, found))
         common = collections.Counter(data.arrays["train"]["transcripts"]).most_common(1)[0][0]
         return metrics, {"empty_transcript": scores([""] * len(truth)),
                          "most_frequent_sentence": scores([common] * len(truth))}
@@ -339,6 +345,24 @@ class SpeechRecognition(Pipeline):
                  "score": round(e["score"], 3)} for e in joined.values()]
         text = "\n".join(f"{row['file']}: {row['transcript']}" for row in rows)
         return text, {"predictions": rows}
+
+
+def _word_timing_error(data: Splits, found: dict[str, list]) -> dict[str, float]:
+    """Mean absolute error of the greedy words' start times against espeak-ng's word events.
+
+    Only test utterances whose greedy transcript is right are scored, and in them only
+    the words that start an espeak-ng event group (words sharing their neighbour's event
+    have no known start).
+    """
+    errors = []
+    for path, truth, hypothesis, starts in zip(data.arrays["test"]["paths"], data.arrays["test"]["transcripts"],
+                                               found["greedy"], found["starts"]):
+        if hypothesis != truth:
+            continue
+        known = [start for group, start, _ in data.arrays["words"]["/".join(Path(path).parts[-2:])]
+                 for start in [start] + [None] * group.count(" ")]
+        errors += [abs(found_start - start) for found_start, start in zip(starts, known) if start is not None]
+    return {"word_start_mae_s": float(np.mean(errors)) if errors else None, "timed_words": len(errors)}
 
 
 def _to_float(inputs: dict[str, tf.Tensor], labels: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
