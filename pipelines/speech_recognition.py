@@ -52,7 +52,8 @@ from seqapps.data import speech
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.layers import ctc
-from seqapps.pipeline import Pipeline, Splits, register_pipeline
+from seqapps.metrics import character_error_rate, word_error_rate
+from seqapps.pipeline import Pipeline, Splits
 
 CORPORA = {"kjv": lambda: text_data.kjv_bible().lines, "pydoc": lambda: text_data.pydoc_topics().lines}
 SPLITS = ("train", "val", "test")
@@ -135,9 +136,8 @@ class SpeechRecognitionConfig(TrainingConfig):
 
 
 def _output_frames(config: SpeechRecognitionConfig, samples: int) -> int:
-    """Output frames of a clip (as ``CTCSpeechModel.output_lengths``)."""
-    frames = max(0, 1 + (samples - config.n_fft) // config.hop_length)
-    return -(-frames // config.stride)
+    """Output frames of a clip (as ``CTCSpeechModel.output_lengths``: centred STFT frames, subsampled)."""
+    return -(-(1 + samples // config.hop_length) // config.stride)
 
 
 def _ctc_frames_needed(ids: list[int]) -> int:
@@ -145,9 +145,8 @@ def _ctc_frames_needed(ids: list[int]) -> int:
     return len(ids) + sum(a == b for a, b in zip(ids, ids[1:]))
 
 
-@register_pipeline("speech_recognition")
 class SpeechRecognition(Pipeline):
-    """Deep bidirectional RNN (or decoupled HRNN) with CTC over characters."""
+    """Speech to text: a deep bidirectional RNN (or decoupled HRNN) with CTC over characters, and word timings."""
 
     Config = SpeechRecognitionConfig
 
@@ -241,13 +240,11 @@ class SpeechRecognition(Pipeline):
         return found
 
     def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
-        import jiwer
-
         truth = data.arrays["test"]["transcripts"]
         found = self.transcribe(model, data.test, data.state["chars"], data.state["beam_width"])
 
         def scores(hypotheses: list[str]) -> dict[str, float]:
-            return {"cer": float(jiwer.cer(truth, hypotheses)), "wer": float(jiwer.wer(truth, hypotheses))}
+            return {"cer": character_error_rate(truth, hypotheses), "wer": word_error_rate(truth, hypotheses)}
 
         metrics = {f"{kind}_{name}": value for kind in ("greedy", "beam")
                    for name, value in scores(found[kind]).items()}
@@ -268,17 +265,18 @@ class SpeechRecognition(Pipeline):
         space_id = data.state["chars"].index(" ")
         beam_width = int(data.state["beam_width"])
         rate = int(data.state["sample_rate"])
+        max_samples = int(data.state["max_seconds"] * rate)
         spec = {"waveform": tf.TensorSpec([None, None], tf.float32, name="waveform"),
                 "length": tf.TensorSpec([None], tf.int32, name="length")}
         example = _example_batch(data)
 
         def checked(raw: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            waveform = tf.debugging.check_numerics(raw["waveform"], "waveform holds NaN or Inf samples")
+            waveform = audio.assert_finite(raw["waveform"])
             return {"waveform": waveform, "length": tf.clip_by_value(raw["length"], 0, tf.shape(waveform)[1])}
 
         def from_wav(raw: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            waveform, length = audio.decode_wav_batch(raw["wav"], rate)
-            return checked({"waveform": waveform, "length": length})
+            waveform, length = audio.decode_wav(raw["wav"], rate, max_samples=max_samples)
+            return {"waveform": waveform, "length": length}
 
         def logits(inputs: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
             return model(inputs, training=False), model.output_lengths(inputs["length"])
@@ -292,11 +290,12 @@ class SpeechRecognition(Pipeline):
             return {"transcript": ctc.ids_to_text(ids, chars), "score": score}
 
         def words(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            return ctc.ctc_word_spans(*logits(inputs), chars, space_id, model.seconds_per_frame)
+            spans = ctc.ctc_word_spans(*logits(inputs), chars, space_id, model.seconds_per_frame)
+            duration = tf.cast(inputs["length"], tf.float32)[:, None] / rate  # the last frame overhangs the end
+            return {**spans, "start": tf.minimum(spans["start"], duration), "end": tf.minimum(spans["end"], duration)}
 
-        wav_example = {"wav": np.array([audio.encode_wav(w[:n], rate) for w, n in zip(example["waveform"],
-                                                                                       example["length"])],
-                                       dtype=object)}
+        wav_example = {"wav": np.array([_wav_bytes(w[:n], rate) for w, n in zip(example["waveform"],
+                                                                                 example["length"])], dtype=object)}
         return {"serving_default": Signature(spec, example, greedy, checked),
                 "beam": Signature(spec, example, beam, checked),
                 "words": Signature(spec, example, words, checked),
@@ -311,20 +310,20 @@ class SpeechRecognition(Pipeline):
         return Limits(max_batch_size=64, max_audio_samples=samples,
                       max_string_bytes=int(config.max_seconds * 48000 * 4) + 4096)
 
-    def predict_inputs(self, state: dict[str, Any], inputs: list[str]) -> dict[str, np.ndarray]:
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
         """Reads audio files (any rate and format ``read_audio`` reads); long ones are cut at silences.
 
         A file longer than ``max_seconds`` (saved in the state) becomes several rows, cut by
         ``speech.split_at_silences``; ``format_prediction`` joins their transcripts.
         """
+        from seqapps.data import audio
+
         if not inputs:
             raise DataError("expected one or more audio files")
         rate, max_samples = int(state["sample_rate"]), int(state["max_seconds"] * state["sample_rate"])
         pieces, self._files = [], []
         for name in inputs:
-            waveform = speech.read_audio(Path(name), rate)
-            if not np.all(np.isfinite(waveform)):
-                raise DataError(f"{name}: the audio holds NaN or Inf samples")
+            waveform = audio.read_audio(name, rate)
             for piece in speech.split_at_silences(waveform, max_samples, rate):
                 pieces.append(piece)
                 self._files.append(name)
@@ -335,17 +334,30 @@ class SpeechRecognition(Pipeline):
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
-        files = getattr(self, "_files", None) or [f"input {i + 1}" for i in range(len(outputs["transcript"]))]
-        joined: dict[str, dict[str, Any]] = {}
-        for name, text, score in zip(files, outputs["transcript"], outputs["score"]):
-            entry = joined.setdefault(name, {"file": name, "pieces": [], "score": 0.0})
-            entry["pieces"].append(text.decode("utf-8"))
-            entry["score"] += float(score)
-        rows = [{"file": e["file"], "transcript": " ".join(p for p in e["pieces"] if p), "pieces": len(e["pieces"]),
-                 "score": round(e["score"], 3)} for e in joined.values()]
-        text = "\n".join(f"{row['file']}: {row['transcript']}" for row in rows)
-        return text, {"predictions": rows}
-
+        """Joins the pieces of each file: transcripts with spaces, or word lists with their times shifted."""
+        files = getattr(self, "_files", None) or [f"input {i + 1}" for i in range(len(inputs["length"]))]
+        offsets = np.zeros(len(files))
+        for i in range(1, len(files)):  # each piece starts where the one before it ended
+            offsets[i] = 0.0 if files[i] != files[i - 1] else offsets[i - 1] + inputs["length"][i - 1] / state[
+                "sample_rate"]
+        rows: dict[str, dict[str, Any]] = {}
+        for i, name in enumerate(files):
+            row = rows.setdefault(name, {"file": name, "pieces": 0})
+            row["pieces"] += 1
+            if "transcript" in outputs:
+                text = outputs["transcript"][i].decode("utf-8")
+                row["transcript"] = " ".join(t for t in (row.get("transcript", ""), text) if t)
+                row["score"] = round(row.get("score", 0.0) + float(outputs["score"][i]), 3)
+            else:
+                row.setdefault("words", []).extend(
+                    {"word": outputs["words"][i][j].decode("utf-8"),
+                     "start": round(float(outputs["start"][i][j] + offsets[i]), 3),
+                     "end": round(float(outputs["end"][i][j] + offsets[i]), 3),
+                     "confidence": round(float(outputs["confidence"][i][j]), 3)}
+                    for j in range(int(outputs["num_words"][i])))
+        lines = [f"{row['file']}: " + (row["transcript"] if "transcript" in row else " ".join(
+            f"{w['word']}[{w['start']:.2f}-{w['end']:.2f}]" for w in row["words"])) for row in rows.values()]
+        return "\n".join(lines), {"predictions": list(rows.values())}
 
 def _word_timing_error(data: Splits, found: dict[str, list]) -> dict[str, float]:
     """Mean absolute error of the greedy words' start times against espeak-ng's word events.
@@ -367,6 +379,19 @@ def _word_timing_error(data: Splits, found: dict[str, list]) -> dict[str, float]
 
 def _to_float(inputs: dict[str, tf.Tensor], labels: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
     return {"waveform": tf.cast(inputs["waveform"], tf.float32) / 32767.0, "length": inputs["length"]}, labels
+
+
+def _wav_bytes(waveform: np.ndarray, rate: int) -> bytes:
+    """A 16-bit PCM WAV file of ``waveform`` at 22,050 Hz (so the example exercises the in-graph resampler)."""
+    import io
+
+    import soundfile
+    from scipy import signal
+
+    buffer = io.BytesIO()
+    soundfile.write(buffer, signal.resample_poly(waveform, 22050 // 50, rate // 50), 22050, format="WAV",
+                    subtype="PCM_16")
+    return buffer.getvalue()
 
 
 def _example_batch(data: Splits, count: int = 2) -> dict[str, np.ndarray]:

@@ -8,6 +8,7 @@ until they need it). The shared layer test harness runs on every class in
 from __future__ import annotations
 
 from seqapps.layers.batch_nce import BatchNCE
+from seqapps.layers.ctc import CTCSpeechModel
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 from seqapps.layers.hrnn_model import HRNNSequenceModel
 from seqapps.layers.ngram_context import NGramContext
@@ -17,4 +18,4 @@ from seqapps.losses import ScaledMeanAbsoluteError, per_token_training_loss
 #: The registered layers (the layer test harness runs on each).
 LAYERS = (BatchNCE, DecoupledHRNN, NGramContext, CalendarFeatures, SeasonalDifference, SeasonalNaive)
 #: The registered models, losses and functions.
-OTHERS = (HRNNSequenceModel, ScaledMeanAbsoluteError, per_token_training_loss)
+OTHERS = (HRNNSequenceModel, CTCSpeechModel, ScaledMeanAbsoluteError, per_token_training_loss)

@@ -375,14 +375,21 @@ class Utterance:
     Attributes:
         path: the audio file.
         transcript: the normalised transcript.
-        where: ``"file.csv row N"``, for messages.
+        csv_path: the table naming it.
+        line: the table's line that names it (1 is the first line).
         split: the split a generated corpus assigns (None for user data).
     """
 
     path: Path
     transcript: str
-    where: str
+    csv_path: Path
+    line: int
     split: str | None = None
+
+    @property
+    def where(self) -> str:
+        """``"table line N"``, for messages."""
+        return f"{self.csv_path} line {self.line}"
 
 
 def _table_rows(csv_path: Path) -> list[list[str]]:
@@ -436,7 +443,7 @@ def read_transcripts(folder: str | Path, csv_name: str = "metadata.csv") -> list
         raise DataError(f"{csv_path}: expected a header with columns path and transcript, got {','.join(header)}")
     utterances = []
     for number, row in enumerate(body, start=first_row):
-        where = f"{csv_path} row {number}"
+        where = f"{csv_path} line {number}"
         if not any(cell.strip() for cell in row):
             continue
         if len(row) <= max(path_column, text_column):
@@ -451,7 +458,7 @@ def read_transcripts(folder: str | Path, csv_name: str = "metadata.csv") -> list
         path = folder / name
         if not path.is_file():
             raise DataError(f"{where}: audio file {path} not found")
-        utterances.append(Utterance(path, transcript, where))
+        utterances.append(Utterance(path, transcript, csv_path, number))
     if not utterances:
         raise DataError(f"{csv_path}: has no rows, expected one row per audio clip")
     return utterances
@@ -462,8 +469,8 @@ def read_generated(root: Path) -> tuple[dict[str, list[Utterance]], dict[str, li
     utterances: dict[str, list[Utterance]] = {"train": [], "val": [], "test": []}
     with open(root / "metadata.csv", newline="", encoding="utf-8") as handle:
         for number, row in enumerate(csv.DictReader(handle), start=2):
-            utterances[row["split"]].append(Utterance(root / row["path"], row["transcript"],
-                                                      f"{root / 'metadata.csv'} row {number}", row["split"]))
+            utterances[row["split"]].append(Utterance(root / row["path"], row["transcript"], root / "metadata.csv",
+                                                      number, row["split"]))
     return utterances, json.loads((root / "words.json").read_text(encoding="utf-8"))
 
 
@@ -505,31 +512,9 @@ def apply_charset(utterances: list[Utterance], charset: Iterable[str], oov: str 
     return kept
 
 
-def read_audio(path: Path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
-    """Reads an audio file as mono float32 at ``sample_rate`` (soundfile, then a polyphase resampler).
-
-    Raises:
-        DataError: the file is unreadable, corrupt or empty (naming it).
-    """
-    import soundfile
-    from scipy import signal
-
-    try:
-        audio, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
-    except (RuntimeError, soundfile.LibsndfileError) as error:
-        raise DataError(f"{path}: not a readable audio file ({str(error).splitlines()[0]})") from None
-    if audio.size == 0:
-        raise DataError(f"{path}: the audio is empty (0 samples)")
-    mono = audio.mean(axis=1)
-    if rate != sample_rate:
-        divisor = np.gcd(rate, sample_rate)
-        mono = signal.resample_poly(mono, sample_rate // divisor, rate // divisor).astype(np.float32)
-    return mono
-
-
 def load_waveforms(utterances: Sequence[Utterance], max_seconds: float,
                    sample_rate: int = SAMPLE_RATE) -> list[np.ndarray]:
-    """Reads and checks the audio of transcribed utterances.
+    """Reads and checks the audio of transcribed utterances (``seqapps.data.audio.read_audio``).
 
     Args:
         utterances: the rows to read.
@@ -540,28 +525,20 @@ def load_waveforms(utterances: Sequence[Utterance], max_seconds: float,
         One float32 mono waveform per utterance.
 
     Raises:
-        DataError: naming the row, when a file is unreadable or empty, longer than
-            ``max_seconds``, contains NaN or Inf, or is silent (peak below -60 dBFS)
-            while its transcript is not empty.
+        DataError: naming the table line, when a file is missing, unreadable or empty,
+            longer than ``max_seconds``, holds NaN or Inf, or is silent (peak below
+            -60 dBFS) while its transcript is not empty.
     """
+    from seqapps.data.audio import read_audio
+
     waveforms = []
     for utterance in utterances:
-        try:
-            audio = read_audio(utterance.path, sample_rate)
-        except DataError as error:
-            raise DataError(f"{utterance.where}: {error}") from None
-        seconds = audio.size / sample_rate
-        if seconds > max_seconds:
-            raise DataError(f"{utterance.where}: {utterance.path} lasts {seconds:.1f} s, longer than "
-                            f"max_seconds={max_seconds:g}; cut it or raise --set max_seconds=")
-        if not np.all(np.isfinite(audio)):
-            raise DataError(f"{utterance.where}: {utterance.path} holds NaN or Inf samples")
+        audio = read_audio(utterance.path, sample_rate, max_seconds, utterance.csv_path, utterance.line)
         if np.max(np.abs(audio)) < 1e-3:
-            raise DataError(f"{utterance.where}: {utterance.path} is silent (peak below -60 dBFS) but its "
+            raise DataError(f"{utterance.where}: audio {utterance.path} is silent (peak below -60 dBFS) but its "
                             f"transcript is {utterance.transcript[:40]!r}")
         waveforms.append(audio)
     return waveforms
-
 
 
 def split_at_silences(waveform: np.ndarray, max_samples: int, sample_rate: int = SAMPLE_RATE) -> list[np.ndarray]:

@@ -23,6 +23,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from seqapps.data.audio import LogMelSpectrogram
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 
 BLANK = 0
@@ -214,7 +215,8 @@ class CTCSpeechModel(keras.Model):
         self.n_mels, self.stride, self.conv_filters, self.encoder = n_mels, stride, conv_filters, encoder
         self.cell, self.units, self.dropout = cell, units, dropout
         self.hrnn_periods, self.hrnn_mode = hrnn_periods, hrnn_mode
-        self.frontend = LogMel(sample_rate, n_fft, hop_length, n_mels, name="log_mel")
+        self.frontend = LogMelSpectrogram(sample_rate=sample_rate, n_fft=n_fft, hop_length=hop_length, n_mels=n_mels,
+                                          name="log_mel")
         self.conv = (keras.layers.Conv1D(conv_filters, 2 * stride + 1, strides=stride, padding="same",
                                          activation="relu", name="subsample")
                      if conv_filters and encoder == "birnn" else None)
@@ -235,15 +237,15 @@ class CTCSpeechModel(keras.Model):
 
     def output_lengths(self, length: tf.Tensor) -> tf.Tensor:
         """Valid output frames of waveforms with ``length`` valid samples."""
-        frames = self.frontend.frames(length)
+        frames = self.frontend.frame_lengths(length)
         return (frames + self.stride - 1) // self.stride
 
     def features(self, inputs: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
         """Normalised, subsampled features [batch, T, F] and their mask [batch, T] (no weights but the conv)."""
         waveform = tf.cast(inputs["waveform"], tf.float32)
         length = tf.minimum(tf.cast(tf.reshape(inputs["length"], [-1]), tf.int32), tf.shape(waveform)[1])
-        mel = self.frontend(waveform)
-        frames = self.frontend.frames(length)
+        mel = self.frontend(waveform, lengths=length)
+        frames = self.frontend.frame_lengths(length)
         mask = tf.sequence_mask(frames, tf.shape(mel)[1], dtype=tf.float32)[..., None]
         count = tf.maximum(tf.reduce_sum(mask, axis=1, keepdims=True), 1.0)
         mean = tf.reduce_sum(mel * mask, axis=1, keepdims=True) / count
@@ -259,6 +261,7 @@ class CTCSpeechModel(keras.Model):
         return x, tf.sequence_mask(out, tf.shape(x)[1])
 
     def build(self, input_shape: Any = None) -> None:
+        self.frontend.build((None, None))
         width = self.stride * self.n_mels
         if self.conv is not None:
             self.conv.build((None, None, self.n_mels))
@@ -330,26 +333,3 @@ class CTCSpeechModel(keras.Model):
                 "conv_filters": self.conv_filters, "encoder": self.encoder, "cell": self.cell, "units": self.units,
                 "dropout": self.dropout, "hrnn_periods": self.hrnn_periods, "hrnn_mode": self.hrnn_mode}
 
-
-@keras.saving.register_keras_serializable(package="seqapps")
-class LogMel(keras.layers.Layer):
-    """Log-mel spectrogram (stand-in until seqapps.data.audio's front end lands)."""
-
-    def __init__(self, sample_rate: int, n_fft: int, hop_length: int, n_mels: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.sample_rate, self.n_fft, self.hop_length, self.n_mels = sample_rate, n_fft, hop_length, n_mels
-        self._matrix = tf.signal.linear_to_mel_weight_matrix(n_mels, n_fft // 2 + 1, sample_rate, 20.0,
-                                                             sample_rate / 2)
-
-    def frames(self, length: tf.Tensor) -> tf.Tensor:
-        """Frames of ``length`` samples."""
-        return tf.maximum(0, 1 + (tf.cast(length, tf.int32) - self.n_fft) // self.hop_length)
-
-    def call(self, waveform: tf.Tensor) -> tf.Tensor:
-        waveform = tf.pad(waveform, [[0, 0], [0, tf.maximum(0, self.n_fft - tf.shape(waveform)[1])]])
-        power = tf.square(tf.abs(tf.signal.stft(waveform, self.n_fft, self.hop_length, self.n_fft)))
-        return tf.math.log(tf.matmul(power, self._matrix) + 1e-6)
-
-    def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "sample_rate": self.sample_rate, "n_fft": self.n_fft,
-                "hop_length": self.hop_length, "n_mels": self.n_mels}

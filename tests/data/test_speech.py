@@ -86,8 +86,8 @@ def test_read_transcripts_common_voice_and_ljspeech_layouts(tmp_path):
 
 
 @pytest.mark.parametrize("table, message", [
-    ("path,transcript\nwavs/missing.wav,hello\n", "row 2: audio file .*missing.wav not found"),
-    ("path,transcript\nwavs/ok.wav,hello\nwavs/ok.wav,\n", "row 3: the transcript of wavs/ok.wav is empty"),
+    ("path,transcript\nwavs/missing.wav,hello\n", "line 2: audio file .*missing.wav not found"),
+    ("path,transcript\nwavs/ok.wav,hello\nwavs/ok.wav,\n", "line 3: the transcript of wavs/ok.wav is empty"),
     ("file,words\nwavs/ok.wav,hello\n", "expected a header with columns path and transcript"),
     ("path,caption\nwavs/ok.wav,hello\n", "no transcript column"),
     ("", "the file is empty"),
@@ -102,10 +102,10 @@ def test_bad_transcript_tables_name_the_row(tmp_path, table, message):
 
 
 @pytest.mark.parametrize("content, message", [
-    (b"", "not a readable audio file"),
-    (b"RIFF\x10\x00\x00\x00WAVEfmt garbage", "not a readable audio file"),
+    (b"", "the file is empty"),
+    (b"RIFF\x10\x00\x00\x00WAVEfmt garbage", "cannot be read as audio"),
     ("silent", "is silent"),
-    ("long", "lasts 3.0 s, longer than max_seconds=2"),
+    ("long", "3.0 s long, longer than the limit of 2 s"),
 ])
 def test_bad_audio_is_a_data_error_naming_the_row(tmp_path, content, message):
     (tmp_path / "wavs").mkdir()
@@ -119,16 +119,16 @@ def test_bad_audio_is_a_data_error_naming_the_row(tmp_path, content, message):
     (tmp_path / "metadata.csv").write_text("path,transcript\nwavs/x.wav,hello\n")
     with pytest.raises(DataError, match=message) as raised:
         speech.load_waveforms(speech.read_transcripts(tmp_path), max_seconds=2.0)
-    assert "metadata.csv row 2" in str(raised.value) and "\n" not in str(raised.value)
+    assert "metadata.csv line 2" in str(raised.value) and "\n" not in str(raised.value)
 
 
 def test_characters_the_model_cannot_emit_are_listed_or_dropped():
-    rows = [speech.Utterance(None, "héllo wörld", "m.csv row 2"), speech.Utterance(None, "ok", "m.csv row 3")]
-    with pytest.raises(DataError, match=r"2 transcript character\(s\).*'é' \(m.csv row 2\), 'ö' \(m.csv row 2\)"):
+    rows = [speech.Utterance(None, "héllo wörld", "m.csv", 2), speech.Utterance(None, "ok", "m.csv", 3)]
+    with pytest.raises(DataError, match=r"2 transcript character\(s\).*'é' \(m.csv line 2\), 'ö' \(m.csv line 2\)"):
         speech.apply_charset(rows, "abcdefghijklmnopqrstuvwxyz ")
     assert [u.transcript for u in speech.apply_charset(rows, "abcdefghijklmnopqrstuvwxyz ", "drop")] == [
         "hllo wrld", "ok"]
-    with pytest.raises(DataError, match="m.csv row 2: nothing is left"):
+    with pytest.raises(DataError, match="m.csv line 2: nothing is left"):
         speech.apply_charset(rows[:1], "xyz ", "drop")
 
 

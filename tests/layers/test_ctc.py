@@ -99,8 +99,8 @@ def test_speech_model_round_trips_through_a_keras_file(tmp_path, encoder):
     model.build()
     inputs, _ = _inputs()
     expected = model(inputs)
-    assert expected.shape == (2, 12, 4)  # 1 + (4000 - 400) // 160 = 23 frames, halved and rounded up
-    assert model.output_lengths(inputs["length"]).numpy().tolist() == [12, 7]
+    assert expected.shape == (2, 13, 4)  # 1 + 4000 // 160 = 26 centred frames, halved
+    assert model.output_lengths(inputs["length"]).numpy().tolist() == [13, 8]
     model.save(tmp_path / "m.keras")
     loaded = keras.saving.load_model(tmp_path / "m.keras")
     np.testing.assert_allclose(loaded(inputs), expected, atol=1e-5)

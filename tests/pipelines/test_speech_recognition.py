@@ -90,9 +90,9 @@ def _user_folder(tmp_path, tiny_corpus, table):
 
 @pytest.mark.parametrize("table, message", [
     (lambda rows: "path,transcript\n" + "".join(f"{r['path']},{r['transcript']}\n" for r in rows)
-     + "wavs/gone.wav,hello\n", "row 34: audio file"),
+     + "wavs/gone.wav,hello\n", "line 34: audio file"),
     (lambda rows: "path,transcript\n" + "".join(f"{r['path']},{r['transcript']}\n" for r in rows[:20])
-     + f"{rows[20]['path']},{'a very long transcript ' * 20}\n", "row 22: the transcript (460 characters) is too long"),
+     + f"{rows[20]['path']},{'a very long transcript ' * 20}\n", "line 22: the transcript (459 characters) is too long"),
 ])
 def test_bad_user_data_exits_2_with_one_line(capsys, tmp_path, tiny_corpus, table, message):
     folder = _user_folder(tmp_path, tiny_corpus, table)
@@ -104,7 +104,7 @@ def test_corrupt_audio_in_user_data_names_file_and_row(capsys, tmp_path, tiny_co
                           lambda rows: "path,transcript\n" + "".join(f"{r['path']},{r['transcript']}\n" for r in rows))
     (folder / "wavs" / "train_00003.wav").write_bytes(b"RIFF\x00\x00not audio")
     assert_rejected_in_one_line(capsys, tmp_path / "out", "speech_recognition", ["--data", str(folder)],
-                                "metadata.csv row 5: ")
+                                "metadata.csv line 5: ")
 
 
 @pytest.mark.parametrize("setting, message", [("encoder=transformer", "'encoder'"), ("oov=map", "'oov'"),
