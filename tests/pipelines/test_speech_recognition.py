@@ -112,3 +112,15 @@ def test_corrupt_audio_in_user_data_names_file_and_row(capsys, tmp_path, tiny_co
 def test_bad_config_exits_2_with_one_line(capsys, tmp_path, setting, message):
     extra = ["--set", "encoder=hrnn"] if setting == "units=8" else []
     assert_rejected_in_one_line(capsys, tmp_path, "speech_recognition", ["--set", setting, *extra], message)
+
+
+def test_finetune_continues_on_the_users_recordings(capsys, speech_run, tiny_corpus, tmp_path):
+    export, _ = speech_run
+    folder = _user_folder(tmp_path, tiny_corpus, lambda rows: "path,sentence\n" + "".join(
+        f"{r['path']},{r['transcript'].upper()}\n" for r in rows))  # Common Voice's column; case is normalised
+    copy = tmp_path / "models" / "speech_recognition" / "1"
+    shutil.copytree(export, copy)
+    code, answer, err = run_cli(capsys, "finetune", "speech_recognition", "--from", str(copy), "--data", str(folder),
+                                "--json")
+    assert code == 0, err
+    assert answer["export"].endswith("speech_recognition/2") and "greedy_cer" in answer["metrics_before"]
