@@ -33,8 +33,10 @@ Export (waveforms at 16 kHz, zero-padded):
 - ``words``: the same inputs as ``serving_default`` -> ``words`` string [batch, W],
   ``start``/``end`` seconds and ``confidence`` float32 [batch, W], ``num_words`` int32
   [batch]: the words of the greedy transcript with their times from the CTC posteriors.
-A waveform holding NaN or Inf is rejected (InvalidArgument, HTTP 400); silence
-decodes to the empty transcript.
+A waveform holding NaN or Inf, or longer than ``max_seconds``, is rejected
+(InvalidArgument, HTTP 400; ``seqapps predict`` cuts long files itself). Silence is
+valid input; what it decodes to is whatever the model emits for floor-level features
+(an untrained model may emit characters).
 """
 from __future__ import annotations
 
@@ -272,7 +274,12 @@ class SpeechRecognition(Pipeline):
 
         def checked(raw: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
             waveform = audio.assert_finite(raw["waveform"])
-            return {"waveform": waveform, "length": tf.clip_by_value(raw["length"], 0, tf.shape(waveform)[1])}
+            bounded = tf.debugging.assert_less_equal(
+                tf.shape(waveform)[1], max_samples,
+                message=f"a waveform is longer than max_seconds ({max_samples} samples at {rate} Hz); cut it")
+            with tf.control_dependencies([bounded]):
+                length = tf.clip_by_value(raw["length"], 0, tf.shape(waveform)[1])
+            return {"waveform": waveform, "length": length}
 
         def from_wav(raw: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
             waveform, length = audio.decode_wav(raw["wav"], rate, max_samples=max_samples)

@@ -63,6 +63,9 @@ def test_signatures_transcribe_time_words_decode_wav_and_reject_nan(speech_run, 
     bad[0, 10] = np.nan
     with pytest.raises(tf.errors.InvalidArgumentError, match="NaN or Inf"):
         loaded.signatures["serving_default"](waveform=tf.constant(bad), length=batch["length"])
+    too_long = np.zeros((1, 15 * speech.SAMPLE_RATE + 1), np.float32)  # the tiny preset's max_seconds is 15
+    with pytest.raises(tf.errors.InvalidArgumentError, match="longer than max_seconds"):
+        loaded.signatures["serving_default"](waveform=tf.constant(too_long), length=tf.constant([too_long.shape[1]]))
 
 
 def test_predict_cuts_a_long_file_at_silences_and_joins_the_transcript(speech_run, tiny_corpus, tmp_path, capsys):
