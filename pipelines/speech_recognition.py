@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +145,7 @@ def _output_frames(config: SpeechRecognitionConfig, samples: int) -> int:
 
 def _ctc_frames_needed(ids: list[int]) -> int:
     """Frames a CTC path needs: one per label plus a blank between equal neighbours."""
-    return len(ids) + sum(a == b for a, b in zip(ids, ids[1:]))
+    return len(ids) + sum(a == b for a, b in itertools.pairwise(ids))
 
 
 class SpeechRecognition(Pipeline):
@@ -189,7 +190,7 @@ class SpeechRecognition(Pipeline):
                         raise DataError(f"{utterance.where}: the transcript ({len(utterance.transcript)} characters) "
                                         f"is too long for {waveform.size / speech.SAMPLE_RATE:.2f} s of audio at "
                                         f"{1000 * config.stride * config.hop_length / speech.SAMPLE_RATE:g} ms "
-                                        "per output frame; check the row, or lower stride")
+                                        "per output frame; check the line, or lower stride")
             lengths = np.array([clip.size for clip in clips], np.int32)
             inputs = tf.data.Dataset.from_tensor_slices(
                 {"waveform": tf.RaggedTensor.from_row_lengths(np.concatenate(clips), lengths), "length": lengths})
@@ -255,7 +256,6 @@ class SpeechRecognition(Pipeline):
         common = collections.Counter(data.arrays["train"]["transcripts"]).most_common(1)[0][0]
         return metrics, {"empty_transcript": scores([""] * len(truth)),
                          "most_frequent_sentence": scores([common] * len(truth))}
-
 
     # --- export and prediction --------------------------------------------------------------
 
