@@ -4,7 +4,7 @@
 - Translation: corpus BLEU and chrF (sacrebleu), with sacrebleu's signature string.
 - Speech recognition: corpus WER and CER (jiwer).
 - Tagging: ROC-AUC and PR-AUC, macro, micro and per label (scikit-learn).
-- Language modelling: perplexity and bits per character.
+- Language modelling: perplexity, bits per character and the unigram baseline.
 
 Arguments go truth first, as in scikit-learn: ``(references, hypotheses)`` and
 ``(y_true, y_score)``. sacrebleu and jiwer are imported inside the functions, so
@@ -245,7 +245,7 @@ def pr_auc(y_true: np.ndarray, y_score: np.ndarray, labels: Sequence[str] | None
     return _label_averages(average_precision_score, y_true, y_score, labels)
 
 
-# --- Language modelling: perplexity and bits per character ---------------------------------------------------------
+# --- Language modelling: perplexity, bits per character, the unigram baseline ---------------------------------------
 
 
 def _mean_negative_log_prob(log_probs: Any, mask: Any = None) -> float:
@@ -282,3 +282,21 @@ def bits_per_char(log_probs: Any, mask: Any = None) -> float:
         The mean cost in bits per character.
     """
     return _mean_negative_log_prob(log_probs, mask) / math.log(2)
+
+
+def unigram_log_probs(train_counts: Any, targets: Any, smoothing: float = 1.0) -> np.ndarray:
+    """Natural-log probabilities of ``targets`` under the add-``smoothing`` unigram model of the
+    training counts: the baseline of every language model.
+
+    Args:
+        train_counts: ``[V]`` token counts of the training data (id 0: unknown tokens).
+        targets: int ids of the scored tokens, any shape.
+        smoothing: added to every count (> 0), so unseen ids have a finite cost.
+
+    Returns:
+        float64 log-probabilities of the shape of ``targets``.
+    """
+    counts = np.asarray(train_counts, dtype=np.float64) + smoothing
+    if counts.ndim != 1 or np.any(counts <= 0):
+        raise ValueError("train_counts must be 1-D and non-negative, with smoothing > 0")
+    return np.log(counts / counts.sum())[np.asarray(targets, dtype=np.int64)]

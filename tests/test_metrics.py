@@ -12,6 +12,7 @@ from seqapps.metrics import (
     pr_auc,
     roc_auc,
     seasonal_naive,
+    unigram_log_probs,
     word_error_rate,
 )
 
@@ -127,3 +128,12 @@ def test_perplexity_and_bits_per_char_of_known_distributions():
     assert perplexity(np.log([0.5, 0.125])) == pytest.approx(4)
     with pytest.raises(ValueError, match="no tokens"):
         perplexity(np.zeros(2), np.zeros(2))
+
+
+def test_unigram_log_probs_is_the_add_one_unigram_model():
+    # Counts [1, 3, 0] + 1 = [2, 4, 1], over 7.
+    np.testing.assert_allclose(unigram_log_probs([1, 3, 0], [1, 2, 0]), np.log([4 / 7, 1 / 7, 2 / 7]))
+    # A uniform unigram over 8 tokens costs exactly 3 bits per character.
+    assert bits_per_char(unigram_log_probs(np.zeros(8), np.arange(8))) == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="smoothing > 0"):
+        unigram_log_probs([0, 2], [0], smoothing=0.0)  # id 0 would have probability 0

@@ -16,6 +16,7 @@ PIL opens the file; a missing, non-image, truncated or oversized file raises a
 from __future__ import annotations
 
 import io
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,8 +53,9 @@ def _header_size(encoded: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
                                                 tf.constant(b"\0" * _HEADER_BYTES)]), 0, _HEADER_BYTES)
 
     def field(offset: int, dtype: tf.DType, little_endian: bool) -> tf.Tensor:
-        size = dtype.size * 2
-        return tf.cast(tf.io.decode_raw(tf.strings.substr(header, offset, size), dtype, little_endian), tf.int64)
+        """Two integers of ``dtype`` from ``offset`` on (width and height in every header here)."""
+        pair = tf.strings.substr(header, offset, 2 * dtype.size)
+        return tf.cast(tf.io.decode_raw(pair, dtype, little_endian), tf.int64)
 
     def jpeg() -> tf.Tensor:
         return tf.cast(tf.io.extract_jpeg_shape(encoded)[:2], tf.int64)
@@ -155,7 +157,11 @@ def _open_image(data: bytes, where: str, max_pixels: int):
     from PIL import Image, UnidentifiedImageError
 
     try:
-        image = Image.open(io.BytesIO(data))
+        with warnings.catch_warnings():  # PIL's own bomb warning: the max_pixels check below replaces it
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError:
+        raise DataError(f"{where}: larger than the limit of {max_pixels} pixels") from None
     except (UnidentifiedImageError, OSError):
         raise DataError(f"{where}: not a {_format_list()} image") from None
     if image.format not in FORMATS:

@@ -1,9 +1,11 @@
 """Image decoding in the graph (formats, colour conversion, resizing, memory bounds) and file validation."""
 import io
 import json
+import struct
 import subprocess
 import sys
 import textwrap
+import zlib
 
 import numpy as np
 import pytest
@@ -91,6 +93,28 @@ def test_a_jpeg_over_the_pixel_budget_is_decoded_at_a_smaller_scale():
     np.testing.assert_allclose(image.mean(axis=(0, 1)), [200, 10, 10], atol=4)
     with pytest.raises(tf.errors.InvalidArgumentError, match="limit of 20 pixels"):
         decode_images(tf.constant([jpeg]), 8, 8, max_pixels=20)  # 1/8 scale is 5 x 6 = 30 pixels
+
+
+def png_header_only(width: int, height: int) -> bytes:
+    """A PNG signature, a valid IHDR chunk of the given size (8-bit gray) and IEND: a header with no pixels."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IEND", b"")
+
+
+def test_a_40000_by_40000_header_is_refused_in_the_graph_and_in_python(tmp_path):
+    # 1.6 gigapixels: PIL itself raises DecompressionBombError for this at open; both paths answer from the header.
+    data = png_header_only(40_000, 40_000)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"limit of {MAX_IMAGE_PIXELS} pixels"):
+        decode_images(tf.constant([data]), 8, 8)
+    (tmp_path / "bomb.png").write_bytes(data)
+    with pytest.raises(DataError, match=f"larger than the limit of {MAX_IMAGE_PIXELS} pixels"):
+        read_image(tmp_path / "bomb.png")
+    (tmp_path / "big.png").write_bytes(png_header_only(10_000, 10_000))  # PIL only warns: our limit answers
+    with pytest.raises(DataError, match="10000 x 10000 pixels, larger than the limit"):
+        read_image_bytes(tmp_path / "big.png")
 
 
 MEMORY_SCRIPT = textwrap.dedent("""
