@@ -10,6 +10,7 @@ from __future__ import annotations
 from seqapps.data.audio import LogMelSpectrogram
 from seqapps.layers.attention_decoder import AttentionDecoder, PaddingMask
 from seqapps.layers.batch_nce import BatchNCE
+from seqapps.layers.ctc import CTCSpeechModel
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 from seqapps.layers.hrnn_model import HRNNSequenceModel
 from seqapps.layers.ngram_context import NGramContext
@@ -20,4 +21,4 @@ from seqapps.losses import ScaledMeanAbsoluteError, per_token_training_loss
 LAYERS = (BatchNCE, DecoupledHRNN, NGramContext, CalendarFeatures, SeasonalDifference, SeasonalNaive,
           LogMelSpectrogram, AttentionDecoder, PaddingMask)
 #: The registered models, losses and functions.
-OTHERS = (HRNNSequenceModel, ScaledMeanAbsoluteError, per_token_training_loss)
+OTHERS = (HRNNSequenceModel, CTCSpeechModel, ScaledMeanAbsoluteError, per_token_training_loss)

@@ -140,12 +140,16 @@ class _StopOnNonFiniteLoss(keras.callbacks.Callback):
 
 
 def batch_datasets(data: Splits, config: TrainingConfig) -> tuple[tf.data.Dataset, tf.data.Dataset]:
-    """Shuffles and batches the train split, batches the validation split."""
+    """Shuffles and batches the train split, batches the validation split.
+
+    Elements of varying length (audio clips, transcripts) are zero-padded to the longest
+    in their batch; fixed-size elements batch as they are.
+    """
     train = data.train.shuffle(4096, seed=config.seed, reshuffle_each_iteration=True)
     if config.steps_per_epoch is not None:
         train = train.repeat()
-    train = train.batch(config.batch_size).prefetch(tf.data.AUTOTUNE)
-    val = data.val.batch(config.batch_size).prefetch(tf.data.AUTOTUNE)
+    train = train.padded_batch(config.batch_size).prefetch(tf.data.AUTOTUNE)
+    val = data.val.padded_batch(config.batch_size).prefetch(tf.data.AUTOTUNE)
     return train, val
 
 
