@@ -1,0 +1,24 @@
+"""TF Serving's REST API over ``saved_models/<name>/<version>/``, on FastAPI and uvicorn.
+
+A client written for TF Serving works unchanged:
+
+    GET  /v1/models/{name}[/versions/{v}]             version status
+    GET  /v1/models/{name}[/versions/{v}]/metadata    signature defs
+    POST /v1/models/{name}[/versions/{v}]:predict     row (``instances``) or columnar (``inputs``) format
+
+Models are called through ``tf.saved_model.load``, as TF Serving does, in a
+thread pool off the event loop. The latest integer-named version of each model
+is served; a poll thread picks up new versions and drops the old one only after
+the new one has loaded. Requests that arrive together can be merged along the
+batch dimension (``max_batch_size``, ``batch_timeout_ms``), as TF Serving's
+batching does. Bad requests are answered ``{"error": "..."}`` with 400 or 404.
+"""
+from seqapps.serving.app import ServingOptions, bind, create_app, make_server, serve, serve_in_thread
+from seqapps.serving.batching import Batcher
+from seqapps.serving.protocol import PredictRequest, format_predict_response, parse_predict_request
+from seqapps.serving.repository import (LoadedVersion, ModelRepository, RequestError, Signature, TensorInfo,
+                                        load_version)
+
+__all__ = ["Batcher", "LoadedVersion", "ModelRepository", "PredictRequest", "RequestError", "ServingOptions",
+           "Signature", "TensorInfo", "bind", "create_app", "format_predict_response", "load_version",
+           "make_server", "parse_predict_request", "serve", "serve_in_thread"]
