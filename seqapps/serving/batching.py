@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 
-from seqapps.serving.repository import Signature
+from seqapps.serving.repository import Signature, cancellation
 
 
 @dataclasses.dataclass(eq=False)
@@ -25,18 +25,21 @@ class Batcher:
     ``max_batch_size`` rows or ``timeout`` seconds have passed; while all
     ``slots`` are running batches, requests keep queuing. Inputs are concatenated
     along the batch dimension and the outputs split back; if a merged call fails,
-    its requests are run one by one so that only the bad one fails.
+    its requests are run one by one so that only the bad one fails. A call whose
+    requests have all gone (cancelled: client gone, deadline passed) is stopped.
     """
 
     def __init__(self, signature: Signature, executor: concurrent.futures.Executor, max_batch_size: int,
-                 timeout: float, slots: int) -> None:
+                 timeout: float, slots: int, running: set | None = None) -> None:
         """Args:
             signature: a batchable signature.
             executor: the thread pool that runs model calls.
             max_batch_size: most rows per call.
             timeout: seconds a batch waits for more rows.
             slots: most batches running at once.
+            running: where the cancellation manager of each call in progress is kept (to stop them all).
         """
+        self.running = set() if running is None else running
         self.signature = signature
         self.executor = executor
         self.max_batch_size = max_batch_size
@@ -88,9 +91,19 @@ class Batcher:
             task.add_done_callback(self._running.discard)
 
     async def _execute(self, batch: list[_Queued]) -> None:
+        manager = cancellation.CancellationManager()
+
+        def abandon(_: asyncio.Future) -> None:
+            if all(item.future.done() for item in batch):
+                manager.start_cancel()  # nobody waits for this call any more: stop it
+
+        for item in batch:
+            item.future.add_done_callback(abandon)
+        self.running.add(manager)
         try:
-            results = await asyncio.get_running_loop().run_in_executor(self.executor, self._call, batch)
+            results = await asyncio.get_running_loop().run_in_executor(self.executor, self._call, batch, manager)
         finally:
+            self.running.discard(manager)
             self._slots.release()
         for item, result in zip(batch, results):
             if item.future.done():
@@ -100,7 +113,8 @@ class Batcher:
             else:
                 item.future.set_result(result)
 
-    def _call(self, batch: list[_Queued]) -> list[dict[str, np.ndarray] | Exception]:
+    def _call(self, batch: list[_Queued], manager: cancellation.CancellationManager
+              ) -> list[dict[str, np.ndarray] | Exception]:
         results: dict[int, dict[str, np.ndarray] | Exception] = {}
         groups: dict[tuple, list[int]] = {}
         for index, item in enumerate(batch):
@@ -112,7 +126,7 @@ class Batcher:
                           for name in self.signature.inputs}
                 total = sum(batch[i].rows for i in indices)
                 try:
-                    outputs = self.signature.call(merged)
+                    outputs = self.signature.call(merged, manager)
                 except Exception:  # one bad request must not fail the others: run them one by one below
                     outputs = None
                 if outputs is not None and all(v.ndim and v.shape[0] == total for v in outputs.values()):
@@ -124,8 +138,7 @@ class Batcher:
                     continue
             for i in indices:
                 try:
-                    results[i] = self.signature.call(batch[i].inputs)
+                    results[i] = self.signature.call(batch[i].inputs, manager)
                 except Exception as error:  # handed to the request that caused it
                     results[i] = error
         return [results[i] for i in range(len(batch))]
-
