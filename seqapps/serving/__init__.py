@@ -26,10 +26,12 @@ request parsing and response formatting, TF Serving's JSON), ``batching``, ``met
 """
 from seqapps.serving.app import ModelRunner, ServingOptions, bind, create_app, make_server, serve, serve_in_thread
 from seqapps.serving.batching import Batcher
-from seqapps.serving.protocol import Limits, PredictRequest, format_predict_response, parse_predict_request
+from seqapps.serving.protocol import (PredictRequest, RequestBounds, format_predict_response,
+                                      parse_predict_request)
 from seqapps.serving.repository import (LoadedVersion, ModelRepository, RequestError, Signature, TensorInfo,
                                         load_version)
 
-__all__ = ["Batcher", "Limits", "LoadedVersion", "ModelRepository", "ModelRunner", "PredictRequest", "RequestError", "ServingOptions",
-           "Signature", "TensorInfo", "bind", "create_app", "format_predict_response", "load_version",
-           "make_server", "parse_predict_request", "serve", "serve_in_thread"]
+__all__ = ["Batcher", "LoadedVersion", "ModelRepository", "ModelRunner", "PredictRequest", "RequestBounds",
+           "RequestError", "ServingOptions", "Signature", "TensorInfo", "bind", "create_app",
+           "format_predict_response", "load_version", "make_server", "parse_predict_request", "serve",
+           "serve_in_thread"]

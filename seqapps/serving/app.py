@@ -36,7 +36,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from seqapps.errors import SeqappsError
 from seqapps.serving.batching import Batcher
 from seqapps.serving.metrics import STATUS_NAMES, Metrics
-from seqapps.serving.protocol import (CLASSIFY, DEFAULT_SIGNATURE, REGRESS, Limits, PredictRequest,
+from seqapps.serving.protocol import (CLASSIFY, DEFAULT_SIGNATURE, REGRESS, RequestBounds, PredictRequest,
                                       decode_and_parse, error_response, format_examples_response,
                                       format_predict_response, json_response, parse_version, read_body,
                                       tf_error_message)
@@ -85,9 +85,9 @@ class ServingOptions:
     grpc_port: int | None = None
 
     @property
-    def limits(self) -> Limits:
+    def limits(self) -> RequestBounds:
         """The request bounds for exports that set none."""
-        return Limits(max_batch_size=self.max_request_rows, max_string_bytes=self.max_string_bytes,
+        return RequestBounds(max_batch_size=self.max_request_rows, max_string_bytes=self.max_string_bytes,
                       max_generated_length=self.max_generated_length)
 
 

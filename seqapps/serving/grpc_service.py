@@ -30,6 +30,7 @@ import grpc
 import numpy as np
 import tensorflow as tf
 from google.protobuf import descriptor_pb2, json_format, wrappers_pb2
+from tensorflow.core.protobuf import meta_graph_pb2
 
 from seqapps.serving.metrics import STATUS_NAMES, Metrics
 from seqapps.serving.protocol import check_arrays, squeeze_outputs
@@ -44,7 +45,7 @@ CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND, 
 def _tensorflow_descriptor_set() -> bytes:
     """The descriptors of the TensorFlow and protobuf ``.proto`` files the seqapps protos import."""
     from tensorflow.core.framework import tensor_pb2
-    from tensorflow.core.protobuf import error_codes_pb2, meta_graph_pb2
+    from tensorflow.core.protobuf import error_codes_pb2
 
     files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
 
@@ -230,11 +231,10 @@ class _PredictionService:
             if list(request.metadata_field) != ["signature_def"]:
                 raise RequestError(400, "metadata_field must be ['signature_def'], the only metadata served")
             loaded = server.loaded(request.model_spec)
-            from tensorflow.core.protobuf import meta_graph_pb2
-
             signature_map = pb["get_model_metadata"].SignatureDefMap()
             for key, definition in loaded.signature_defs.items():
-                signature_map.signature_def[key].CopyFrom(json_format.ParseDict(definition, meta_graph_pb2.SignatureDef()))
+                signature_map.signature_def[key].CopyFrom(
+                    json_format.ParseDict(definition, meta_graph_pb2.SignatureDef()))
             response = pb["get_model_metadata"].GetModelMetadataResponse()
             response.model_spec.name = loaded.name
             response.model_spec.version.value = loaded.version

@@ -1,7 +1,7 @@
 """TF Serving's REST JSON: predict, classify and regress requests checked and converted to arrays,
 answers formatted.
 
-Requests are bounded before anything reaches TensorFlow (``Limits``): the nesting depth (the
+Requests are bounded before anything reaches TensorFlow (``RequestBounds``): the nesting depth (the
 signature's rank, at most 32: deeper string tensors crash TensorFlow), rows per request, bytes
 per string, and generated length (integer inputs named ``length`` or ``*_length``). An export's
 ``assets.extra/limits.json`` sets them; the server's options are the defaults for the bounds an
@@ -31,7 +31,7 @@ LENGTH_INPUT = re.compile(r"(.*_)?length")
 
 
 @dataclasses.dataclass(frozen=True)
-class Limits:
+class RequestBounds:
     """The bounds one request is checked against (``None``: no bound).
 
     Attributes:
@@ -46,7 +46,7 @@ class Limits:
     max_generated_length: int | None = 4096
     max_sequence_length: int | None = None
 
-    def merged(self, export_limits: Mapping[str, int]) -> Limits:
+    def merged(self, export_limits: Mapping[str, int]) -> RequestBounds:
         """These bounds with the ones an export's ``limits.json`` sets taking their place.
 
         ``max_audio_samples`` bounds a free dimension too, so it raises ``max_sequence_length``.
@@ -160,7 +160,7 @@ def _too_deep(name: str, max_rank: int) -> RequestError:
     return RequestError(400, f"Input '{name}' is nested deeper than rank {max_rank}, the most its signature takes")
 
 
-def _to_array(value: Any, name: str, info: TensorInfo, limits: Limits) -> np.ndarray:
+def _to_array(value: Any, name: str, info: TensorInfo, limits: RequestBounds) -> np.ndarray:
     max_rank = MAX_RANK if info.shape is None else min(len(info.shape), MAX_RANK)
     if info.dtype == tf.string:
         array = _string_array(value, name, max_rank, limits.max_string_bytes)
@@ -193,7 +193,7 @@ def _fit_shape(name: str, array: np.ndarray, info: TensorInfo) -> tuple[np.ndarr
     return array, missing
 
 
-def _check_limits(name: str, array: np.ndarray, info: TensorInfo, limits: Limits) -> None:
+def _check_limits(name: str, array: np.ndarray, info: TensorInfo, limits: RequestBounds) -> None:
     if (info.batched or info.shape is None) and array.ndim:  # a rank-free input's first axis counts as rows
         if array.shape[0] == 0:
             raise RequestError(400, f"Input '{name}' has no rows; send at least one")
@@ -234,13 +234,14 @@ def _signature(body: dict, loaded: LoadedVersion, methods: tuple[str, ...] | Non
     return loaded.signatures[signature_name]
 
 
-def _rows_within(count: int, limits: Limits, where: str) -> None:
+def _rows_within(count: int, limits: RequestBounds, where: str) -> None:
     """Refuses a request with too many rows before its values are converted."""
     if limits.max_batch_size is not None and count > limits.max_batch_size:
         raise RequestError(400, f"{where} has {count} rows; the limit is {limits.max_batch_size} per request")
 
 
-def parse_predict_request(body: Any, loaded: LoadedVersion, limits: Limits = Limits()) -> PredictRequest:
+def parse_predict_request(body: Any, loaded: LoadedVersion,
+                          limits: RequestBounds = RequestBounds()) -> PredictRequest:
     """Checks a decoded predict body against the model and converts its inputs.
 
     Args:
@@ -299,7 +300,7 @@ def parse_predict_request(body: Any, loaded: LoadedVersion, limits: Limits = Lim
 
 
 def check_arrays(loaded: LoadedVersion, signature_name: str, arrays: dict[str, np.ndarray],
-                 limits: Limits = Limits()) -> PredictRequest:
+                 limits: RequestBounds = RequestBounds()) -> PredictRequest:
     """Checks decoded tensors (gRPC's ``PredictRequest.inputs``) as a columnar predict request.
 
     Args:
@@ -334,7 +335,7 @@ def check_arrays(loaded: LoadedVersion, signature_name: str, arrays: dict[str, n
     return PredictRequest(signature, inputs, row_format=False, squeeze=squeeze)
 
 
-def _feature(value: Any, name: str, limits: Limits) -> Any:
+def _feature(value: Any, name: str, limits: RequestBounds) -> Any:
     """One feature of TF Serving's tf.Example JSON: numbers (all integers: int64), strings, b64."""
     values = value if isinstance(value, list) else [value]
     if all(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
@@ -349,7 +350,8 @@ def _feature(value: Any, name: str, limits: Limits) -> Any:
     return tf.train.Feature(float_list=tf.train.FloatList(value=values))
 
 
-def parse_examples_request(body: Any, loaded: LoadedVersion, method: str, limits: Limits = Limits()) -> PredictRequest:
+def parse_examples_request(body: Any, loaded: LoadedVersion, method: str,
+                           limits: RequestBounds = RequestBounds()) -> PredictRequest:
     """Checks a classify or regress body (TF Serving's tf.Example JSON) and serializes its examples.
 
     Args:
@@ -506,7 +508,8 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def decode_and_parse(body: bytes, loaded: LoadedVersion, limits: Limits, method: str | None = None) -> PredictRequest:
+def decode_and_parse(body: bytes, loaded: LoadedVersion, limits: RequestBounds,
+                     method: str | None = None) -> PredictRequest:
     """Decodes a JSON body and parses it as a predict request (or, with ``method``, classify/regress)."""
     try:
         decoded = json.loads(body)

@@ -25,7 +25,9 @@ import numpy as np
 import tensorflow as tf
 from google.protobuf import json_format
 from tensorflow.core.protobuf import saved_model_pb2
-from tensorflow.python.eager import cancellation  # private: the only way to stop a running call
+# Private (TF 2.21): the only way to stop a running tf.function call; keras-free, so not in seqapps.compat.
+# Tested by tests/serving (deadline, client gone, SIGTERM). Drop when TensorFlow has a public one.
+from tensorflow.python.eager import cancellation
 
 MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 VERSION = re.compile(r"[0-9]{1,18}")  # ASCII digits only; 18 digits fit an int64, as TF Serving's
