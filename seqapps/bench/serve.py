@@ -81,7 +81,8 @@ def _example_inputs(version_dir: Path, rows: int) -> dict[str, np.ndarray]:
 
 def _row_body(inputs: dict[str, np.ndarray]) -> bytes:
     """The row-format JSON of ``inputs``; bytes go as ``{"b64": ...}``."""
-    def jsonable(value: np.ndarray) -> Any:
+    def jsonable(value: Any) -> Any:
+        value = np.asarray(value)  # a row of a 1-D input is a scalar
         if value.dtype.kind in "OS":
             return np.asarray(np.frompyfunc(lambda b: {"b64": base64.b64encode(b).decode()}, 1, 1)(value),
                               dtype=object).tolist()

@@ -43,7 +43,8 @@ from seqapps.serving.protocol import (CLASSIFY, DEFAULT_SIGNATURE, REGRESS, Requ
 from seqapps.serving.repository import LoadedVersion, ModelRepository, RequestError, Signature, cancellation
 
 INLINE_PARSE_BYTES = 256 * 1024  # larger bodies are parsed in a worker thread, off the event loop
-TRIM_BYTES = 1024 * 1024  # after a larger body, freed heap is handed back to the OS (malloc_trim)
+TRIM_BYTES = 1024 * 1024  # after a larger body, freed heap is handed back to the OS (malloc_trim)...
+TRIM_DELAY_S = 0.5  # ...this long after, when its answer has been sent and freed
 logger = logging.getLogger("seqapps.serving")
 
 
@@ -220,6 +221,20 @@ def create_app(repository: ModelRepository, options: ServingOptions, metrics: Me
     metrics = metrics or Metrics()
     runner = runner or ModelRunner(options)
     limits = options.limits
+    trim_pending = [False]
+
+    def trim_soon() -> None:
+        """Trims the heap once the large request's answer has been sent and freed (at most one pending)."""
+        if trim_pending[0]:
+            return
+        trim_pending[0] = True
+        loop = asyncio.get_running_loop()
+
+        def trim() -> None:
+            trim_pending[0] = False
+            loop.run_in_executor(None, _trim_heap)
+
+        loop.call_later(TRIM_DELAY_S, trim)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -266,11 +281,8 @@ def create_app(repository: ModelRepository, options: ServingOptions, metrics: Me
                 return json_response(format_predict_response(outputs, parsed.row_format, parsed.squeeze))
             return json_response(format_examples_response(outputs, method))
         finally:
-            big = len(body) > TRIM_BYTES
-            del body
-            if big:
-                parsed = outputs = None
-                await run_in_threadpool(_trim_heap)
+            if len(body) > TRIM_BYTES:
+                trim_soon()
 
     async def timed(request: Request, model_name: str, version: str | None, label: str | None,
                     method: str | None) -> Response:
