@@ -40,6 +40,7 @@ from seqapps import export
 from seqapps.errors import SeqappsError
 
 TARGET_RATIO = 0.6
+HEADER_TIMEOUT_S = 2.0  # the servers' header timeout: short, so the slow-client phase sees it close connections
 HEADERS = {"content-type": "application/json"}
 
 
@@ -169,7 +170,8 @@ def _start_server(root: Path, max_batch_size: int, batch_timeout_ms: float,
     with log.open("wb") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-m", "seqapps.cli", "serve", str(root), "--port", "0",
-             "--max-batch-size", str(max_batch_size), "--batch-timeout-ms", str(batch_timeout_ms)],
+             "--max-batch-size", str(max_batch_size), "--batch-timeout-ms", str(batch_timeout_ms),
+             "--header-timeout-s", str(HEADER_TIMEOUT_S)],
             stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     line = process.stdout.readline()
     if not line.startswith("seqapps serve: http://"):

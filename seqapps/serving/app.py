@@ -29,6 +29,7 @@ import tensorflow as tf
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -44,7 +45,7 @@ from seqapps.serving.repository import LoadedVersion, ModelRepository, RequestEr
 
 INLINE_PARSE_BYTES = 256 * 1024  # larger bodies are parsed in a worker thread, off the event loop
 TRIM_BYTES = 1024 * 1024  # after a larger body, freed heap is handed back to the OS (malloc_trim)...
-TRIM_DELAY_S = 0.5  # ...this long after, when its answer has been sent and freed
+TRIM_DELAYS_S = (0.5, 3.0)  # ...this long after its answer has been sent (freed by then, even under load)
 logger = logging.getLogger("seqapps.serving")
 
 
@@ -223,18 +224,19 @@ def create_app(repository: ModelRepository, options: ServingOptions, metrics: Me
     limits = options.limits
     trim_pending = [False]
 
-    def trim_soon() -> None:
-        """Trims the heap once the large request's answer has been sent and freed (at most one pending)."""
+    async def trim_soon() -> None:
+        """Trims the heap twice after a large request's answer has been sent (one schedule at a time)."""
         if trim_pending[0]:
             return
         trim_pending[0] = True
         loop = asyncio.get_running_loop()
 
-        def trim() -> None:
-            trim_pending[0] = False
+        def trim(last: bool) -> None:
             loop.run_in_executor(None, _trim_heap)
+            trim_pending[0] = not last
 
-        loop.call_later(TRIM_DELAY_S, trim)
+        for delay in TRIM_DELAYS_S:
+            loop.call_later(delay, trim, delay == TRIM_DELAYS_S[-1])
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -271,6 +273,7 @@ def create_app(repository: ModelRepository, options: ServingOptions, metrics: Me
                      method: str | None) -> Response:
         loaded = repository.get(model_name, version, label)
         body = await read_body(request, options.max_body_bytes)
+        big = len(body) > TRIM_BYTES
         try:
             if len(body) > INLINE_PARSE_BYTES:
                 parsed = await run_in_threadpool(decode_and_parse, body, loaded, limits, method)
@@ -278,11 +281,16 @@ def create_app(repository: ModelRepository, options: ServingOptions, metrics: Me
                 parsed = decode_and_parse(body, loaded, limits, method)
             outputs = await run_while_connected(request, runner.run(parsed))
             if method is None:
-                return json_response(format_predict_response(outputs, parsed.row_format, parsed.squeeze))
-            return json_response(format_examples_response(outputs, method))
-        finally:
-            if len(body) > TRIM_BYTES:
-                trim_soon()
+                response = json_response(format_predict_response(outputs, parsed.row_format, parsed.squeeze))
+            else:
+                response = json_response(format_examples_response(outputs, method))
+        except BaseException:
+            if big:
+                await trim_soon()
+            raise
+        if big:  # once the answer has been sent
+            response.background = BackgroundTask(trim_soon)
+        return response
 
     async def timed(request: Request, model_name: str, version: str | None, label: str | None,
                     method: str | None) -> Response:
