@@ -20,7 +20,7 @@ The export's ``serving_default`` takes ``text`` (string [batch]) and returns
 ``bits_per_character`` (the model's cost of the text, each character predicted from
 a line break and the characters before it), ``next_chars`` (the 5 likeliest next
 characters, string [batch, 5]) and ``next_probabilities`` (float32 [batch, 5]).
-Characters map to ids by code point in the graph (no lookup table).
+Characters map to ids with the vocabulary's asset-file lookup tables (``seqapps.data.text``).
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from seqapps import metrics
 from seqapps.config import HRNNConfig, require
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
@@ -43,6 +44,7 @@ CORPORA = {"pydoc": text_data.pydoc_topics, "kjv": text_data.kjv_bible, "wordnet
 START = "\n"  # every text is read after a line break, as every training line is
 BOUNDARIES = ("\n", " ")  # the upper level ticks after these
 TOP = 5
+TOKENIZER = text_data.Tokenizer("char")
 
 
 @dataclasses.dataclass
@@ -84,21 +86,14 @@ class HRNNCharLMConfig(HRNNConfig):
                 (self.val_fraction, self.test_fraction), "fractions in (0, 0.5)")
 
 
-def windows(ids: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """Cuts ids into non-overlapping next-character windows.
-
-    Args:
-        ids: int32 character ids of one split.
-        seq_len: steps per window.
+def weighted_windows(ids: np.ndarray, seq_len: int, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """``text_data.windows`` with the targets as the HRNN model's lean train step reads them.
 
     Returns:
         ``(inputs, targets)``: int32 (n, seq_len) and float32 (n, seq_len, 2) of next id and weight 1.
     """
-    count = (len(ids) - 1) // seq_len
-    inputs = ids[: count * seq_len].reshape(count, seq_len)
-    targets = np.stack([ids[1: count * seq_len + 1].reshape(count, seq_len).astype(np.float32),
-                        np.ones((count, seq_len), np.float32)], axis=-1)
-    return inputs, targets
+    inputs, targets = text_data.windows(ids, seq_len, what=what)
+    return inputs, np.stack([targets.astype(np.float32), np.ones(targets.shape, np.float32)], axis=-1)
 
 
 class HRNNCharLM(Pipeline):
@@ -108,35 +103,28 @@ class HRNNCharLM(Pipeline):
 
     def load_data(self, config: HRNNCharLMConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
-        corpus = text_data.read_text_file(data_path) if data_path else CORPORA[config.corpus]()
-        lines, total = [], 0
-        for line in corpus.lines:
-            if config.max_chars is not None and total >= config.max_chars:
-                break
-            lines.append(line)
-            total += len(line) + 1
-        parts = {name: START + START.join(part) + START
-                 for name, part in text_data.split_lines(lines, config.val_fraction, config.test_fraction).items()}
+        corpus = (text_data.read_text_file(data_path) if data_path else CORPORA[config.corpus]()).head(config.max_chars)
+        parts = text_data.joined_splits(corpus, config.val_fraction, config.test_fraction, START)
         if state is None:
-            vocabulary = text_data.build_vocabulary(parts["train"], min_count=config.min_char_count,
-                                                    reserved=BOUNDARIES)
-            state = {"chars": vocabulary.tokens, "counts": vocabulary.counts}
-        vocabulary = text_data.Vocabulary(state["chars"], state["counts"])
-        splits = {}
-        for name, part in parts.items():
-            if len(part) <= config.seq_len + 1:
-                raise DataError(f"{corpus.source}: the {name} split has {len(part)} characters, fewer than one "
-                                f"window of seq_len={config.seq_len}; give more text or lower seq_len")
-            splits[name] = windows(vocabulary.encode(part), config.seq_len)
-        report = {"source": corpus.source, "licence": corpus.licence, "lines": len(lines), "characters": total,
+            state = {"vocabulary": text_data.build_vocabulary(TOKENIZER.tokenize(parts["train"]),
+                                                              min_count=config.min_char_count,
+                                                              reserved=BOUNDARIES).state()}
+        vocabulary = text_data.Vocabulary(**state["vocabulary"])
+        streams = {name: vocabulary.encode(TOKENIZER.tokenize(part)) for name, part in parts.items()}
+        splits = {name: weighted_windows(stream, config.seq_len, f"{corpus.source}: the {name} split")
+                  for name, stream in streams.items()}
+        report = {"source": corpus.source, "licence": corpus.licence, "lines": len(corpus.lines),
+                  "characters": corpus.num_chars,
                   "vocabulary": len(vocabulary), "windows": {name: int(len(w[0])) for name, w in splits.items()}}
         return Splits(*(tf.data.Dataset.from_tensor_slices(splits[name]) for name in ("train", "val", "test")),
-                      state=state, report=report, arrays={"test": splits["test"]})
+                      state=state, report=report,
+                      arrays={"test": splits["test"],
+                              "train_counts": np.bincount(streams["train"], minlength=len(vocabulary))})
 
     def build_model(self, config: HRNNCharLMConfig, data: Splits) -> keras.Model:
-        chars = data.state["chars"]
-        model = HRNNSequenceModel(build_hrnn(config, len(chars), "categorical_crossentropy"),
-                                  one_hot_depth=len(chars), boundary_ids=[chars.index(c) for c in BOUNDARIES],
+        vocabulary = text_data.Vocabulary(**data.state["vocabulary"])
+        model = HRNNSequenceModel(build_hrnn(config, len(vocabulary), "categorical_crossentropy"),
+                                  one_hot_depth=len(vocabulary), boundary_ids=[vocabulary.id(c) for c in BOUNDARIES],
                                   name=self.name)
         model.build((None, None))
         return model
@@ -150,23 +138,16 @@ class HRNNCharLM(Pipeline):
         inputs, targets = data.arrays["test"]
         log_probs = log_softmax(model.predict(inputs, batch_size=64, verbose=0), axis=-1)
         labels = targets[..., 0].astype(np.int64)
-        nats = -np.take_along_axis(log_probs, labels[..., None], axis=-1).mean()
-        counts = np.asarray(data.state["counts"], np.float64) + 1.0
-        unigram = -np.log(counts / counts.sum())[labels].mean()
-        return ({"bpc": float(nats / math.log(2))}, {"unigram": {"bpc": float(unigram / math.log(2))}})
+        model_log_probs = np.take_along_axis(log_probs, labels[..., None], axis=-1)
+        unigram = metrics.unigram_log_probs(data.arrays["train_counts"], labels)
+        return ({"bpc": metrics.bits_per_char(model_log_probs)}, {"unigram": {"bpc": metrics.bits_per_char(unigram)}})
 
     def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
-        chars = data.state["chars"]
-        points = {ord(c): i for i, c in enumerate(chars) if len(c) == 1}
-        table = np.zeros(max(points) + 1, np.int32)
-        for point, index in points.items():
-            table[point] = index
-        table = tf.constant(table)
-        names = tf.constant(chars)
+        size = len(data.state["vocabulary"]["tokens"])
+        model.char_lookup = text_data.Vocabulary(**data.state["vocabulary"]).lookup(name="chars")
 
         def serve(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            codes = tf.strings.unicode_decode(START + inputs["text"], "UTF-8", errors="replace")
-            ids = tf.gather(table, tf.where(codes < tf.shape(table)[0], codes, 0))
+            ids = model.char_lookup.ids(TOKENIZER.tf_tokenize(START + inputs["text"]))
             lengths = tf.cast(ids.row_lengths(), tf.int32)
             dense = ids.to_tensor()
             mask = tf.sequence_mask(lengths, tf.shape(dense)[1])
@@ -177,8 +158,8 @@ class HRNNCharLM(Pipeline):
             bits = tf.reduce_sum(tf.where(scored, nats, 0.0), axis=1) / math.log(2)
             bpc = tf.math.divide_no_nan(bits, tf.cast(lengths - 1, tf.float32))
             last = tf.gather(log_probs, lengths - 1, batch_dims=1)
-            top = tf.math.top_k(last, k=min(TOP, len(chars)))
-            return {"bits_per_character": bpc, "next_chars": tf.gather(names, top.indices),
+            top = tf.math.top_k(last, k=min(TOP, size))
+            return {"bits_per_character": bpc, "next_chars": model.char_lookup.tokens(top.indices),
                     "next_probabilities": tf.exp(top.values)}
 
         example = {"text": np.array(["the value of ", "import"], dtype=object)}

@@ -43,15 +43,16 @@ import tensorflow as tf
 
 from seqapps.config import TrainingConfig, require
 from seqapps.data import text as text_data
-from seqapps.errors import DataError
 from seqapps.export import Signature
-from seqapps.layers.batch_nce import LOSSES, BatchNCE, perplexity, unigram_distribution
+from seqapps.layers.batch_nce import LOSSES, BatchNCE, unigram_distribution
 from seqapps.layers.ngram_context import NGramContext
 from seqapps.losses import per_token_training_loss
+from seqapps.metrics import perplexity, unigram_log_probs
 from seqapps.pipeline import Pipeline, Splits
 
 ARCHITECTURES = ("ffnn", "ffnn_relu", "rnn", "rnn_relu", "lstm", "lstm_relu")
 CORPORA = {"wordnet": text_data.wordnet_glosses, "pydoc": text_data.pydoc_topics}
+TOKENIZER = text_data.Tokenizer("word")
 
 
 @dataclasses.dataclass
@@ -158,30 +159,26 @@ class LanguageModel(Pipeline):
                   state: dict[str, Any] | None = None) -> Splits:
         self.config = config
         corpus = text_data.read_text_file(data_path) if data_path else CORPORA[config.corpus]()
-        lines = [text_data.word_tokens(line) for line in corpus.lines]
+        lines = [TOKENIZER.tokenize(line) for line in corpus.lines]
         if config.max_words is not None:
             lines = text_data.first_lines_up_to(lines, config.max_words)
         parts = text_data.split_lines(lines, config.val_fraction, config.test_fraction)
         eos = text_data.END_OF_SENTENCE
-        train_tokens = [token for line in parts["train"] for token in (*line, eos)]
         if state is None:
+            train_tokens = [token for line in parts["train"] for token in (*line, eos)]
             vocab = text_data.build_vocabulary(train_tokens, config.max_vocab, config.min_count, reserved=[eos])
-            state = {"vocabulary": vocab.tokens, "context": context_tokens(config.architecture, config.ngram_order),
+            state = {"vocabulary": vocab.state(), "context": context_tokens(config.architecture, config.ngram_order),
                      "top_k": config.top_k}
-        else:
-            vocab = text_data.Vocabulary(state["vocabulary"], [0] * len(state["vocabulary"]))
+        vocab = text_data.Vocabulary(**state["vocabulary"])
         streams = {name: vocab.encode(token for line in part for token in (*line, eos))
                    for name, part in parts.items()}
         counts = np.bincount(streams["train"], minlength=len(vocab))
         for name in ("val", "test"):
             if config.max_eval_tokens is not None:
                 streams[name] = streams[name][: config.max_eval_tokens + 1]
-        windows = {name: _windows(stream, config.seq_len, state["context"], eos_id=1)
+        windows = {name: text_data.windows(stream, config.seq_len, state["context"], pad_id=vocab.id(eos),
+                                           what=f"{corpus.source}: the {name} split")
                    for name, stream in streams.items()}
-        for name, (inputs, _) in windows.items():
-            if len(inputs) == 0:
-                raise DataError(f"{corpus.source}: the {name} split has {len(streams[name])} tokens, fewer than "
-                                f"one window of seq_len={config.seq_len}; give more text or lower seq_len")
         report = {"source": corpus.source, "licence": corpus.licence, "lines": len(lines),
                   "tokens": {name: int(len(stream)) for name, stream in streams.items()},
                   "vocabulary": len(vocab), "train_oov_rate": round(float(counts[0] / max(1, counts.sum())), 5)}
@@ -195,7 +192,7 @@ class LanguageModel(Pipeline):
     # --- model ------------------------------------------------------------------------------
 
     def build_model(self, config: LanguageModelConfig, data: Splits) -> keras.Model:
-        vocab_size = len(data.state["vocabulary"])
+        vocab_size = len(data.state["vocabulary"]["tokens"])
         tokens = keras.Input((None,), dtype="int32", name="tokens")
         targets = keras.Input((None,), dtype="int32", name="targets")
         hidden = keras.layers.Embedding(vocab_size, config.embedding_dim, name="embedding")(tokens)
@@ -241,10 +238,10 @@ class LanguageModel(Pipeline):
         metrics = {"ppl_full": perplexity(np.concatenate(full)),
                    "ppl_self_normalized": perplexity(np.concatenate(normalized)),
                    "parameters": int(model.count_params()),
-                   "vocabulary": len(data.state["vocabulary"])}
+                   "vocabulary": len(data.state["vocabulary"]["tokens"])}
         metrics.update(self.throughput(model, data))
-        unigram = np.log(unigram_distribution(data.arrays["train_counts"]))
-        return metrics, {"unigram": {"ppl_full": perplexity(unigram[data.arrays["test_targets"]])}}
+        unigram = unigram_log_probs(data.arrays["train_counts"], data.arrays["test_targets"])
+        return metrics, {"unigram": {"ppl_full": perplexity(unigram)}}
 
     def throughput(self, model: keras.Model, data: Splits) -> dict[str, float]:
         """Times training steps of a fresh copy of ``model`` (the trained weights are not touched).
@@ -278,20 +275,17 @@ class LanguageModel(Pipeline):
 
     def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
         state = data.state
-        words = state["vocabulary"][1:]
-        model.word_ids = keras.layers.StringLookup(vocabulary=words, num_oov_indices=1,
-                                                   oov_token=text_data.UNKNOWN, name="word_ids")
-        model.id_words = keras.layers.StringLookup(vocabulary=words, num_oov_indices=1, oov_token=text_data.UNKNOWN,
-                                                   invert=True, name="id_words")
+        vocabulary = text_data.Vocabulary(**state["vocabulary"])
+        model.word_lookup = vocabulary.lookup(name="words")
         body = keras.Model(model.inputs[0], model.get_layer("hidden").output)
         output = model.get_layer("output")
-        prefix, top_k = state["context"] + 1, min(state["top_k"], len(state["vocabulary"]))
-        eos_id = 1
+        prefix, top_k = state["context"] + 1, min(state["top_k"], len(vocabulary))
+        eos_id = vocabulary.id(text_data.END_OF_SENTENCE)
 
         def serve(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            tokens = text_data.tf_word_tokens(inputs["text"])
-            lengths = tf.cast(tokens.row_lengths(), tf.int32)
-            ids = tf.cast(model.word_ids(tokens.to_tensor(text_data.END_OF_SENTENCE)), tf.int32)
+            ragged = model.word_lookup.ids(TOKENIZER.tf_tokenize(inputs["text"]))
+            lengths = tf.cast(ragged.row_lengths(), tf.int32)
+            ids = ragged.to_tensor(eos_id)
             batch = tf.shape(ids)[0]
             inputs = tf.concat([tf.fill([batch, prefix], eos_id), ids], axis=1)
             log_probs = output(body(inputs, training=False))  # [batch, words + 1, V], full softmax
@@ -299,10 +293,10 @@ class LanguageModel(Pipeline):
             word_log_probs = tf.gather(log_probs[:, :-1], ids, batch_dims=2) * mask
             total = tf.reduce_sum(word_log_probs, axis=1)
             next_word = tf.math.top_k(tf.gather(log_probs, lengths, batch_dims=1), k=top_k)
-            seen = tf.where(mask > 0, model.id_words(tf.cast(ids, tf.int64)), "")
+            seen = tf.where(mask > 0, model.word_lookup.tokens(ids), "")
             return {"words": seen, "log_probs": word_log_probs,
                     "perplexity": tf.exp(-total / tf.cast(tf.maximum(lengths, 1), total.dtype)),
-                    "next_words": model.id_words(tf.cast(next_word.indices, tf.int64)),
+                    "next_words": model.word_lookup.tokens(next_word.indices),
                     "next_log_probs": next_word.values}
 
         example = {"text": np.array(["the quick brown fox jumps over the lazy dog", ""], dtype=object)}
@@ -323,17 +317,3 @@ class LanguageModel(Pipeline):
                          + ", ".join(f"{n['word']} ({math.exp(n['log_prob']):.1%})" for n in following))
         return "\n".join(lines), {"results": results}
 
-
-
-def _windows(stream: np.ndarray, seq_len: int, context: int, eos_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Cuts a token stream into ``(inputs [N, context + seq_len], targets [N, seq_len])``.
-
-    Window ``j`` predicts ``stream[j*seq_len + 1 : (j+1)*seq_len + 1]`` from the inputs
-    ending one token earlier; ``context`` ``eos_id`` tokens pad the stream's start.
-    """
-    padded = np.concatenate([np.full(context, eos_id, "int32"), stream])
-    count = (len(stream) - 1) // seq_len
-    starts = np.arange(count) * seq_len
-    inputs = padded[starts[:, None] + np.arange(context + seq_len)[None, :]]
-    targets = stream[starts[:, None] + 1 + np.arange(seq_len)[None, :]]
-    return inputs.astype("int32"), targets.astype("int32")

@@ -226,6 +226,11 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
     elif annotation is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "3e-4" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
     elif annotation is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pipelines.hrnn_char_lm import windows
+from pipelines.hrnn_char_lm import weighted_windows
 from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli, run_tiny
 
 pytestmark = pytest.mark.large
@@ -16,8 +16,8 @@ def lm_run(tmp_path_factory):
     return export, export_metrics(export)
 
 
-def test_windows_predict_the_next_character():
-    inputs, targets = windows(np.arange(10, dtype=np.int32), 3)
+def test_windows_predict_the_next_character_with_weight_one():
+    inputs, targets = weighted_windows(np.arange(10, dtype=np.int32), 3, "the text")
     np.testing.assert_array_equal(inputs, [[0, 1, 2], [3, 4, 5], [6, 7, 8]])
     np.testing.assert_array_equal(targets[..., 0], [[1, 2, 3], [4, 5, 6], [7, 8, 9]])
     assert (targets[..., 1] == 1).all()

@@ -1,5 +1,6 @@
 """End-to-end checks of the text_generation (char-RNN) pipeline on its tiny preset, through the CLI."""
 import functools
+import shutil
 
 import keras
 import numpy as np
@@ -9,7 +10,7 @@ import tensorflow as tf
 from pipelines import text_generation
 from seqapps import cli, runner
 from seqapps.data import text as text_data
-from seqapps.export import read_export
+from seqapps.export import read_export, read_limits
 from tests.export_harness import call_in_tensorflow_only_process, decoded
 from tests.pipelines.cli_runner import run_cli
 
@@ -30,36 +31,55 @@ def test_tiny_run_reports_bits_per_char_and_a_unigram_baseline(char_export):
     assert char_export["data"]["source"] == "pydoc_data.topics"
 
 
-def test_export_generates_text_in_a_tensorflow_only_process(char_export):
-    def request(prompts, length, temperature):
-        rows = len(prompts)
-        return ("serving_default", {"prompt": np.array(prompts, dtype=object),
-                                    "length": np.full(rows, length, "int32"),
-                                    "temperature": np.full(rows, temperature, "float32")})
+def request(prompts: list[str], length, temperature, top_k=0) -> tuple[str, dict[str, np.ndarray]]:
+    """A serving_default call; length, temperature and top_k are one value for all rows or one per row."""
+    rows = len(prompts)
+    return ("serving_default", {"prompt": np.array(prompts, dtype=object),
+                                "length": np.broadcast_to(np.array(length, "int32"), rows).copy(),
+                                "temperature": np.broadcast_to(np.array(temperature, "float32"), rows).copy(),
+                                "top_k": np.broadcast_to(np.array(top_k, "int32"), rows).copy()})
 
+
+def test_export_generates_text_in_a_tensorflow_only_process(char_export, tmp_path):
+    moved = tmp_path / "moved"
+    shutil.copytree(char_export["export"], moved)  # the vocabulary asset travels with the folder
+    assert (moved / "assets" / "chars.txt").is_file()
     calls = [request(["In the", "\u00df\u20ac unknown chars", ""], 12, 0.0), request(["In the", "x", ""], 12, 0.0),
              request(["In the"], 30, 1.0), request(["abc"], 0, 1.0),
-             ("serving_default", {"prompt": np.array(["ab", "cd"], dtype=object), "length": np.array([3, 5], "int32"),
-                                  "temperature": np.array([0.0, 1.0], "float32")})]
-    greedy, again, sampled, empty, mixed = [(decoded(out["text"]), decoded(out["generated"]))
-                                            for out in call_in_tensorflow_only_process(char_export["export"],
-                                                                                       calls)["outputs"]]
+             request(["def", "In the", "In the"], [5, 0, 9], [0.5, 1.0, 0.0], [3, 0, 1])]
+    answer = call_in_tensorflow_only_process(moved, calls)
+    assert answer["imported"] == []
+    greedy, again, sampled, empty, per_row = [(decoded(out["text"]), decoded(out["generated"]))
+                                              for out in answer["outputs"]]
     texts, generated = greedy
     assert [len(g) for g in generated] == [12, 12, 12]
     assert texts[0] == "In the" + generated[0] and texts[1].startswith("\u00df\u20ac unknown chars")
     assert again[1][0] == generated[0] and again[1][2] == generated[2]  # greedy: deterministic
     assert len(sampled[1][0]) == 30
     assert empty == (["abc"], [""])
-    assert [len(g) for g in mixed[1]] == [3, 5]  # per-row length and temperature
+    texts, generated = per_row  # each row its own length, temperature and top_k
+    assert [len(g) for g in generated] == [5, 0, 9] and texts[0].startswith("def") and texts[1] == "In the"
+    assert generated[2] == greedy[1][0][:9]  # temperature 0 is greedy whatever top_k
+
+
+def test_export_rejects_prompts_and_lengths_over_its_limits(char_export):
+    serve = tf.saved_model.load(char_export["export"]).signatures["serving_default"]
+    limits = read_limits(char_export["export"])
+    assert limits.max_generated_length == 1000 and limits.max_string_bytes == 4 * 2000
+    for prompts, length, message in [(["x" * 2001], 5, "max_prompt_chars=2000"),
+                                     (["x"], 1001, "max_generated_length=1000")]:
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            serve(**{k: tf.constant(v) for k, v in request(prompts, length, 1.0)[1].items()})
 
 
 def test_in_graph_greedy_decoding_matches_the_keras_model(char_export):
     info = read_export(char_export["export"])
-    chars = info.state["chars"]
+    chars = info.state["vocabulary"]["tokens"]
     model = keras.saving.load_model(info.keras_model_path)
     serve = tf.saved_model.load(str(info.path)).signatures["serving_default"]
     prompt = "The return"
-    generated = serve(prompt=tf.constant([prompt]), length=tf.constant([6]), temperature=tf.constant([0.0]))
+    generated = serve(prompt=tf.constant([prompt]), length=tf.constant([6]), temperature=tf.constant([0.0]),
+                      top_k=tf.constant([0]))
     ids = [chars.index(c) for c in "\n" + prompt]
     expected = ""
     for _ in range(6):

@@ -1,0 +1,439 @@
+"""Image captioning: a CNN encoder and an attending RNN decoder, trained end to end (Vinyals et al. 2015,
+"Show and Tell"; Xu et al. 2015, "Show, Attend and Tell"; Karpathy and Fei-Fei 2015).
+
+Model: a small convnet trained from scratch (or a Keras Applications backbone, ``cnn=MobileNetV3Small``,
+with local weights from ``cnn_weights=PATH``, frozen or fine-tuned) turns the image into a feature map.
+Its average, through a tanh layer, is the decoder's initial state; the ``AttentionDecoder`` attends over
+the feature-map grid at every word (``attention=none`` for plain Show and Tell) and ``BatchNCE`` scores
+the words (``output=softmax|bnce``; evaluation and serving use the full softmax).
+
+Data: by default generated scenes of 1-3 coloured shapes with their true captions
+(``seqapps.data.scenes``), written once from the seed into ``$SEQAPPS_DATA`` (default
+``~/.cache/seqapps``). Scenes with a held-out colour/shape pair form the second test split
+``test_novel``. ``--data folder/`` (or its ``captions.csv``) reads the user's ``image,caption`` rows.
+
+Metrics: BLEU-1 to BLEU-4 (sacrebleu, all references) for greedy and beam search on ``test`` and
+``test_novel``, and, for generated scenes, the share of captions whose facts are all true
+(``scenes.check_caption``). Baselines: the most frequent training caption, and the caption of the
+nearest training image in the trained CNN's pooled-feature space.
+
+Export: ``serving_default`` takes ``image_bytes`` (string ``[batch]``: JPEG, PNG, GIF or BMP of any size,
+grayscale or RGBA; decoded, resized and scaled in the graph by ``seqapps.data.images.decode_images``)
+and returns ``caption`` and ``score`` (log-probability per word, end included); ``beam`` returns
+``captions``/``scores`` ``[batch, beam_size]``; ``attention`` returns the greedy caption, its ``words``
+and ``attention`` ``[batch, T, grid_height * grid_width]`` over the feature map.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from seqapps import metrics as seqapps_metrics
+from seqapps.config import TrainingConfig, require
+from seqapps.data import captions as caption_data
+from seqapps.data import images as image_data
+from seqapps.data import scenes
+from seqapps.data import text as text_data
+from seqapps.errors import ConfigError, DataError
+from seqapps.export import Limits, Signature
+from seqapps.layers.attention_decoder import ATTENTIONS, CELLS, AttentionDecoder, WordGenerator
+from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
+from seqapps.losses import per_token_training_loss
+from seqapps.pipeline import Pipeline, Splits
+
+OUTPUTS = ("softmax", "bnce")
+END = text_data.END_OF_SENTENCE
+START = "<s>"
+END_ID, START_ID = 1, 2  # ids right after <unk>; END also pads
+TOKENIZER = text_data.Tokenizer("word")
+SCENES_VERSION = 1  # bump when the generator changes, so cached scenes are written again
+SAMPLES = 5
+
+
+@dataclasses.dataclass
+class CaptioningConfig(TrainingConfig):
+    """Captioning settings.
+
+    Attributes:
+        num_train, num_val, num_test, num_novel: generated scenes per split (``test_novel`` holds the
+            held-out colour/shape pairs).
+        val_fraction, test_fraction: shares of the user's images held out (by image).
+        image_size: images are resized to ``image_size x image_size`` pixels.
+        cnn: "small" (a convnet trained from scratch) or a ``keras.applications`` class name.
+        cnn_filters: filters of the small convnet's blocks (each halves the grid).
+        cnn_weights: a local weights file for a Keras Applications backbone (None: random weights).
+        cnn_trainable: fine-tune the backbone (False: frozen).
+        embedding_dim, units, cell, attention, dropout: the decoder (``AttentionDecoder``).
+        output: "softmax" or "bnce".
+        log_z, extra_noise: B-NCE's fixed log normaliser and extra noise words.
+        max_caption_length: the most words of a training caption (longer ones are cut) and of a generated one.
+        min_count: rarer caption words map to ``<unk>``.
+        beam_size, length_penalty: beam search.
+        max_eval_images: caption at most this many images per test split (None: all).
+    """
+
+    num_train: int = 4000
+    num_val: int = 300
+    num_test: int = 500
+    num_novel: int = 500
+    val_fraction: float = 0.1
+    test_fraction: float = 0.1
+    image_size: int = 64
+    cnn: str = "small"
+    cnn_filters: list[int] = dataclasses.field(default_factory=lambda: [32, 64, 96])
+    cnn_weights: str | None = None
+    cnn_trainable: bool = True
+    embedding_dim: int = 64
+    units: int = 128
+    cell: str = "lstm"
+    attention: str = "bahdanau"
+    dropout: float = 0.1
+    output: str = "softmax"
+    log_z: float = 5.0
+    extra_noise: int = 0
+    max_caption_length: int = 24
+    min_count: int = 1
+    beam_size: int = 3
+    length_penalty: float = 0.6
+    max_eval_images: int | None = None
+    batch_size: int = 64
+    learning_rate: float = 2e-3
+    epochs: int = 10
+    early_stopping_patience: int = 3
+    lr_patience: int = 1
+
+    PRESETS = {
+        "tiny": {"num_train": 120, "num_val": 20, "num_test": 20, "num_novel": 20, "image_size": 32,
+                 "cnn_filters": [8, 16], "embedding_dim": 8, "units": 16, "epochs": 1, "steps_per_epoch": 6,
+                 "batch_size": 16, "beam_size": 2, "max_eval_images": 10},
+        "default": {},
+        "full": {"image_size": 224, "cnn": "MobileNetV3Small", "units": 512, "embedding_dim": 256, "epochs": 30},
+    }
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("num_train", "num_val", "num_test", "num_novel", "image_size", "embedding_dim", "units",
+                     "max_caption_length", "min_count", "beam_size"):
+            require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
+        require(self.cnn == "small" or hasattr(keras.applications, self.cnn), "cnn", self.cnn,
+                "small or a keras.applications class name (e.g. MobileNetV3Small)")
+        require(bool(self.cnn_filters) and all(f >= 1 for f in self.cnn_filters), "cnn_filters", self.cnn_filters,
+                "a non-empty list of integers >= 1")
+        require(self.image_size >= 2 ** len(self.cnn_filters), "image_size", self.image_size,
+                f"at least 2 ** len(cnn_filters) = {2 ** len(self.cnn_filters)}")
+        require(self.cnn_weights is None or Path(self.cnn_weights).is_file(), "cnn_weights", self.cnn_weights,
+                "null or an existing local weights file")
+        require(self.cell in CELLS, "cell", self.cell, f"one of {', '.join(CELLS)}")
+        require(self.attention in ATTENTIONS, "attention", self.attention, f"one of {', '.join(ATTENTIONS)}")
+        require(self.output in OUTPUTS, "output", self.output, f"one of {', '.join(OUTPUTS)}")
+        require(0 <= self.dropout < 1, "dropout", self.dropout, "a number in [0, 1)")
+        require(self.length_penalty >= 0, "length_penalty", self.length_penalty, "a number >= 0")
+        require(self.max_eval_images is None or self.max_eval_images >= 1, "max_eval_images",
+                self.max_eval_images, "null or >= 1")
+        require(0 < self.val_fraction and 0 < self.test_fraction and self.val_fraction + self.test_fraction <= 0.5,
+                "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
+
+
+def data_cache() -> Path:
+    """The folder for generated data: ``$SEQAPPS_DATA``, default ``~/.cache/seqapps``."""
+    return Path(os.environ.get("SEQAPPS_DATA") or Path.home() / ".cache" / "seqapps")
+
+
+def scene_splits(config: CaptioningConfig) -> dict[str, caption_data.CaptionedImages]:
+    """Generated scenes for train/val/test (no held-out pair) and test_novel (at least one), from the seed."""
+    counts = {"train": config.num_train, "val": config.num_val, "test": config.num_test,
+              "test_novel": config.num_novel}
+    found = {}
+    for offset, (name, count) in enumerate(counts.items()):
+        folder = data_cache() / "scenes" / f"v{SCENES_VERSION}-{name}-{count}-seed{config.seed}-{config.image_size}px"
+        csv_path = scenes.write_scenes(folder, count, seed=config.seed * 10 + offset, held_out=name == "test_novel",
+                                       image_size=config.image_size)
+        found[name] = caption_data.read_captions(csv_path, check_images=False)
+    return found
+
+
+def user_splits(config: CaptioningConfig, data_path: str) -> dict[str, caption_data.CaptionedImages]:
+    """The user's images, split by image (every 100 images: the first ``val`` to val, then test)."""
+    read = caption_data.read_captions(data_path)
+    indices = {"train": [], "val": [], "test": []}
+    val_cut, test_cut = round(100 * config.val_fraction), round(100 * (config.val_fraction + config.test_fraction))
+    for i in range(len(read)):
+        slot = i % 100
+        indices["val" if slot < val_cut else "test" if slot < test_cut else "train"].append(i)
+    empty = [name for name, part in indices.items() if not part]
+    if empty:
+        raise DataError(f"{read.source}: {len(read)} images leave the {' and '.join(empty)} split(s) empty; "
+                        "give more images")
+    return {name: caption_data.CaptionedImages([read.images[i] for i in part], [read.captions[i] for i in part],
+                                               read.source) for name, part in indices.items()}
+
+
+def decode_files(paths: Sequence[Path], image_size: int, source: str, batch_size: int = 256) -> np.ndarray:
+    """Reads and decodes image files as the export does (``decode_images``), as uint8 ``[N, size, size, 3]``."""
+    encoded = [image_data.read_image_bytes(path, source) for path in paths]
+    out = np.zeros((len(encoded), image_size, image_size, 3), "uint8")
+    for start in range(0, len(encoded), batch_size):
+        batch = image_data.decode_images(tf.constant(encoded[start: start + batch_size]), image_size, image_size)
+        out[start: start + batch_size] = np.clip(np.round(batch.numpy()), 0, 255).astype("uint8")
+    return out
+
+
+def most_frequent(captions_per_image: Sequence[Sequence[str]]) -> str:
+    """The most frequent training caption (ties: the first seen)."""
+    counts = collections.Counter(caption for group in captions_per_image for caption in group)
+    return counts.most_common(1)[0][0]
+
+
+def nearest_neighbour(train_features: np.ndarray, train_captions: Sequence[Sequence[str]],
+                      features: np.ndarray) -> list[str]:
+    """The first caption of the closest training image (cosine distance) for each row of ``features``."""
+    from sklearn.neighbors import NearestNeighbors
+
+    index = NearestNeighbors(n_neighbors=1, metric="cosine").fit(train_features)
+    return [train_captions[i][0] for i in index.kneighbors(features, return_distance=False)[:, 0]]
+
+
+class ImageCaptioning(Pipeline):
+    """CNN encoder + attending LSTM/GRU decoder, from image bytes to a caption."""
+
+    Config = CaptioningConfig
+
+    # --- data -------------------------------------------------------------------------------
+
+    def load_data(self, config: CaptioningConfig, data_path: str | None,
+                  state: dict[str, Any] | None = None) -> Splits:
+        self.config = config
+        parts = user_splits(config, data_path) if data_path else scene_splits(config)
+        tokens = {name: [[TOKENIZER.tokenize(c)[: config.max_caption_length] for c in group] for group in part.captions]
+                  for name, part in parts.items()}
+        if state is None:
+            words = (word for group in tokens["train"] for caption in group for word in caption)
+            vocabulary = text_data.build_vocabulary(words, min_count=config.min_count, reserved=[END, START])
+            state = {"vocabulary": vocabulary.tokens, "image_size": config.image_size,
+                     "max_caption_length": config.max_caption_length, "beam_size": config.beam_size,
+                     "length_penalty": config.length_penalty}
+        vocabulary = text_data.Vocabulary(state["vocabulary"], [0] * len(state["vocabulary"]))
+        pixels = {name: decode_files(part.images, state["image_size"], part.source) for name, part in parts.items()}
+        width = state["max_caption_length"] + 1
+        datasets_, counts = {}, np.zeros(len(vocabulary), "int64")
+        for name in ("train", "val", "test"):
+            image_index, target_in, target_out, weights = [], [], [], []
+            for i, group in enumerate(tokens[name]):
+                for caption in group:
+                    ids = vocabulary.encode(caption)
+                    image_index.append(i)
+                    target_in.append(np.r_[START_ID, ids, [END_ID] * (width - 1 - len(ids))])
+                    target_out.append(np.r_[ids, [END_ID] * (width - len(ids))])
+                    weights.append(np.arange(width) <= len(ids))
+            target_out_array, weights_array = np.array(target_out, "int32"), np.array(weights, "float32")
+            if name == "train":
+                counts = np.bincount(target_out_array[weights_array > 0], minlength=len(vocabulary))
+            datasets_[name] = tf.data.Dataset.from_tensor_slices((
+                {"image": pixels[name][np.array(image_index)], "target_in": np.array(target_in, "int32"),
+                 "target_out": target_out_array}, np.zeros_like(weights_array), weights_array))
+        truths = {name: scenes.read_scenes(Path(part.source).parent) for name, part in parts.items()
+                  if not data_path}
+        report = {"source": "generated scenes (seqapps.data.scenes)" if not data_path else parts["train"].source,
+                  "images": {name: len(part) for name, part in parts.items()},
+                  "captions": {name: sum(len(group) for group in part.captions) for name, part in parts.items()},
+                  "vocabulary": len(vocabulary)}
+        return Splits(datasets_["train"], datasets_["val"], datasets_["test"], state=state, report=report,
+                      arrays={"parts": parts, "pixels": pixels, "target_counts": counts, "truths": truths})
+
+    # --- model ------------------------------------------------------------------------------
+
+    def _cnn(self, config: CaptioningConfig, image: keras.KerasTensor) -> keras.KerasTensor:
+        if config.cnn == "small":
+            hidden = keras.layers.Rescaling(1 / 255.0, name="rescale")(image)
+            for i, filters in enumerate(config.cnn_filters):
+                hidden = keras.layers.Conv2D(filters, 3, padding="same", activation="relu", name=f"conv_{i + 1}a")(hidden)
+                hidden = keras.layers.Conv2D(filters, 3, padding="same", activation="relu", name=f"conv_{i + 1}b")(hidden)
+                hidden = keras.layers.MaxPooling2D(name=f"pool_{i + 1}")(hidden)
+            return hidden
+        backbone_class = getattr(keras.applications, config.cnn)
+        try:
+            backbone = backbone_class(include_top=False, weights=None,
+                                      input_shape=(config.image_size, config.image_size, 3))
+        except ValueError as error:
+            raise ConfigError(f"config field 'cnn': {config.cnn} cannot take {config.image_size}px images "
+                              f"({str(error).splitlines()[0]})") from None
+        if config.cnn_weights:
+            try:
+                backbone.load_weights(config.cnn_weights, skip_mismatch=False)
+            except (ValueError, OSError) as error:
+                raise ConfigError(f"config field 'cnn_weights': {config.cnn_weights} does not fit {config.cnn} "
+                                  f"({str(error).splitlines()[0][:200]})") from None
+        backbone.trainable = config.cnn_trainable
+        # Keras Applications take 0..255 pixels and scale them themselves.
+        return backbone(image, training=False if not config.cnn_trainable else None)
+
+    def build_model(self, config: CaptioningConfig, data: Splits) -> keras.Model:
+        vocab_size = len(data.state["vocabulary"])
+        size = data.state["image_size"]
+        image = keras.Input((size, size, 3), dtype="float32", name="image")
+        target_in = keras.Input((None,), dtype="int32", name="target_in")
+        target_out = keras.Input((None,), dtype="int32", name="target_out")
+        grid = self._cnn(config, image)
+        features = keras.layers.Reshape((-1, grid.shape[-1]), name="grid")(grid)
+        memory = keras.layers.Dense(config.units, name="memory")(features)
+        pooled = keras.layers.GlobalAveragePooling1D(name="pooled")(features)
+        initial_state = [keras.layers.Dense(config.units, activation="tanh", name=f"init_{k}")(pooled)
+                         for k in range(2 if config.cell == "lstm" else 1)]
+        decoder = AttentionDecoder(vocab_size, config.embedding_dim, config.units, cell=config.cell,
+                                   attention=config.attention, dropout=config.dropout, name="decoder")
+        hidden = decoder({"ids": target_in, "memory": memory, "state": initial_state})
+        output = BatchNCE(vocab_size, loss=config.output, log_z=config.log_z, extra_noise=config.extra_noise,
+                          seed=config.seed, name="output")
+        per_token = output([hidden, target_out])
+        unigram = unigram_distribution(data.arrays["target_counts"])
+        output.set_noise_distribution(unigram)
+        output.bias.assign((np.log(unigram) + config.log_z).astype("float32"))
+        return keras.Model({"image": image, "target_in": target_in, "target_out": target_out}, per_token,
+                           name=self.name)
+
+    def compile_args(self, config: CaptioningConfig, data: Splits) -> dict[str, Any]:
+        return {"loss": per_token_training_loss}
+
+    # --- evaluation -------------------------------------------------------------------------
+
+    def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+        captioner = Captioner(model, data.state)
+        parts, pixels = data.arrays["parts"], data.arrays["pixels"]
+        train_captions = parts["train"].captions
+        train_features = captioner.features(pixels["train"])
+        frequent = most_frequent(train_captions)
+        metrics: dict[str, Any] = {"parameters": int(model.count_params())}
+        baselines: dict[str, dict[str, Any]] = {"most_frequent": {}, "nearest_neighbour": {}}
+        for split in (name for name in ("test", "test_novel") if name in parts):
+            count = min(len(parts[split]), self.config.max_eval_images or len(parts[split]))
+            images = pixels[split][:count]
+            references = [[TOKENIZER.join(TOKENIZER.tokenize(c)) for c in group] for group in parts[split].captions[:count]]
+            truths = data.arrays["truths"].get(split)
+            names = [path.name for path in parts[split].images[:count]]
+            found = {"greedy": captioner.caption_pixels(images), "beam": captioner.caption_pixels(images, beam=True)}
+            neighbours = nearest_neighbour(train_features, train_captions, captioner.features(images))
+            for name, hypotheses in found.items():
+                metrics.update(_scores(references, hypotheses, truths, names, f"{split}/{name}_"))
+            baselines["most_frequent"].update(_scores(references, [frequent] * count, truths, names, f"{split}/"))
+            baselines["nearest_neighbour"].update(_scores(references, neighbours, truths, names, f"{split}/"))
+            metrics[f"samples/{split}"] = [{"image": n, "references": r, "greedy": g, "beam": b}
+                                           for n, r, g, b in zip(names, references, found["greedy"],
+                                                                 found["beam"])][:SAMPLES]
+        return metrics, baselines
+
+    # --- export -----------------------------------------------------------------------------
+
+    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
+        captioner = Captioner(model, data.state)
+        model.caption_vocabulary = captioner.generator.lookup  # tracked, so the export saves its asset file
+        inputs = {"image_bytes": tf.TensorSpec([None], tf.string, name="image_bytes")}
+        first = data.arrays["parts"]["test"].images[0]
+        example = {"image_bytes": np.array([image_data.read_image_bytes(first)], dtype=object)}
+        return {"serving_default": Signature(inputs=inputs, example=example, run=captioner.greedy),
+                "beam": Signature(inputs=inputs, example=example, run=captioner.beam),
+                "attention": Signature(inputs=inputs, example=example, run=captioner.attention)}
+
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
+        """``seqapps predict EXPORT photo.jpg ...``: each INPUT is an image file."""
+        return {"image_bytes": np.array([image_data.read_image_bytes(path) for path in inputs], dtype=object)}
+
+    def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
+                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+        found = [text.decode("utf-8", "replace") for text in outputs["caption"]]
+        return "\n".join(found), {"captions": found, "scores": [round(float(s), 4) for s in outputs["score"]]}
+
+    def limits(self, config: CaptioningConfig, data: Splits) -> Limits:
+        return Limits(max_batch_size=256, max_string_bytes=image_data.MAX_IMAGE_BYTES,
+                      max_image_pixels=image_data.MAX_IMAGE_PIXELS, max_generated_length=config.max_caption_length)
+
+
+def _scores(references: list[list[str]], hypotheses: list[str], truths: dict[str, scenes.Scene] | None,
+            names: list[str], prefix: str) -> dict[str, Any]:
+    """BLEU-1..4 against all references (and their signature), plus fact accuracy for generated scenes."""
+    found: dict[str, Any] = {}
+    for order in range(1, 5):
+        bleu = seqapps_metrics.bleu(references, hypotheses, max_ngram_order=order)
+        found[f"{prefix}bleu{order}"] = round(bleu["score"], 2)
+    found[f"signature/{prefix}bleu4"] = bleu["signature"]
+    if truths:
+        correct = [scenes.check_caption(h, truths[n]) for h, n in zip(hypotheses, names)]
+        found[f"{prefix}fact_accuracy"] = round(float(np.mean(correct)), 4)
+    return found
+
+
+class Captioner(tf.Module):
+    """The trained model as in-graph captioning functions: image bytes in, captions out.
+
+    Args:
+        model: the training model of ``ImageCaptioning.build_model``.
+        state: the pipeline state (vocabulary, image size, decoding settings).
+    """
+
+    def __init__(self, model: keras.Model, state: dict[str, Any]) -> None:
+        super().__init__(name="captioner")
+        self.image_size = int(state["image_size"])
+        self.max_length = int(state["max_caption_length"])
+        lookup = text_data.Vocabulary(state["vocabulary"], [0] * len(state["vocabulary"])).lookup(name="vocabulary")
+        initial = sorted((layer for layer in model.layers if layer.name.startswith("init_")),
+                         key=lambda layer: layer.name)
+        self.encoder = keras.Model(model.input["image"], [model.get_layer("memory").output,
+                                                          model.get_layer("pooled").output,
+                                                          *(layer.output for layer in initial)])
+        self.generator = WordGenerator(model.get_layer("decoder"), model.get_layer("output"), lookup, TOKENIZER,
+                                       START_ID, END_ID, int(state["beam_size"]), float(state["length_penalty"]))
+
+    def _state(self, pixels: tf.Tensor) -> dict[str, Any]:
+        memory, _, *rnn_state = self.encoder(pixels, training=False)
+        return {"rnn": list(rnn_state), "memory": memory}
+
+    def _pixels(self, image_bytes: tf.Tensor) -> tf.Tensor:
+        return image_data.decode_images(tf.reshape(image_bytes, [-1]), self.image_size, self.image_size)
+
+    def greedy(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """``image_bytes [batch]`` -> ``caption [batch]`` and ``score`` (log-probability per word)."""
+        return self._greedy(self._pixels(inputs["image_bytes"]))
+
+    def _greedy(self, pixels: tf.Tensor) -> dict[str, tf.Tensor]:
+        ids, log_probs, lengths = self.generator.greedy(self._state(pixels), self.max_length)
+        return {"caption": self.generator.text(self.generator.words(ids)),
+                "score": log_probs / tf.cast(lengths, tf.float32)}
+
+    def beam(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """``image_bytes [batch]`` -> ``captions [batch, beam_size]`` (best first) and ``scores``."""
+        return self._beam(self._pixels(inputs["image_bytes"]))
+
+    def _beam(self, pixels: tf.Tensor) -> dict[str, tf.Tensor]:
+        ids, scores = self.generator.beam(self._state(pixels), self.max_length)
+        texts = tf.reshape(self.generator.text(self.generator.words(ids)), tf.shape(scores))
+        return {"captions": texts, "scores": scores}
+
+    def attention(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """``image_bytes [batch]`` -> greedy ``caption``, its ``words [batch, T]`` and ``attention
+        [batch, T, grid cells]`` (rows of real words sum to 1; the grid is row-major)."""
+        state = self._state(self._pixels(inputs["image_bytes"]))
+        ids, _, _ = self.generator.greedy(state, self.max_length)
+        words = self.generator.words(ids)
+        weights = self.generator.attention(state, ids) * tf.cast(words != "", tf.float32)[:, :, None]
+        return {"caption": self.generator.text(words), "words": words, "attention": weights}
+
+    def features(self, pixels: np.ndarray, batch_size: int = 256) -> np.ndarray:
+        """Pooled CNN features of uint8 images, for the nearest-neighbour baseline."""
+        return np.concatenate([self.encoder(pixels[i: i + batch_size].astype("float32"), training=False)[1].numpy()
+                               for i in range(0, len(pixels), batch_size)])
+
+    def caption_pixels(self, pixels: np.ndarray, beam: bool = False, batch_size: int = 128) -> list[str]:
+        """Captions of uint8 images (greedy, or the best beam), for evaluation."""
+        run = tf.function(self._beam if beam else self._greedy, reduce_retracing=True)
+        found = []
+        for start in range(0, len(pixels), batch_size):
+            outputs = run(tf.constant(pixels[start: start + batch_size].astype("float32")))
+            column = outputs["captions"][:, 0] if beam else outputs["caption"]
+            found.extend(value.decode("utf-8") for value in column.numpy())
+        return found

@@ -1,0 +1,534 @@
+"""Sentence translation with an RNN encoder-decoder and attention (Bahdanau et al. 2015; Luong et al. 2015).
+
+Model: an embedding and a stacked bidirectional LSTM or GRU encode the source words; a second LSTM or GRU,
+started from the encoder's final states, reads the target words (teacher forcing in training) and
+attends over the encoder states at every step, with Keras' ``AdditiveAttention`` (``attention=bahdanau``)
+or dot-product ``Attention`` (``attention=luong``). The decoder state and its context vector go through a
+tanh layer (Luong's attentional hidden state) into the output layer, ``seqapps.layers.batch_nce.BatchNCE``:
+``output=bnce`` trains it with batch NCE, ``output=softmax`` with the full softmax; evaluation and
+serving always use the full softmax over the trained output embedding (PPL^f).
+
+Tokens: lower-case words with punctuation split (``seqapps.data.text.Tokenizer("word")``), one
+vocabulary per language learned from the training pairs (``max_vocab``, ``min_count``). Unknown words
+map to ``<unk>``; when fine-tuning on new pairs, the export's vocabularies are kept and new words map
+to ``<unk>`` too, so the model's embeddings stay valid. Both vocabularies ship in the export as asset files.
+
+Data: English to Spanish verse pairs of the World English Bible (apt ``sword-text-web``) and the
+Reina-Valera 1909 (apt ``sword-text-sparv``), both public domain, joined on the verse key, filtered by
+length and split by chapter (``seqapps.data.pairs``). The ``tiny`` preset uses number phrases from pip
+``num2words``. ``--data pairs.tsv`` reads the user's ``source<TAB>target`` lines (or a ``.csv``),
+``--data tfds:NAME`` a translation dataset already in the local tfds data dir; ``reverse=true`` swaps
+the direction. Pairs longer than ``max_length`` tokens are dropped, truncated or an error
+(``too_long``); the counts are in the run's data report.
+
+Metrics: corpus BLEU and chrF (sacrebleu) for greedy and beam search on the test pairs, against
+references lower-cased and tokenised as the model's words; PPL^f of the test targets. Baseline:
+word-by-word lexical translation with IBM Model 1 (``LexicalTranslator``).
+
+Export signatures (all of them plain TensorFlow):
+
+- ``serving_default``: ``text`` (string ``[batch]``) -> ``translation`` (string ``[batch]``) and
+  ``score`` (the greedy translation's log-probability per token, its end token included);
+- ``beam``: ``text`` -> ``translations`` (string ``[batch, beam_size]``, best first) and ``scores``
+  (log-probabilities divided by the GNMT length penalty ``((5 + length) / 6) ** length_penalty``);
+- ``align``: ``text`` -> ``translation``, ``source_tokens`` and ``target_tokens`` (padded with ``""``)
+  and ``attention`` (``[batch, target, source]``: how much each target word attended to each source word).
+
+An empty (or all-blank) text translates to ``""`` with score 0. Source texts are cut to ``max_length``
+words and translations to ``max_decode_length`` words, so a 1 MB request costs what a long sentence
+does; the server refuses texts over ``max_string_bytes`` (the export's limits).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from seqapps import metrics as seqapps_metrics
+from seqapps.config import TrainingConfig, require
+from seqapps.data import pairs as pair_data
+from seqapps.data import text as text_data
+from seqapps.errors import DataError
+from seqapps.export import Limits, Signature
+from seqapps.layers.attention_decoder import CELLS, AttentionDecoder, PaddingMask, WordGenerator
+from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
+from seqapps.losses import per_token_training_loss
+from seqapps.pipeline import Pipeline, Splits
+
+CORPORA = ("bible", "numbers")
+ATTENTIONS = ("bahdanau", "luong")
+OUTPUTS = ("softmax", "bnce")
+END = text_data.END_OF_SENTENCE
+START = "<s>"
+END_ID, START_ID = 1, 2  # ids right after <unk> in both vocabularies; END also pads
+TOKENIZER = text_data.Tokenizer("word")
+SAMPLES = 5  # test translations shown beside their references
+
+
+@dataclasses.dataclass
+class TranslationConfig(TrainingConfig):
+    """Encoder-decoder settings.
+
+    Attributes:
+        corpus: default data when no ``--data`` is given: "bible" (WEB -> RV1909) or "numbers" (num2words).
+        num_pairs, max_number: the number phrases of the "numbers" corpus (how many, below which number).
+        reverse: translate the other way (Spanish to English for the default data).
+        max_length: the most word tokens of a source or target sentence.
+        too_long: pairs over ``max_length``: "reject" (drop), "truncate" or "error".
+        max_ratio: drop pairs whose token counts differ by more than this factor (misaligned verses).
+        split_by: hold out whole "chapter"s or "book"s of verse pairs ("pair" for any data).
+        val_fraction, test_fraction: expected shares of the groups held out.
+        max_vocab: the most words per language, special tokens included (None: all).
+        min_count: rarer training words map to ``<unk>``.
+        cell: "lstm" or "gru".
+        embedding_dim: word embedding size of both languages.
+        units: decoder units; each direction of the encoder has ``units // 2``.
+        encoder_layers: stacked bidirectional encoder layers.
+        attention: "bahdanau" (additive) or "luong" (dot product).
+        dropout: dropout on embeddings and the attentional hidden state.
+        output: "softmax" or "bnce" (the output layer's training criterion).
+        log_z: the fixed log normaliser of B-NCE.
+        extra_noise: extra unigram noise words per batch for B-NCE.
+        beam_size: hypotheses kept by the ``beam`` signature and the beam evaluation.
+        length_penalty: alpha of the GNMT length penalty of beam search.
+        max_decode_length: the most words a translation may have.
+        replace_unknown: write the source word a ``<unk>`` output attended to most in its place
+            (Luong et al. 2015), so names and numbers unseen in training come through.
+        max_eval_pairs: translate at most this many test pairs for BLEU/chrF (None: all).
+        jit_compile: compile the training step with XLA.
+    """
+
+    corpus: str = "bible"
+    num_pairs: int = 5000
+    max_number: int = 100_000
+    reverse: bool = False
+    max_length: int = 30
+    too_long: str = "reject"
+    max_ratio: float = 2.0
+    split_by: str = "chapter"
+    val_fraction: float = 0.05
+    test_fraction: float = 0.05
+    max_vocab: int | None = None
+    min_count: int = 2
+    cell: str = "lstm"
+    embedding_dim: int = 128
+    units: int = 256
+    encoder_layers: int = 1
+    attention: str = "bahdanau"
+    dropout: float = 0.1
+    output: str = "bnce"
+    log_z: float = 9.0
+    extra_noise: int = 0
+    beam_size: int = 4
+    length_penalty: float = 0.6
+    max_decode_length: int = 60
+    replace_unknown: bool = True
+    max_eval_pairs: int | None = None
+    jit_compile: bool = False
+    batch_size: int = 64
+    learning_rate: float = 2e-3
+    epochs: int = 5
+    early_stopping_patience: int = 3
+    lr_patience: int = 1
+
+    PRESETS = {
+        "tiny": {"corpus": "numbers", "num_pairs": 600, "max_number": 1000, "split_by": "pair", "max_ratio": 4.0,
+                 "val_fraction": 0.1, "test_fraction": 0.1, "embedding_dim": 16, "units": 32, "epochs": 1,
+                 "steps_per_epoch": 20, "batch_size": 32, "beam_size": 2, "max_decode_length": 20,
+                 "max_eval_pairs": 20},
+        "default": {},
+        "full": {"max_length": 60, "units": 512, "embedding_dim": 256, "encoder_layers": 2, "epochs": 30,
+                 "max_decode_length": 120},
+    }
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.corpus in CORPORA, "corpus", self.corpus, f"one of {', '.join(CORPORA)}")
+        require(self.too_long in pair_data.TOO_LONG, "too_long", self.too_long,
+                f"one of {', '.join(pair_data.TOO_LONG)}")
+        require(self.split_by in pair_data.SPLIT_UNITS, "split_by", self.split_by,
+                f"one of {', '.join(pair_data.SPLIT_UNITS)}")
+        require(self.cell in CELLS, "cell", self.cell, f"one of {', '.join(CELLS)}")
+        require(self.attention in ATTENTIONS, "attention", self.attention, f"one of {', '.join(ATTENTIONS)}")
+        require(self.output in OUTPUTS, "output", self.output, f"one of {', '.join(OUTPUTS)}")
+        for name in ("num_pairs", "max_number", "max_length", "embedding_dim", "encoder_layers", "beam_size",
+                     "max_decode_length", "min_count"):
+            require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
+        require(self.units >= 2 and self.units % 2 == 0, "units", self.units, "an even integer >= 2")
+        require(self.max_ratio >= 1, "max_ratio", self.max_ratio, "a number >= 1")
+        require(0 <= self.dropout < 1, "dropout", self.dropout, "a number in [0, 1)")
+        require(self.length_penalty >= 0, "length_penalty", self.length_penalty, "a number >= 0")
+        require(self.extra_noise >= 0, "extra_noise", self.extra_noise, "an integer >= 0")
+        require(self.max_vocab is None or self.max_vocab >= 4, "max_vocab", self.max_vocab, "null or >= 4")
+        require(self.max_eval_pairs is None or self.max_eval_pairs >= 1, "max_eval_pairs", self.max_eval_pairs,
+                "null or >= 1")
+        require(0 < self.val_fraction and 0 < self.test_fraction and self.val_fraction + self.test_fraction <= 0.5,
+                "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
+
+
+def read_pairs(config: TranslationConfig, data_path: str | None) -> pair_data.Pairs:
+    """The configured pairs, before the length limit: the user's file or tfds data, or the default corpus."""
+    if data_path and data_path.startswith("tfds:"):
+        found = _tfds_pairs(data_path.removeprefix("tfds:"))
+    elif data_path:
+        found = pair_data.read_pairs_file(data_path)
+    elif config.corpus == "numbers":
+        found = pair_data.number_pairs(config.num_pairs, config.max_number, seed=config.seed)
+    else:
+        found = pair_data.bible_pairs()
+    return found.reversed() if config.reverse else found
+
+
+def _tfds_pairs(name: str) -> pair_data.Pairs:
+    """The train split of a tfds translation dataset already in the local data dir (no download)."""
+    import tensorflow_datasets as tfds
+
+    try:
+        builder = tfds.builder(name)
+        keys = builder.info.supervised_keys
+        data = builder.as_dataset(split="train")
+    except Exception as error:  # tfds raises many types for a missing or unknown dataset
+        raise DataError(f"tfds:{name}: not available in the local tfds data dir ({type(error).__name__}); "
+                        "download it with tfds first, or pass a TSV of pairs") from None
+    if not keys or len(keys) != 2:
+        raise DataError(f"tfds:{name}: has no (source, target) supervised keys; it is not a translation dataset")
+    sources, targets = [], []
+    for example in data.as_numpy_iterator():
+        sources.append(example[keys[0]].decode("utf-8"))
+        targets.append(example[keys[1]].decode("utf-8"))
+    return pair_data.Pairs(sources, targets, [f"example {i + 1}" for i in range(len(sources))], f"tfds:{name}",
+                           f"see the tfds catalogue entry of {name}")
+
+
+def _padded(rows: Sequence[np.ndarray], width: int) -> np.ndarray:
+    """Rows of ids padded with ``END_ID`` to ``[len(rows), width]``."""
+    out = np.full((len(rows), width), END_ID, "int32")
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return out
+
+
+def _model_arrays(sources: list[list[str]], targets: list[list[str]], source_vocab: text_data.Vocabulary,
+                  target_vocab: text_data.Vocabulary, max_length: int) -> dict[str, np.ndarray]:
+    """Teacher-forcing arrays: ``source``, ``target_in`` (``<s> y``), ``target_out`` (``y </s>``), ``weights``."""
+    encoded = [target_vocab.encode(sentence) for sentence in targets]
+    return {
+        "source": _padded([source_vocab.encode(sentence) for sentence in sources], max_length),
+        "target_in": _padded([np.r_[START_ID, ids] for ids in encoded], max_length + 1),
+        "target_out": _padded([np.r_[ids, END_ID] for ids in encoded], max_length + 1),
+        "weights": (np.arange(max_length + 1)[None, :] <= np.array([len(ids) for ids in encoded])[:, None]
+                    ).astype("float32"),
+    }
+
+
+NULL = "<null>"  # the empty source word of IBM Model 1, which absorbs target words with no source word
+
+
+@dataclasses.dataclass
+class LexicalTranslator:
+    """Word-by-word translation: each source word becomes its likeliest target word under IBM Model 1.
+
+    IBM Model 1 (Brown et al. 1993) estimates ``t(target word | source word)`` by EM over the training
+    pairs, every target word aligned to one source word or to ``NULL``. ``translate`` writes, for each
+    source word, the target word of highest ``t``; unseen source words are copied (names, numbers).
+
+    Attributes:
+        table: source word -> its likeliest target word.
+    """
+
+    table: dict[str, str]
+
+    @classmethod
+    def fit(cls, sources: Sequence[Sequence[str]], targets: Sequence[Sequence[str]],
+            iterations: int = 5) -> "LexicalTranslator":
+        """Runs EM for IBM Model 1 from uniform translation probabilities.
+
+        Args:
+            sources, targets: the training pairs as token lists.
+            iterations: EM iterations (5 is the usual number; the likelihood rises monotonically).
+
+        Returns:
+            The translator.
+        """
+        source_words = sorted({word for sentence in sources for word in sentence} | {NULL})
+        target_words = sorted({word for sentence in targets for word in sentence})
+        source_index = {word: i for i, word in enumerate(source_words)}
+        target_index = {word: i for i, word in enumerate(target_words)}
+        # Every (source position, target position) link of every pair, as flat arrays: a target
+        # position's links share one ``position`` id, over which its alignment posterior is normalised.
+        link_source, link_target, link_position, offset = [], [], [], 0
+        for source, target in zip(sources, targets):
+            if not target:
+                continue
+            s = np.array([source_index[NULL]] + [source_index[w] for w in source], "int64")
+            t = np.array([target_index[w] for w in target], "int64")
+            link_source.append(np.tile(s, len(t)))
+            link_target.append(np.repeat(t, len(s)))
+            link_position.append(np.repeat(np.arange(offset, offset + len(t)), len(s)))
+            offset += len(t)
+        link_source, link_target = np.concatenate(link_source), np.concatenate(link_target)
+        link_position = np.concatenate(link_position)
+        pair_ids, link_pair = np.unique(link_source * len(target_words) + link_target, return_inverse=True)
+        pair_source, pair_target = pair_ids // len(target_words), pair_ids % len(target_words)
+        probs = np.full(len(pair_ids), 1.0 / len(target_words))
+        for _ in range(iterations):
+            link_probs = probs[link_pair]
+            posterior = link_probs / np.bincount(link_position, link_probs)[link_position]
+            expected = np.bincount(link_pair, posterior, minlength=len(pair_ids))
+            probs = expected / np.bincount(pair_source, expected, minlength=len(source_words))[pair_source]
+        best = np.full(len(source_words), -1.0)
+        choice = np.zeros(len(source_words), "int64")
+        order = np.lexsort((-probs, pair_source))  # by source word, likeliest target first
+        first = order[np.r_[True, pair_source[order][1:] != pair_source[order][:-1]]]
+        best[pair_source[first]], choice[pair_source[first]] = probs[first], pair_target[first]
+        return cls({word: target_words[choice[i]] for i, word in enumerate(source_words)
+                    if word != NULL and best[i] >= 0})
+
+    def translate(self, tokens: Sequence[str]) -> list[str]:
+        """Translates a token list word by word (unseen words are copied).
+
+        Args:
+            tokens: the source tokens.
+
+        Returns:
+            One target token per source token.
+        """
+        return [self.table.get(token, token) for token in tokens]
+
+
+class Translation(Pipeline):
+    """RNN encoder-decoder with attention; greedy and beam search in the export."""
+
+    Config = TranslationConfig
+
+    # --- data -------------------------------------------------------------------------------
+
+    def load_data(self, config: TranslationConfig, data_path: str | None,
+                  state: dict[str, Any] | None = None) -> Splits:
+        self.config = config  # evaluate() reads max_eval_pairs
+        found = pair_data.limit_length(read_pairs(config, data_path), config.max_length, config.too_long,
+                                       config.max_ratio)
+        parts = pair_data.split_pairs(found, config.val_fraction, config.test_fraction, config.split_by, config.seed)
+        tokens = {name: ([TOKENIZER.tokenize(line) for line in part.sources],
+                         [TOKENIZER.tokenize(line) for line in part.targets]) for name, part in parts.items()}
+        if state is None:
+            source_train, target_train = tokens["train"]
+            vocabularies = [text_data.build_vocabulary((word for sentence in side for word in sentence),
+                                                       config.max_vocab, config.min_count, reserved=[END, START])
+                            for side in (source_train, target_train)]
+            state = {"source_vocabulary": vocabularies[0].tokens, "target_vocabulary": vocabularies[1].tokens,
+                     "max_length": config.max_length, "max_decode_length": config.max_decode_length,
+                     "beam_size": config.beam_size, "length_penalty": config.length_penalty,
+                     "replace_unknown": config.replace_unknown}
+        source_vocab, target_vocab = (text_data.Vocabulary(state[key], [0] * len(state[key]))
+                                      for key in ("source_vocabulary", "target_vocabulary"))
+        arrays = {name: _model_arrays(*tokens[name], source_vocab, target_vocab, config.max_length)
+                  for name in parts}
+        target_counts = np.bincount(arrays["train"]["target_out"][arrays["train"]["weights"] > 0],
+                                    minlength=len(target_vocab))
+        datasets_ = {name: tf.data.Dataset.from_tensor_slices((
+            {key: part[key] for key in ("source", "target_in", "target_out")},
+            np.zeros_like(part["weights"]), part["weights"])) for name, part in arrays.items()}
+        oov = {name: round(float(np.mean(part["target_out"][part["weights"] > 0] == 0)), 4)
+               for name, part in arrays.items()}
+        report = {"source": found.origin, "licence": found.licence, "counts": found.counts,
+                  "pairs": {name: len(part) for name, part in parts.items()},
+                  "source_vocabulary": len(source_vocab), "target_vocabulary": len(target_vocab),
+                  "target_oov_rate": oov}
+        return Splits(datasets_["train"], datasets_["val"], datasets_["test"], state=state, report=report,
+                      arrays={"test": parts["test"], "train_tokens": tokens["train"], "target_counts": target_counts})
+
+    # --- model ------------------------------------------------------------------------------
+
+    def build_model(self, config: TranslationConfig, data: Splits) -> keras.Model:
+        source_size, target_size = len(data.state["source_vocabulary"]), len(data.state["target_vocabulary"])
+        source = keras.Input((None,), dtype="int32", name="source")
+        target_in = keras.Input((None,), dtype="int32", name="target_in")
+        target_out = keras.Input((None,), dtype="int32", name="target_out")
+        rnn = CELLS[config.cell]
+        source_mask = PaddingMask(END_ID, name="source_mask")(source)
+        hidden = keras.layers.Embedding(source_size, config.embedding_dim, name="source_embedding")(source)
+        hidden = keras.layers.Dropout(config.dropout, name="source_dropout")(hidden)
+        for i in range(config.encoder_layers):
+            last = i == config.encoder_layers - 1
+            outputs = keras.layers.Bidirectional(
+                rnn(config.units // 2, return_sequences=True, return_state=last), name=f"encoder_{i + 1}",
+            )(hidden, mask=source_mask)
+            hidden = outputs[0] if last else outputs
+        memory = keras.layers.Identity(name="memory")(hidden)
+        states = outputs[1:]  # forward states, then backward states
+        per_direction = len(states) // 2
+        initial_state = [keras.layers.Dense(config.units, activation="tanh", name=f"bridge_{k}")(
+            keras.layers.Concatenate(name=f"final_state_{k}")([states[k], states[per_direction + k]]))
+            for k in range(per_direction)]
+        decoder = AttentionDecoder(target_size, config.embedding_dim, config.units, cell=config.cell,
+                                   attention=config.attention, dropout=config.dropout, name="decoder")
+        attended = decoder({"ids": target_in, "memory": memory, "memory_mask": source_mask, "state": initial_state})
+        output = BatchNCE(target_size, loss=config.output, log_z=config.log_z, extra_noise=config.extra_noise,
+                          seed=config.seed, name="output")
+        per_token = output([attended, target_out])
+        unigram = unigram_distribution(data.arrays["target_counts"])
+        output.set_noise_distribution(unigram)
+        output.bias.assign((np.log(unigram) + config.log_z).astype("float32"))  # start at the unigram model
+        return keras.Model({"source": source, "target_in": target_in, "target_out": target_out}, per_token,
+                           name=self.name)
+
+    def compile_args(self, config: TranslationConfig, data: Splits) -> dict[str, Any]:
+        return {"loss": per_token_training_loss, "jit_compile": config.jit_compile}
+
+    # --- evaluation -------------------------------------------------------------------------
+
+    def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+        nll, weights = [], []
+        for inputs, _, weight in data.test.batch(128):
+            nll.append(model(inputs, training=False).numpy().reshape(-1))
+            weights.append(weight.numpy().reshape(-1))
+        test = data.arrays["test"]
+        count = min(len(test), self.config.max_eval_pairs or len(test))
+        sources, references = test.sources[:count], [TOKENIZER.join(TOKENIZER.tokenize(t)) for t in test.targets[:count]]
+        translator = Translator(model, data.state)
+        start = time.perf_counter()
+        greedy = translator.translate_texts(sources)
+        greedy_seconds = time.perf_counter() - start
+        beam = translator.translate_texts(sources, beam=True)
+        metrics = {"ppl_full": seqapps_metrics.perplexity(-np.concatenate(nll), np.concatenate(weights)),
+                   **_bleu_chrf(references, greedy, "greedy"), **_bleu_chrf(references, beam, "beam"),
+                   "greedy_sentences_per_s": round(count / greedy_seconds, 1),
+                   "parameters": int(model.count_params()), "eval_pairs": count}
+        metrics["samples/translations"] = [{"source": s, "reference": r, "greedy": g, "beam": b}
+                                           for s, r, g, b in zip(sources, references, greedy, beam)][:SAMPLES]
+        lexical = LexicalTranslator.fit(*data.arrays["train_tokens"])
+        baseline = [TOKENIZER.join(lexical.translate(TOKENIZER.tokenize(line))) for line in sources]
+        return metrics, {"lexical_ibm1": _bleu_chrf(references, baseline, "")}
+
+    # --- export -----------------------------------------------------------------------------
+
+    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
+        translator = Translator(model, data.state)
+        model.translation_vocabularies = [translator.source_lookup, translator.generator.lookup]  # saved as assets
+        text = {"text": tf.TensorSpec([None], tf.string, name="text")}
+        example = {"text": np.array(["In the beginning God created the heavens and the earth.", ""], dtype=object)}
+        return {
+            "serving_default": Signature(inputs=text, example=example, run=translator.greedy),
+            "beam": Signature(inputs=text, example=example, run=translator.beam),
+            "align": Signature(inputs=text, example=example, run=translator.align),
+        }
+
+    def limits(self, config: TranslationConfig, data: Splits) -> Limits:
+        return Limits(max_batch_size=256, max_string_bytes=100_000, max_generated_length=config.max_decode_length,
+                      max_sequence_length=config.max_length)
+
+    def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
+                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+        translations = [text.decode("utf-8", "replace") for text in outputs["translation"]]
+        scores = [round(float(score), 4) for score in outputs["score"]]
+        return "\n".join(translations), {"translations": translations, "scores": scores}
+
+
+def _bleu_chrf(references: list[str], hypotheses: list[str], prefix: str) -> dict[str, Any]:
+    """``{prefix_bleu, prefix_chrf}`` with sacrebleu, and their signatures."""
+    name = f"{prefix}_" if prefix else ""
+    bleu = seqapps_metrics.bleu(references, hypotheses)
+    chrf = seqapps_metrics.chrf(references, hypotheses)
+    return {f"{name}bleu": round(bleu["score"], 2), f"{name}chrf": round(chrf["score"], 2),
+            f"signature/{name}bleu": bleu["signature"], f"signature/{name}chrf": chrf["signature"]}
+
+
+class Translator(tf.Module):
+    """The trained model as in-graph translation functions: strings in, strings out.
+
+    The encoder is the Keras model's source side; decoding runs its ``AttentionDecoder`` and output layer
+    through ``WordGenerator``. The vocabularies are asset files read by ``tf.lookup`` tables.
+
+    Args:
+        model: the training model of ``Translation.build_model``.
+        state: the pipeline state (vocabularies and decoding settings).
+    """
+
+    def __init__(self, model: keras.Model, state: dict[str, Any]) -> None:
+        super().__init__(name="translator")
+        self.source_lookup, target_lookup = (
+            text_data.Vocabulary(state[key], [0] * len(state[key])).lookup(name=key)
+            for key in ("source_vocabulary", "target_vocabulary"))
+        self.max_length = int(state["max_length"])
+        self.max_decode_length = int(state["max_decode_length"])
+        self.replace_unknown = bool(state["replace_unknown"])
+        bridges = sorted((layer for layer in model.layers if layer.name.startswith("bridge_")),
+                         key=lambda layer: int(layer.name.rpartition("_")[2]))
+        self.encoder = keras.Model(model.input["source"], [model.get_layer("memory").output,
+                                                           model.get_layer("source_mask").output,
+                                                           *(layer.output for layer in bridges)])
+        self.generator = WordGenerator(model.get_layer("decoder"), model.get_layer("output"), target_lookup,
+                                       TOKENIZER, START_ID, END_ID, int(state["beam_size"]),
+                                       float(state["length_penalty"]))
+
+    def _encode(self, text: tf.Tensor) -> dict[str, Any]:
+        """Source words (cut to ``max_length``; ``""`` pads), their count, and the decoder's start state.
+
+        The ids get one ``END_ID`` pad column more than the words, so an all-empty batch still has one
+        (masked) position to attend to.
+        """
+        tokens = TOKENIZER.tf_tokenize(tf.reshape(text, [-1]))[:, : self.max_length]
+        ids = self.source_lookup.ids(tokens).to_tensor(default_value=END_ID)
+        ids = tf.pad(ids, [[0, 0], [0, 1]], constant_values=END_ID)
+        memory, mask, *rnn_state = self.encoder(ids, training=False)
+        words = tf.pad(tokens.to_tensor(default_value=""), [[0, 0], [0, 1]], constant_values="")
+        return {"words": words, "lengths": tf.cast(tokens.row_lengths(), tf.int32),
+                "state": {"rnn": list(rnn_state), "memory": memory, "memory_mask": mask}}
+
+    def _limit(self, lengths: tf.Tensor) -> tf.Tensor:
+        """Decode at most twice the longest source plus 10 words, and never over ``max_decode_length``."""
+        return tf.minimum(self.max_decode_length, 2 * tf.reduce_max(tf.concat([lengths, [0]], 0)) + 10)
+
+    def _words(self, source: dict[str, Any], ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Output words (``""`` after the end, and for an empty source) with ``<unk>`` replaced by the most
+        attended source word when configured (Luong et al. 2015), and the attention weights."""
+        weights = self.generator.attention(source["state"], ids)
+        words = self.generator.words(ids)
+        if self.replace_unknown:
+            attended = tf.gather(source["words"], tf.argmax(weights, axis=-1, output_type=tf.int32), batch_dims=1)
+            words = tf.where((ids == 0) & (attended != "") & (words != ""), attended, words)
+        return tf.where(source["lengths"][:, None] > 0, words, ""), weights
+
+    def greedy(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """``text [batch]`` -> ``translation [batch]`` and ``score``: the log-probability per output token."""
+        source = self._encode(inputs["text"])
+        ids, log_probs, lengths = self.generator.greedy(source["state"], self._limit(source["lengths"]))
+        words, _ = self._words(source, ids)
+        score = tf.where(source["lengths"] > 0, log_probs / tf.cast(lengths, tf.float32), 0.0)
+        return {"translation": self.generator.text(words), "score": score}
+
+    def beam(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """``text [batch]`` -> ``translations [batch, beam_size]`` (best first) and their beam ``scores``."""
+        source = self._encode(inputs["text"])
+        ids, scores = self.generator.beam(source["state"], self._limit(source["lengths"]))
+        words, _ = self._words(self.generator.repeat(source), ids)
+        texts = tf.reshape(self.generator.text(words), tf.shape(scores))
+        return {"translations": texts, "scores": tf.where(source["lengths"][:, None] > 0, scores, 0.0)}
+
+    def align(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """``text [batch]`` -> the greedy ``translation``, ``source_tokens [batch, S]``, ``target_tokens
+        [batch, T]`` (padded with "") and ``attention [batch, T, S]`` (zero outside the tokens)."""
+        source = self._encode(inputs["text"])
+        ids, _, _ = self.generator.greedy(source["state"], self._limit(source["lengths"]))
+        words, weights = self._words(source, ids)
+        source_words = source["words"][:, :-1]
+        real = tf.cast((words != "")[:, :, None] & (source_words != "")[:, None, :], weights.dtype)
+        return {"translation": self.generator.text(words), "source_tokens": source_words, "target_tokens": words,
+                "attention": weights[:, :, :-1] * real}
+
+    def translate_texts(self, texts: Sequence[str], beam: bool = False, batch_size: int = 64) -> list[str]:
+        """Translates Python strings (greedy, or the best beam) in batches, for evaluation."""
+        run = tf.function(self.beam if beam else self.greedy, reduce_retracing=True)
+        found = []
+        for start in range(0, len(texts), batch_size):
+            outputs = run({"text": tf.constant(list(texts[start: start + batch_size]))})
+            column = outputs["translations"][:, 0] if beam else outputs["translation"]
+            found.extend(value.decode("utf-8") for value in column.numpy())
+        return found

@@ -1,0 +1,256 @@
+"""An RNN decoder that attends over a memory, for translation and captioning.
+
+``AttentionDecoder`` is the decoder of an encoder-decoder model (Bahdanau et al. 2015; Luong et al.
+2015; Xu et al. 2015 for images): it embeds the previous target words, runs an LSTM or GRU from an
+initial state given by the encoder, attends over the encoder's memory (source word states or a
+feature-map grid) and combines the RNN output with its context vector into the attentional hidden
+state ``tanh(W [h; c])`` that an output layer (``BatchNCE``) turns into word scores. The same
+weights run over whole target sequences (teacher forcing) and one step at a time (``step``, for
+``seqapps.layers.decoding``).
+
+``WordGenerator`` wraps a trained decoder, its output layer and the target vocabulary's lookup into
+in-graph greedy and beam search from an encoder's state, with the words of the result as strings.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from seqapps.layers import decoding
+
+CELLS = {"lstm": keras.layers.LSTM, "gru": keras.layers.GRU}
+ATTENTIONS = ("bahdanau", "luong", "none")
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+class PaddingMask(keras.layers.Layer):
+    """True where ids are not the padding id: the memory mask of an encoder over padded word ids.
+
+    Args:
+        pad_id: int, the id that pads sequences.
+        **kwargs: other ``keras.layers.Layer`` arguments.
+
+    Call arguments:
+        inputs: int ids of any shape.
+
+    Returns:
+        A bool tensor of the same shape.
+
+    Example:
+    ```python
+    mask = PaddingMask(pad_id=1)(ids)  # [[5, 7, 1, 1]] -> [[True, True, False, False]]
+    ```
+    """
+
+    def __init__(self, pad_id: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pad_id = int(pad_id)
+
+    def call(self, inputs: Any) -> Any:
+        return keras.ops.not_equal(inputs, self.pad_id)
+
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
+        return tuple(input_shape)
+
+    def compute_output_spec(self, inputs: Any) -> keras.KerasTensor:
+        return keras.KerasTensor(inputs.shape, dtype="bool")
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "pad_id": self.pad_id}
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+class AttentionDecoder(keras.layers.Layer):
+    """Embedding, LSTM/GRU and attention over a memory, combined into the attentional hidden state.
+
+    Args:
+        vocab_size: int, the number of target words.
+        embedding_dim: int, the target word embedding size.
+        units: int, RNN units; the memory's last axis must have this size too.
+        cell: str, ``"lstm"`` or ``"gru"``.
+        attention: str, ``"bahdanau"`` (additive, ``keras.layers.AdditiveAttention``), ``"luong"``
+            (scaled dot product, ``keras.layers.Attention``) or ``"none"`` (no attention: the
+            hidden state is ``tanh(W h)``, as in Show and Tell).
+        dropout: float, dropout on the embeddings and on the hidden state while training.
+        **kwargs: other ``keras.layers.Layer`` arguments.
+
+    Call arguments:
+        inputs: a dict with ``"ids"`` (int ``[B, T]``, the previous words), ``"memory"`` (``[B, S, units]``),
+            optionally ``"memory_mask"`` (bool ``[B, S]``, True for real positions; default all) and
+            ``"state"`` (the RNN's initial state: a list of one ``[B, units]`` tensor for a GRU, two for
+            an LSTM).
+        training: bool, whether dropout is on.
+        return_attention: bool, also return the attention weights ``[B, T, S]``.
+        mask: ignored (the memory's Keras mask is given as ``memory_mask``).
+
+    Returns:
+        The hidden states ``[B, T, units]`` (and the attention weights).
+
+    Example:
+    ```python
+    decoder = AttentionDecoder(vocab_size=100, embedding_dim=16, units=32)
+    hidden = decoder({"ids": ids, "memory": memory, "memory_mask": mask, "state": [h, c]})
+    step_hidden, state = decoder.step(ids[:, 0], {"rnn": [h, c], "memory": memory, "memory_mask": mask})
+    ```
+    """
+
+    def __init__(self, vocab_size: int, embedding_dim: int, units: int, cell: str = "lstm",
+                 attention: str = "bahdanau", dropout: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if cell not in CELLS:
+            raise ValueError(f"`cell` must be one of {tuple(CELLS)}; got cell={cell!r}")
+        if attention not in ATTENTIONS:
+            raise ValueError(f"`attention` must be one of {ATTENTIONS}; got attention={attention!r}")
+        self.vocab_size = int(vocab_size)
+        self.embedding_dim = int(embedding_dim)
+        self.units = int(units)
+        self.cell_type = cell
+        self.attention_type = attention
+        self.dropout = float(dropout)
+        self.embedding = keras.layers.Embedding(self.vocab_size, self.embedding_dim, name="embedding")
+        self.rnn = CELLS[cell](self.units, return_sequences=True, name="rnn")
+        self.attention = {"bahdanau": lambda: keras.layers.AdditiveAttention(name="attention"),
+                          "luong": lambda: keras.layers.Attention(use_scale=True, name="attention"),
+                          "none": lambda: None}[attention]()
+        self.combine = keras.layers.Dense(self.units, activation="tanh", name="combine")
+        self.embedding_dropout = keras.layers.Dropout(self.dropout)
+        self.hidden_dropout = keras.layers.Dropout(self.dropout)
+
+    @property
+    def state_size(self) -> int:
+        """How many ``[B, units]`` tensors the RNN state has: 2 for an LSTM, 1 for a GRU."""
+        return 2 if self.cell_type == "lstm" else 1
+
+    def build(self, input_shape: dict[str, Any]) -> None:
+        ids_shape = tuple(input_shape["ids"])
+        self.embedding.build(ids_shape)
+        self.rnn.build(ids_shape + (self.embedding_dim,))
+        query_shape = ids_shape + (self.units,)
+        if self.attention is not None:
+            self.attention.build([query_shape, tuple(input_shape["memory"])])
+            self.combine.build(ids_shape + (2 * self.units,))
+        else:
+            self.combine.build(query_shape)
+
+    def _hidden(self, output: tf.Tensor, memory: tf.Tensor, memory_mask: tf.Tensor | None,
+                training: bool | None) -> tuple[tf.Tensor, tf.Tensor | None]:
+        if self.attention is None:
+            return self.hidden_dropout(self.combine(output), training=training), None
+        context, weights = self.attention([output, memory], mask=None if memory_mask is None else [None, memory_mask],
+                                          return_attention_scores=True, training=training)
+        hidden = self.combine(keras.ops.concatenate([output, context], axis=-1))
+        return self.hidden_dropout(hidden, training=training), weights
+
+    def call(self, inputs: dict[str, Any], training: bool | None = None, return_attention: bool = False,
+             mask: Any = None) -> Any:
+        del mask  # Keras masks of the inputs are not used: ``memory_mask`` says which positions are real
+        embedded = self.embedding_dropout(self.embedding(inputs["ids"]), training=training)
+        output = self.rnn(embedded, initial_state=list(inputs["state"]), training=training)
+        hidden, weights = self._hidden(output, inputs["memory"], inputs.get("memory_mask"), training)
+        if return_attention:
+            if weights is None:  # no attention: zero weights of the memory's shape
+                weights = keras.ops.zeros_like(output[..., :1]) * keras.ops.zeros_like(inputs["memory"][..., 0])[:, None]
+            return hidden, weights
+        return hidden
+
+    def step(self, ids: tf.Tensor, state: dict[str, Any]) -> tuple[tf.Tensor, dict[str, Any]]:
+        """One decoding step, with the weights of ``call`` (no dropout).
+
+        Args:
+            ids: int ``[n]``, the previous words.
+            state: ``{"rnn": [...], "memory": [n, S, units]}`` and optionally ``"memory_mask": [n, S]``.
+
+        Returns:
+            ``(hidden [n, units], new state)`` with the same structure.
+        """
+        output, rnn_state = self.rnn.cell(self.embedding(ids), list(state["rnn"]), training=False)
+        hidden, _ = self._hidden(output[:, None, :], state["memory"], state.get("memory_mask"), False)
+        return hidden[:, 0, :], {**state, "rnn": list(rnn_state)}
+
+    def compute_mask(self, inputs: Any, mask: Any = None) -> None:
+        return None
+
+    def compute_output_shape(self, input_shape: dict[str, Any]) -> tuple:
+        return tuple(input_shape["ids"]) + (self.units,)
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update({"vocab_size": self.vocab_size, "embedding_dim": self.embedding_dim, "units": self.units,
+                       "cell": self.cell_type, "attention": self.attention_type, "dropout": self.dropout})
+        return config
+
+
+class WordGenerator(tf.Module):
+    """Greedy and beam search over an ``AttentionDecoder`` and its output layer, in the graph.
+
+    Args:
+        decoder: the trained decoder.
+        output: the output layer: ``output(hidden [n, 1, H])`` gives log-probabilities ``[n, 1, V]``
+            (``BatchNCE`` called without targets).
+        lookup: the target vocabulary's in-graph lookup (``Vocabulary.lookup()``), for ``words``.
+        tokenizer: the target side's ``seqapps.data.text.Tokenizer``, for ``text``.
+        start_id, end_id: the ids that start and end a word sequence (``end_id`` also pads).
+        beam_size: hypotheses kept by ``beam``.
+        length_penalty: alpha of the GNMT length penalty of ``beam``.
+    """
+
+    def __init__(self, decoder: AttentionDecoder, output: keras.layers.Layer, lookup: tf.Module, tokenizer: Any,
+                 start_id: int, end_id: int, beam_size: int = 4, length_penalty: float = 0.0) -> None:
+        super().__init__(name="word_generator")
+        self.decoder, self.output, self.lookup, self.tokenizer = decoder, output, lookup, tokenizer
+        self.start_id, self.end_id = int(start_id), int(end_id)
+        self.beam_size, self.length_penalty = int(beam_size), float(length_penalty)
+
+    def _step(self, ids: tf.Tensor, state: dict[str, Any], step: tf.Tensor) -> tuple[tf.Tensor, dict[str, Any]]:
+        hidden, state = self.decoder.step(ids, state)
+        return self.output(hidden[:, None, :])[:, 0, :], state
+
+    def _start(self, state: dict[str, Any]) -> tf.Tensor:
+        return tf.fill([tf.shape(state["memory"])[0]], self.start_id)
+
+    def greedy(self, state: dict[str, Any], max_length: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """Greedy search from the decoder state ``{"rnn", "memory", "memory_mask"}``.
+
+        Returns:
+            ``(ids [n, T], log_probs [n], lengths [n])``: a length counts the words and the end token
+            (``T`` when no end was reached).
+        """
+        ids, log_probs = decoding.greedy_search(self._step, self._start(state), state, max_length, self.end_id)
+        return ids, log_probs, self.lengths(ids)
+
+    def beam(self, state: dict[str, Any], max_length: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Beam search: ``(ids [n * beam_size, T], scores [n, beam_size])``, best first per row."""
+        ids, scores = decoding.beam_search(self._step, self._start(state), state, self.beam_size, max_length,
+                                           self.end_id, self.length_penalty)
+        return tf.reshape(ids, [-1, tf.shape(ids)[-1]]), scores
+
+    def repeat(self, tensors: Any) -> Any:
+        """Repeats every row ``beam_size`` times, to pair a batch with its flattened beams."""
+        return tf.nest.map_structure(lambda tensor: tf.repeat(tensor, self.beam_size, axis=0), tensors)
+
+    def keep(self, ids: tf.Tensor) -> tf.Tensor:
+        """True for the words before the first end token."""
+        return (tf.cumsum(tf.cast(ids == self.end_id, tf.int32), axis=1, exclusive=True) == 0) & (ids != self.end_id)
+
+    def lengths(self, ids: tf.Tensor) -> tf.Tensor:
+        """Words plus the end token, at most ``T``."""
+        return tf.minimum(tf.reduce_sum(tf.cast(self.keep(ids), tf.int32), axis=1) + 1, tf.shape(ids)[1])
+
+    def attention(self, state: dict[str, Any], ids: tf.Tensor) -> tf.Tensor:
+        """Attention weights ``[n, T, S]`` of the decoder reading ``<start> ids[:, :-1]`` (teacher forcing)."""
+        given = tf.concat([tf.fill([tf.shape(ids)[0], 1], self.start_id), ids[:, :-1]], axis=1)
+        inputs = {"ids": given, "memory": state["memory"], "state": state["rnn"]}
+        if "memory_mask" in state:
+            inputs["memory_mask"] = state["memory_mask"]
+        _, weights = self.decoder(inputs, training=False, return_attention=True)
+        return weights
+
+    def words(self, ids: tf.Tensor) -> tf.Tensor:
+        """The words of ``ids [n, T]``, ``""`` from the end token on."""
+        return tf.where(self.keep(ids), self.lookup.tokens(ids), "")
+
+    def text(self, words: tf.Tensor) -> tf.Tensor:
+        """Joins the non-empty words of each row into one string."""
+        return self.tokenizer.tf_join(tf.ragged.boolean_mask(words, words != ""))

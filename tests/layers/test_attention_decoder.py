@@ -1,0 +1,66 @@
+"""Tests of the attending RNN decoder and its in-graph word generator (seqapps.layers.attention_decoder)."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from seqapps.layers.attention_decoder import AttentionDecoder, PaddingMask
+from tests.layers.harness import run_layer_test
+
+BATCH, STEPS, SOURCE, UNITS, VOCAB = 3, 5, 4, 8, 11
+
+
+def _inputs(cell: str, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    mask = np.ones((BATCH, SOURCE), bool)
+    mask[1, 2:] = False  # a shorter memory
+    return {"ids": rng.integers(0, VOCAB, (BATCH, STEPS)).astype("int32"),
+            "memory": rng.normal(size=(BATCH, SOURCE, UNITS)).astype("float32"), "memory_mask": mask,
+            "state": [rng.normal(size=(BATCH, UNITS)).astype("float32") for _ in range(2 if cell == "lstm" else 1)]}
+
+
+@pytest.mark.parametrize("cell, attention", [("lstm", "bahdanau"), ("gru", "luong"), ("lstm", "none")])
+def test_attention_decoder_passes_the_layer_harness(cell, attention):
+    run_layer_test(AttentionDecoder, {"vocab_size": VOCAB, "embedding_dim": 6, "units": UNITS, "cell": cell,
+                                      "attention": attention, "dropout": 0.1},
+                   _inputs(cell), expected_output_shape=(BATCH, STEPS, UNITS), atol=1e-5)
+
+
+@pytest.mark.parametrize("cell, attention", [("lstm", "bahdanau"), ("gru", "luong"), ("gru", "none")])
+def test_steps_equal_the_teacher_forced_call(cell, attention):
+    decoder = AttentionDecoder(VOCAB, 6, UNITS, cell=cell, attention=attention, dropout=0.5)
+    inputs = _inputs(cell, seed=1)
+    whole, weights = decoder(inputs, return_attention=True)
+    state = {"rnn": [tf.constant(s) for s in inputs["state"]], "memory": tf.constant(inputs["memory"]),
+             "memory_mask": tf.constant(inputs["memory_mask"])}
+    for t in range(STEPS):
+        hidden, state = decoder.step(tf.constant(inputs["ids"][:, t]), state)
+        # float32 through up to five recurrent steps of one graph or another: 1e-5 is round-off.
+        np.testing.assert_allclose(hidden.numpy(), whole.numpy()[:, t], atol=1e-5)
+    weights = weights.numpy()
+    assert weights.shape == (BATCH, STEPS, SOURCE)
+    if attention == "none":
+        assert not weights.any()
+    else:
+        np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+        assert not weights[1, :, 2:].any()  # masked memory positions get no weight
+
+
+def test_bad_cell_or_attention_is_a_value_error():
+    with pytest.raises(ValueError, match="`cell` must be one of"):
+        AttentionDecoder(VOCAB, 6, UNITS, cell="rnn")
+    with pytest.raises(ValueError, match="`attention` must be one of"):
+        AttentionDecoder(VOCAB, 6, UNITS, attention="general")
+
+
+def test_padding_mask_marks_real_ids():
+    ids = np.array([[5, 7, 1, 1], [1, 2, 3, 1]], "int32")
+    layer = run_layer_test(PaddingMask, {"pad_id": 1}, ids, expected_output_shape=(2, 4), run_training_check=False)
+    np.testing.assert_array_equal(np.asarray(layer(ids)), ids != 1)
+
+
+def test_memory_mask_is_optional():
+    decoder = AttentionDecoder(VOCAB, 6, UNITS, cell="gru")
+    inputs = _inputs("gru", seed=2)
+    full = {**inputs, "memory_mask": np.ones((BATCH, SOURCE), bool)}
+    del inputs["memory_mask"]
+    np.testing.assert_allclose(decoder(inputs).numpy(), decoder(full).numpy(), atol=1e-6)

@@ -1,0 +1,79 @@
+"""Tests of the image_captioning pipeline: baselines, a tiny end-to-end run, real image bytes and bad input."""
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from pipelines import image_captioning
+from seqapps import runner
+from tests.export_harness import call_in_tensorflow_only_process, decoded
+from tests.pipelines.cli_runner import assert_rejected_in_one_line
+
+
+def test_most_frequent_and_nearest_neighbour_baselines():
+    train = [["a red box", "red box"], ["a blue ball"], ["a red box"]]
+    assert image_captioning.most_frequent(train) == "a red box"
+    features = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.1]])
+    assert image_captioning.nearest_neighbour(features, train, np.array([[0.1, 2.0], [3.0, 0.0]])) == [
+        "a blue ball", "a red box"]
+
+
+@pytest.fixture(scope="module")
+def tiny_export(tmp_path_factory):
+    """Runs the tiny preset once: a two-block convnet and a 16-unit LSTM on 120 generated scenes."""
+    return runner.run("image_captioning", "tiny", out=tmp_path_factory.mktemp("exports"))
+
+
+@pytest.mark.large
+def test_tiny_run_reports_bleu_and_fact_accuracy_on_both_test_splits_with_baselines(tiny_export):
+    metrics, baselines = tiny_export["metrics"], tiny_export["baseline"]
+    for split in ("test", "test_novel"):
+        for search in ("greedy", "beam"):
+            assert all(0 <= metrics[f"{split}/{search}_bleu{n}"] <= 100 for n in range(1, 5))
+            assert 0 <= metrics[f"{split}/{search}_fact_accuracy"] <= 1
+        for baseline in ("most_frequent", "nearest_neighbour"):
+            assert 0 <= baselines[baseline][f"{split}/bleu4"] <= 100
+    assert metrics["signature/test/greedy_bleu4"].startswith("nrefs:3|")  # three phrasings per scene
+    assert tiny_export["data"]["images"] == {"train": 120, "val": 20, "test": 20, "test_novel": 20}
+
+
+def _encoded(mode: str, size: tuple[int, int], fmt: str) -> bytes:
+    buffer = io.BytesIO()
+    Image.new(mode, size, 128 if mode in ("L", "P") else (200, 30, 30, 255)[: len(mode)]).save(buffer, fmt)
+    return buffer.getvalue()
+
+
+@pytest.mark.large
+def test_export_captions_jpeg_png_gray_rgba_and_large_images_in_a_tensorflow_only_process(tiny_export):
+    images = np.array([_encoded("RGB", (640, 480), "JPEG"), _encoded("L", (33, 20), "PNG"),
+                       _encoded("RGBA", (50, 70), "PNG"), _encoded("RGB", (3000, 2000), "JPEG")], dtype=object)
+    answer = call_in_tensorflow_only_process(tiny_export["export"], [
+        (name, {"image_bytes": images}) for name in ("serving_default", "beam", "attention")])
+    greedy, beam, attention = answer["outputs"]
+    assert len(decoded(greedy["caption"])) == 4 and np.all(np.isfinite(greedy["score"]))
+    assert beam["captions"].shape == (4, 2) and np.all(beam["scores"][:, 0] >= beam["scores"][:, 1])
+    assert decoded(attention["caption"]) == decoded(greedy["caption"])
+    words = np.array([[w != "" for w in row] for row in decoded(attention["words"])])
+    assert attention["attention"].shape[:2] == words.shape and attention["attention"].shape[2] == 8 * 8  # 32px / 4
+    np.testing.assert_allclose(attention["attention"].sum(-1)[words], 1.0, atol=1e-5)
+
+
+@pytest.mark.large
+def test_predict_captions_an_image_file(tiny_export, tmp_path):
+    path = tmp_path / "photo.png"
+    path.write_bytes(_encoded("RGB", (90, 60), "PNG"))
+    text, value = runner.predict(tiny_export["export"], [str(path)])
+    assert text == value["captions"][0] and len(value["scores"]) == 1
+
+
+@pytest.mark.parametrize("rows, message", [
+    ("a.png,a red square\nmissing.png,a blue circle\n", "line 3"),
+    ("a.png,\n", "line 2: empty caption for image a.png"),
+])
+def test_bad_caption_folders_are_one_line_errors(capsys, tmp_path, rows, message):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    Image.new("RGB", (16, 16)).save(folder / "a.png")
+    (folder / "captions.csv").write_text("image,caption\n" + rows, encoding="utf-8")
+    assert_rejected_in_one_line(capsys, tmp_path / "out", "image_captioning", ["--data", str(folder)], message)
