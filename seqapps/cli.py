@@ -67,6 +67,25 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
                             "while the model was busy)")
     serve.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024,
                        help="refuse larger request bodies with 400 (default: 32 MiB)")
+    serve.add_argument("--request-timeout-s", type=float, default=60.0,
+                       help="deadline of one request; past it the model call is stopped and 504 answered "
+                            "(default: 60)")
+    serve.add_argument("--max-request-rows", type=int, default=1024,
+                       help="rows per request, for exports whose limits.json sets none (default: 1024)")
+    serve.add_argument("--max-string-bytes", type=int, default=64 * 1024,
+                       help="bytes per string element, for exports whose limits.json sets none (default: 64 KiB)")
+    serve.add_argument("--max-generated-length", type=int, default=4096,
+                       help="largest 'length' input, for exports whose limits.json sets none (default: 4096)")
+    serve.add_argument("--header-timeout-s", type=float, default=10.0,
+                       help="close connections that do not finish their headers in time (default: 10)")
+    serve.add_argument("--idle-timeout-s", type=float, default=30.0,
+                       help="close idle keep-alive connections after this (default: 30)")
+    serve.add_argument("--drain-seconds", type=float, default=10.0,
+                       help="on SIGTERM/Ctrl-C, let requests in flight finish this long (default: 10)")
+    serve.add_argument("--version-labels", default=None, metavar="FILE",
+                       help="YAML/JSON file MODEL: {LABEL: VERSION} for /labels/LABEL (reread on every poll)")
+    serve.add_argument("--grpc-port", type=int, default=None,
+                       help="also serve TF Serving's gRPC API on this port (TF Serving uses 8500; 0: a free one)")
 
     bench = commands.add_parser("bench", help="speed and memory benchmarks")
     benches = bench.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
@@ -145,9 +164,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from seqapps import serving
 
             serving.serve(args.model_root, args.host, args.port,
-                          serving.ServingOptions(max_batch_size=args.max_batch_size,
-                                                 batch_timeout_ms=args.batch_timeout_ms,
-                                                 max_body_bytes=args.max_body_bytes))
+                          serving.ServingOptions(
+                              max_batch_size=args.max_batch_size, batch_timeout_ms=args.batch_timeout_ms,
+                              max_body_bytes=args.max_body_bytes, request_timeout_s=args.request_timeout_s,
+                              max_request_rows=args.max_request_rows, max_string_bytes=args.max_string_bytes,
+                              max_generated_length=args.max_generated_length,
+                              header_timeout_s=args.header_timeout_s, idle_timeout_s=args.idle_timeout_s,
+                              drain_seconds=args.drain_seconds, labels_file=args.version_labels,
+                              grpc_port=args.grpc_port))
         elif args.command == "bench":
             result = importlib.import_module(args.bench_module).run(args)
             _print_result(result, args.json)

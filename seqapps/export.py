@@ -125,10 +125,12 @@ def _check_batch_leading(name: str, signature: Signature) -> None:
 
 
 def version_dirs(model_root: Path) -> dict[int, Path]:
-    """Returns ``{version: folder}`` for the integer-named folders under ``model_root``."""
+    """Returns ``{version: folder}`` for the folders named by 1 to 18 ASCII digits under ``model_root``
+    (others, such as ``²``, are ignored: an export never depends on other folders' names)."""
     if not model_root.is_dir():
         return {}
-    return {int(p.name): p for p in model_root.iterdir() if p.is_dir() and p.name.isdigit()}
+    return {int(p.name): p for p in model_root.iterdir()
+            if p.is_dir() and p.name.isascii() and p.name.isdigit() and len(p.name) <= 18}
 
 
 @contextlib.contextmanager
