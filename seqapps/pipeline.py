@@ -134,15 +134,19 @@ class PipelineRegistry:
         self._load_builtins()
         return self._summaries[name]
 
+    def check(self, name: str) -> None:
+        """Raises ConfigError unless ``name`` is declared; imports no pipeline module (nor TensorFlow)."""
+        names = self.names()
+        if name not in self._targets:
+            raise ConfigError(f"unknown pipeline {name!r}; choose one of {', '.join(names)}")
+
     def get(self, name: str) -> type[Pipeline]:
         """Imports and returns the pipeline class registered as ``name``.
 
         Raises:
             ConfigError: no pipeline has that name.
         """
-        names = self.names()
-        if name not in self._targets:
-            raise ConfigError(f"unknown pipeline {name!r}; choose one of {', '.join(names)}")
+        self.check(name)
         if name not in self._classes:
             module_name, _, class_name = self._targets[name].partition(":")
             self.add(name, getattr(importlib.import_module(module_name), class_name))

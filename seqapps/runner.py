@@ -5,7 +5,6 @@ pipeline is run, fine-tuned and predicted the same way.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import time
@@ -16,6 +15,18 @@ from seqapps.config import TrainingConfig, dump_config, resolve_config
 from seqapps.errors import DataError, ExportError
 from seqapps.pipeline import REGISTRY, Pipeline, Splits
 
+TFDS_PREFIX = "tfds:"
+
+
+def check_data_path(data_path: str | None) -> None:
+    """Checks, before TensorFlow is imported, that ``--data`` names something that exists.
+
+    Raises:
+        DataError: the path is neither a ``tfds:NAME`` nor an existing file or folder.
+    """
+    if data_path and not data_path.startswith(TFDS_PREFIX) and not Path(data_path).exists():
+        raise DataError(f"{data_path}: file not found")
+
 
 def _checkpoint_dir(model_root: Path, key: dict[str, Any]) -> Path:
     """The backup folder of one run: the same command (pipeline, config, data) finds it again."""
@@ -25,8 +36,12 @@ def _checkpoint_dir(model_root: Path, key: dict[str, Any]) -> Path:
 
 def _train_evaluate_export(pipeline: Pipeline, config: TrainingConfig, preset: str, data: Splits,
                            model_root: Path, checkpoint_key: dict[str, Any], strategy: Any,
-                           verbose: bool, load_model: Any = None) -> dict[str, Any]:
-    """Builds (or loads), trains, evaluates and, on the chief, exports; returns the result fields."""
+                           progress: str, load_model: Any = None) -> dict[str, Any]:
+    """Builds (or loads), trains, evaluates and, on the chief, exports; returns the result fields.
+
+    The training backup is removed only once the export is in place: a run killed
+    during evaluation or export resumes after its last epoch instead of training again.
+    """
     import keras
 
     from seqapps import export, training
@@ -35,27 +50,27 @@ def _train_evaluate_export(pipeline: Pipeline, config: TrainingConfig, preset: s
     model = training.build_and_compile(pipeline, config, data, strategy, load_model=load_model)
     before = pipeline.evaluate(model, data)[0] if load_model else None
     checkpoint_dir = _checkpoint_dir(model_root, checkpoint_key)
-    report = training.fit(model, data, config, checkpoint_dir, verbose=verbose)
-    with contextlib.suppress(OSError):  # the backup is gone once training completes; drop empty parents
-        checkpoint_dir.parent.rmdir()
+    report = training.fit(model, data, config, checkpoint_dir, progress=progress)
     metrics, baseline = pipeline.evaluate(model, data)
     result: dict[str, Any] = {"metrics": metrics, "baseline": baseline}
     if before is not None:
         result["metrics_before"] = before
     result.update(training=report, data=data.report)
     if not training.is_chief(strategy):
+        training.remove_backup(checkpoint_dir, strategy)
         result["export"] = None
         return result
     serving_fn, signature = pipeline.serving_function(model, data)
     path = export.write_export(model, serving_fn, signature, pipeline.serving_example(data), model_root,
                                dump_config(config, pipeline.name, preset), result, data.state)
+    training.remove_backup(checkpoint_dir, strategy)
     result["export"] = str(path)
     return result
 
 
 def run(name: str, preset: str = "default", data_path: str | None = None, config_file: str | None = None,
         overrides: tuple[str, ...] | list[str] = (), out: str | Path = "saved_models", strategy: str = "auto",
-        verbose: bool = False) -> dict[str, Any]:
+        progress: str = "none") -> dict[str, Any]:
     """Trains, evaluates and exports a named pipeline.
 
     Args:
@@ -66,26 +81,28 @@ def run(name: str, preset: str = "default", data_path: str | None = None, config
         overrides: ``key=value`` config overrides.
         out: the export root; the export goes to ``out/name/<version>``.
         strategy: "auto", "mirrored" or "multiworker".
-        verbose: show progress bars.
+        progress: "bar", "lines" or "none" (see ``seqapps.training.fit``).
 
     Returns:
         ``{"pipeline", "preset", "metrics", "baseline", "export", "seconds", ...}``.
     """
+    start = time.perf_counter()
+    REGISTRY.check(name)  # names and files first: they need no TensorFlow
+    check_data_path(data_path)
+    pipeline_class = REGISTRY.get(name)
     from seqapps.training import make_strategy
 
-    start = time.perf_counter()
-    pipeline_class = REGISTRY.get(name)
     config = resolve_config(pipeline_class.Config, preset, config_file, overrides)
     distribution = make_strategy(strategy)  # before other TensorFlow work, as multi-worker needs
     pipeline = pipeline_class()
     data = pipeline.load_data(config, data_path)
     key = {"pipeline": name, "config": config.to_dict(), "data": str(Path(data_path).resolve()) if data_path else None}
-    result = _train_evaluate_export(pipeline, config, preset, data, Path(out) / name, key, distribution, verbose)
+    result = _train_evaluate_export(pipeline, config, preset, data, Path(out) / name, key, distribution, progress)
     return {"pipeline": name, "preset": preset, **result, "seconds": round(time.perf_counter() - start, 1)}
 
 
 def finetune(name: str, from_path: str | Path, data_path: str, overrides: tuple[str, ...] | list[str] = (),
-             strategy: str = "auto", verbose: bool = False) -> dict[str, Any]:
+             strategy: str = "auto", progress: str = "none") -> dict[str, Any]:
     """Continues training an export's model on new data and exports the next version.
 
     Args:
@@ -94,22 +111,25 @@ def finetune(name: str, from_path: str | Path, data_path: str, overrides: tuple[
         data_path: the user's data; it must match the export's columns and format.
         overrides: ``key=value`` config overrides on top of the export's saved config.
         strategy: "auto", "mirrored" or "multiworker".
-        verbose: show progress bars.
+        progress: "bar", "lines" or "none" (see ``seqapps.training.fit``).
 
     Returns:
         The run result with ``metrics_before`` (the loaded model on the new test split),
         ``metrics`` after fine-tuning, and the new ``export``.
     """
     from seqapps.export import read_export
-    from seqapps.training import make_strategy
 
     start = time.perf_counter()
+    REGISTRY.check(name)
+    if not data_path:
+        raise DataError("finetune needs --data PATH with your own data")
+    check_data_path(data_path)
     info = read_export(from_path)
     if info.pipeline != name:
         raise ExportError(f"{info.path}: is an export of {info.pipeline!r}, not {name!r}")
-    if not data_path:
-        raise DataError("finetune needs --data PATH with your own data")
     pipeline_class = REGISTRY.get(name)
+    from seqapps.training import make_strategy
+
     config = resolve_config(pipeline_class.Config, info.preset, None, overrides, base=info.config)
     distribution = make_strategy(strategy)
     pipeline = pipeline_class()
@@ -122,7 +142,7 @@ def finetune(name: str, from_path: str | Path, data_path: str, overrides: tuple[
 
     key = {"pipeline": name, "config": config.to_dict(), "data": str(Path(data_path).resolve()),
            "from": str(info.path.resolve())}
-    result = _train_evaluate_export(pipeline, config, info.preset, data, info.path.parent, key, distribution, verbose,
+    result = _train_evaluate_export(pipeline, config, info.preset, data, info.path.parent, key, distribution, progress,
                                     load_model=load_model)
     return {"pipeline": name, "preset": info.preset, "finetuned_from": str(info.path), **result,
             "seconds": round(time.perf_counter() - start, 1)}
