@@ -13,7 +13,6 @@ import contextlib
 import importlib
 import io
 import json
-import math
 import os
 import sys
 import tempfile
@@ -102,35 +101,16 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     return parser
 
 
-def json_safe(value: Any, nulls: dict[str, str], path: str = "") -> Any:
-    """Returns ``value`` with every NaN or infinite float replaced by None, so that it is valid JSON.
-
-    Args:
-        value: a JSON-able structure (NumPy scalars are converted).
-        nulls: filled with ``{dotted.path: reason}`` for each value replaced.
-        path: the dotted path of ``value`` (for the reasons).
-    """
-    if isinstance(value, dict):
-        return {key: json_safe(item, nulls, f"{path}.{key}" if path else str(key)) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(item, nulls, f"{path}[{i}]") for i, item in enumerate(value)]
-    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", None) == 0:
-        value = value.item()  # a NumPy scalar
-    if isinstance(value, float) and not math.isfinite(value):
-        nulls[path] = f"could not be computed ({value}); for example MASE of a series whose seasonal-naive " \
-                      "error is 0 on the training split" if path.endswith("mase") else f"could not be computed ({value})"
-        return None
-    return value
-
-
 def _print_result(result: Any, as_json: bool) -> None:
     if isinstance(result, str):
         print(result)
         return
+    from seqapps.runner import json_safe
+
     nulls: dict[str, str] = {}
     safe = json_safe(result, nulls)
     if nulls and isinstance(safe, dict):
-        safe["nulls"] = nulls
+        safe["nulls"] = {**safe.get("nulls", {}), **nulls}
     print(json.dumps(safe, default=str, allow_nan=False, indent=None if as_json else 2))
 
 
@@ -204,7 +184,8 @@ def _summary(result: dict[str, Any]) -> str:
     width = max(len(name) for name in rows)
     lines = [f"{result['pipeline']} ({result['preset']} preset) in {result['seconds']} s",
              " " * width + "".join(f"{k:>12}" for k in keys)]
-    lines += [f"{name:<{width}}" + "".join(f"{values.get(k, float('nan')):>12.4g}" for k in keys)
+    lines += [f"{name:<{width}}" + "".join(f"{values[k]:>12.4g}" if values.get(k) is not None else f"{'n/a':>12}"
+                                           for k in keys)
               for name, values in rows.items()]
     lines.append(f"export: {result['export']}")
     return "\n".join(lines)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,31 @@ def check_data_path(data_path: str | None) -> None:
     """
     if data_path and not data_path.startswith(TFDS_PREFIX) and not Path(data_path).exists():
         raise DataError(f"{data_path}: file not found")
+
+
+# seqapps.metrics.forecast_metrics returns NaN for MASE exactly when its scale is 0.
+MASE_UNDEFINED = ("undefined: the seasonal-naive forecast has zero error on the training split (a perfectly "
+                  "periodic series), and MASE divides by that error")
+
+
+def json_safe(value: Any, nulls: dict[str, str], path: str = "") -> Any:
+    """Returns ``value`` with every NaN or infinite float replaced by None, so that it is valid JSON.
+
+    Args:
+        value: a JSON-able structure (NumPy scalars are converted).
+        nulls: filled with ``{dotted.path: reason}`` for each value replaced.
+        path: the dotted path of ``value`` (for the reasons).
+    """
+    if isinstance(value, dict):
+        return {key: json_safe(item, nulls, f"{path}.{key}" if path else str(key)) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item, nulls, f"{path}[{i}]") for i, item in enumerate(value)]
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", None) == 0:
+        value = value.item()  # a NumPy scalar
+    if isinstance(value, float) and not math.isfinite(value):
+        nulls[path] = (MASE_UNDEFINED if path.endswith("mase") else f"could not be computed ({value})")
+        return None
+    return value
 
 
 def _checkpoint_dir(model_root: Path, key: dict[str, Any]) -> Path:
@@ -56,6 +82,10 @@ def _train_evaluate_export(pipeline: Pipeline, config: TrainingConfig, preset: s
     if before is not None:
         result["metrics_before"] = before
     result.update(training=report, data=data.report)
+    nulls: dict[str, str] = {}
+    result = json_safe(result, nulls)  # the export's metrics.json and --json are standard JSON
+    if nulls:
+        result["nulls"] = nulls
     if not training.is_chief(strategy):
         training.remove_backup(checkpoint_dir, strategy)
         result["export"] = None
@@ -117,13 +147,13 @@ def finetune(name: str, from_path: str | Path, data_path: str, overrides: tuple[
         The run result with ``metrics_before`` (the loaded model on the new test split),
         ``metrics`` after fine-tuning, and the new ``export``.
     """
-    from seqapps.export import read_export
-
     start = time.perf_counter()
     REGISTRY.check(name)
     if not data_path:
         raise DataError("finetune needs --data PATH with your own data")
     check_data_path(data_path)
+    from seqapps.export import read_export
+
     info = read_export(from_path)
     if info.pipeline != name:
         raise ExportError(f"{info.path}: is an export of {info.pipeline!r}, not {name!r}")

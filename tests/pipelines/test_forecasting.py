@@ -201,13 +201,16 @@ def test_killed_training_resumes_from_its_checkpoint(tmp_path):
     pipeline = REGISTRY.get("load_forecasting")()
     config = resolve_config(pipeline.Config, "tiny", overrides=["epochs=3", "early_stopping_patience=5"])
     data = pipeline.load_data(config, None)
+    backup = tmp_path / ".checkpoints" / "run"
     strategy = training.make_strategy("auto")
     model = training.build_and_compile(pipeline, config, data, strategy)
     with pytest.raises(KeyboardInterrupt):
-        training.fit(model, data, config, tmp_path / "ckpt", extra_callbacks=[_InterruptAfterEpoch(2)])
-    assert (tmp_path / "ckpt").is_dir()
+        training.fit(model, data, config, backup, extra_callbacks=[_InterruptAfterEpoch(2)])
+    assert backup.is_dir()
     restarted = training.build_and_compile(pipeline, config, data, strategy)
-    report = training.fit(restarted, data, config, tmp_path / "ckpt")
+    report = training.fit(restarted, data, config, backup)
     assert report["resumed_from_epoch"] == 2
-    assert report["epochs_run"] == 1  # only the third epoch was left
-    assert not (tmp_path / "ckpt").exists()  # the backup is removed once training completes
+    assert report["epochs_run"] == 3 and len(report["loss_history"]) == 3  # epochs 1-2 come from the backup
+    assert backup.is_dir()  # kept until the export is in place
+    training.remove_backup(backup, strategy)
+    assert list(tmp_path.iterdir()) == []  # the backup and its empty parent are gone
