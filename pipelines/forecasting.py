@@ -24,7 +24,8 @@ import tensorflow as tf
 from seqapps import metrics as forecast_metrics_lib
 from seqapps.config import TrainingConfig, require
 from seqapps.data import datasets
-from seqapps.data.tables import FILL_METHODS, parse_duration, read_csv, to_time_series
+from seqapps.data.tables import (DECIMAL_MARKS, FILL_METHODS, check_timezone, local_times, parse_duration,
+                                 read_csv, to_time_series)
 from seqapps.errors import DataError
 from seqapps.layers.time_features import CalendarFeatures, SeasonalDifference, SeasonalNaive
 from seqapps.pipeline import Pipeline, Splits, register_pipeline
@@ -54,6 +55,9 @@ class ForecastingConfig(TrainingConfig):
         calendar_features: add time-of-day/week/year features.
         fill_gaps: "none" (gaps and empty cells are errors), "interpolate" or "ffill".
         val_fraction, test_fraction: chronological split sizes.
+        timezone: the series' IANA time zone (e.g. Europe/London) for calendar features
+            and printed forecasts; None: the file's UTC offsets, or wall-clock time.
+        decimal: the CSV's decimal mark, "." or "," (the separator is detected).
     """
 
     timestamp_col: str = "timestamp"
@@ -71,9 +75,13 @@ class ForecastingConfig(TrainingConfig):
     fill_gaps: str = "none"
     val_fraction: float = 0.1
     test_fraction: float = 0.2
+    timezone: str | None = None
+    decimal: str = "."
 
     def validate(self) -> None:
         super().validate()
+        check_timezone(self.timezone)
+        require(self.decimal in DECIMAL_MARKS, "decimal", self.decimal, f"one of {' '.join(DECIMAL_MARKS)}")
         require(bool(self.target_cols), "target_cols", self.target_cols, "at least one column name")
         require(self.cell in ("gru", "lstm"), "cell", self.cell, "gru or lstm")
         require(self.units >= 1 and self.layers >= 1, "units/layers", (self.units, self.layers), "integers >= 1")
@@ -124,7 +132,7 @@ class Forecasting(Pipeline):
 
     def load_data(self, config: ForecastingConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
-        frame = read_csv(data_path) if data_path else self.default_data()
+        frame = read_csv(data_path, decimal=config.decimal) if data_path else self.default_data()
         source = frame.attrs.get("source", "data")
         if state is not None:
             input_cols, targets = state["input_cols"], state["target_cols"]
@@ -132,7 +140,7 @@ class Forecasting(Pipeline):
         else:
             targets = list(config.target_cols)
             input_cols = targets + [c for c in self._feature_columns(frame, config) if c not in targets]
-        series = to_time_series(frame, config.timestamp_col, input_cols, config.fill_gaps)
+        series = to_time_series(frame, config.timestamp_col, input_cols, config.fill_gaps, config.timezone)
         step_seconds = int(series.step.total_seconds())
         if state is not None and step_seconds != state["step_seconds"]:
             raise DataError(f"{source}: sampling interval is {series.step}, but the model was trained on "
@@ -160,11 +168,13 @@ class Forecasting(Pipeline):
                 "step_seconds": step_seconds, **steps,
                 "mean": train_values.mean(axis=0).tolist(),
                 "std": np.maximum(train_values.std(axis=0), 1e-6).tolist(),
+                "timezone": series.timezone, "utc_offsets": series.utc_offsets, "decimal": config.decimal,
             }
         times = series.frame.index.to_numpy().astype("datetime64[s]").astype("int64")
         target_index = [input_cols.index(c) for c in targets]
         report = {"source": source, "rows": n, "step": str(series.step), "input_cols": input_cols,
-                  "target_cols": targets, "filled_values": series.filled,
+                  "target_cols": targets, "filled_values": series.filled, "timezone": series.timezone,
+                  **({"csv": frame.attrs["csv"]} if "csv" in frame.attrs else {}),
                   "windows": {name: int(len(found)) for name, found in origins.items()}}
         arrays = {"values": values[:, target_index], "times": times, "test_origins": origins["test"],
                   "mase_scale": forecast_metrics_lib.mase_scale(train_values[:, target_index], steps["daily_lag"])}
@@ -235,6 +245,7 @@ class Forecasting(Pipeline):
             sequence = SeasonalDifference(period, name="seasonal_difference")(scaled)
         if config.calendar_features:
             past_calendar, future_calendar = CalendarFeatures(state["step_seconds"], sequence.shape[1], horizon,
+                                                              state.get("utc_offsets"),
                                                               name="calendar")(inputs[END_TIME])
             sequence = keras.layers.Concatenate()([sequence, past_calendar])
             future = keras.layers.Flatten()(future_calendar)
@@ -309,8 +320,14 @@ class Forecasting(Pipeline):
         if len(inputs) != 1:
             raise DataError(f"expected one INPUT, a CSV file with the last {state['lookback']} rows or more "
                             f"of columns {', '.join([state['timestamp_col'], *state['input_cols']])}")
-        frame = read_csv(inputs[0])
-        series = to_time_series(frame, state["timestamp_col"], state["input_cols"])
+        frame = read_csv(inputs[0], decimal=state.get("decimal", "."))
+        zone = state.get("timezone")
+        series = to_time_series(frame, state["timestamp_col"], state["input_cols"],
+                                timezone=None if zone in (None, "file offsets") else zone)
+        if (series.utc_offsets is None) != (state.get("utc_offsets") is None):
+            raise DataError(f"{inputs[0]}: timestamps {'have' if series.utc_offsets else 'lack'} UTC offsets; "
+                            f"the model was trained on timestamps {'with' if state.get('utc_offsets') else 'without'} "
+                            "them")
         if int(series.step.total_seconds()) != state["step_seconds"]:
             raise DataError(f"{inputs[0]}: sampling interval is {series.step}, the model expects "
                             f"{pd.Timedelta(seconds=state['step_seconds'])}")
@@ -324,7 +341,9 @@ class Forecasting(Pipeline):
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
-        times = pd.to_datetime(outputs[FORECAST_TIME][0], unit="s")
+        seconds = outputs[FORECAST_TIME][0]
+        times = (local_times(seconds, state["utc_offsets"]) if state.get("utc_offsets")
+                 else pd.to_datetime(seconds, unit="s"))  # in the input's offsets, or wall-clock time
         rows = [{state["timestamp_col"]: time.isoformat(),
                  **{name: round(float(outputs[name][0, i]), 4) for name in state["target_cols"]}}
                 for i, time in enumerate(times)]

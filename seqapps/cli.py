@@ -187,6 +187,11 @@ def _summary(result: dict[str, Any]) -> str:
     lines += [f"{name:<{width}}" + "".join(f"{values[k]:>12.4g}" if values.get(k) is not None else f"{'n/a':>12}"
                                            for k in keys)
               for name, values in rows.items()]
+    data = result.get("data", {})
+    if "csv" in data or data.get("timezone"):
+        read = [f"separator {data['csv']['separator']!r}, decimal {data['csv']['decimal']!r}"] if "csv" in data else []
+        read += [f"time zone {data['timezone']}"] if data.get("timezone") else []
+        lines.append(f"data: {data.get('source', '')} ({'; '.join(read)})")
     lines.append(f"export: {result['export']}")
     return "\n".join(lines)
 
