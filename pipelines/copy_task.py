@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable
+from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from seqapps.config import require
+from seqapps.config import HRNNConfig, require
 from seqapps.errors import DataError
-from seqapps.layers.hrnn_model import HRNNConfig, HRNNSequenceModel
-from seqapps.pipeline import Pipeline, Splits, register_pipeline
+from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
+from seqapps.export import Signature
+from seqapps.pipeline import Pipeline, Splits
 
 BLANK = 2
 SYMBOLS = 3  # 0, 1, blank
@@ -96,7 +97,6 @@ def copy_sequences(count: int, length: int, string_length: int,
     return inputs, targets
 
 
-@register_pipeline("copy_task")
 class CopyTask(Pipeline):
     """Copy a binary string after reading it, through a (decoupled) hierarchical RNN."""
 
@@ -118,7 +118,7 @@ class CopyTask(Pipeline):
                       state=state, report=report, arrays={"test": splits["test"]})
 
     def build_model(self, config: CopyTaskConfig, data: Splits) -> keras.Model:
-        model = HRNNSequenceModel(config.build_hrnn(2, "categorical_crossentropy"), one_hot_depth=SYMBOLS,
+        model = HRNNSequenceModel(build_hrnn(config, 2, "categorical_crossentropy"), one_hot_depth=SYMBOLS,
                                   name=self.name)
         model.build((None, None))
         return model
@@ -139,11 +139,11 @@ class CopyTask(Pipeline):
         return ({"bpc": bpc, "bit_accuracy": accuracy, "solved": float(bpc < solved)},
                 {"uniform_bits": {"bpc": 1.0, "bit_accuracy": 0.5, "solved": 0.0}})
 
-    def serving_function(self, model: keras.Model, data: Splits) -> tuple[Callable, list]:
+    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
         length = data.state["length"]
 
-        def serve(bits: tf.Tensor) -> dict[str, tf.Tensor]:
-            chars = tf.strings.bytes_split(tf.reshape(bits, [-1]))
+        def serve(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            chars = tf.strings.bytes_split(inputs["bits"])
             symbols = tf.where(tf.equal(chars, "1"), 1, tf.where(tf.equal(chars, "0"), 0, BLANK))
             symbols = symbols.to_tensor(default_value=BLANK, shape=[None, length])
             given = tf.minimum(tf.cast(chars.row_lengths(), tf.int32), length // 2)
@@ -156,13 +156,11 @@ class CopyTask(Pipeline):
             confidence = tf.math.divide_no_nan(tf.reduce_sum(best, axis=1), tf.cast(given, tf.float32))
             return {"copy": text, "confidence": confidence}
 
-        return serve, [tf.TensorSpec([None], tf.string, name="bits")]
+        given = data.arrays["test"][0][:2, : data.state["string_length"]]
+        example = {"bits": np.array(["".join(str(b) for b in row) for row in given], dtype=object)}
+        return {"serving_default": Signature({"bits": tf.TensorSpec([None], tf.string)}, example, run=serve)}
 
-    def serving_example(self, data: Splits) -> dict[str, np.ndarray]:
-        inputs = data.arrays["test"][0][:2, : data.state["string_length"]]
-        return {"bits": np.array(["".join(str(b) for b in row) for row in inputs], dtype=object)}
-
-    def predict_inputs(self, state: dict[str, Any], inputs: list[str]) -> dict[str, np.ndarray]:
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
         longest = state["length"] // 2
         for text in inputs:
             if not text or set(text) - {"0", "1"} or len(text) > longest:

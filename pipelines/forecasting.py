@@ -14,7 +14,7 @@ seasonal-naive baselines: same time yesterday and same time last week.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any
 
 import keras
 import numpy as np
@@ -27,8 +27,10 @@ from seqapps.data import datasets
 from seqapps.data.tables import (DECIMAL_MARKS, FILL_METHODS, check_timezone, local_times, parse_duration,
                                  read_csv, to_time_series)
 from seqapps.errors import DataError
+from seqapps.export import Signature
+from seqapps.losses import ScaledMeanAbsoluteError
 from seqapps.layers.time_features import CalendarFeatures, SeasonalDifference, SeasonalNaive
-from seqapps.pipeline import Pipeline, Splits, register_pipeline
+from seqapps.pipeline import Pipeline, Splits
 
 END_TIME = "end_time"
 FORECAST_TIME = "forecast_time"
@@ -298,25 +300,23 @@ class Forecasting(Pipeline):
 
     # --- serving --------------------------------------------------------------------------
 
-    def serving_function(self, model: keras.Model, data: Splits) -> tuple[Callable, list]:
+    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
         state = data.state
         lookback, step = state["lookback"], state["step_seconds"]
         future_offsets = tf.constant(np.arange(1, state["horizon"] + 1) * step, tf.int64)
-        signature = {name: tf.TensorSpec([None, lookback], tf.float32, name=name) for name in state["input_cols"]}
-        signature[END_TIME] = tf.TensorSpec([None], tf.int64, name=END_TIME)
+        inputs = {name: tf.TensorSpec([None, lookback], tf.float32) for name in state["input_cols"]}
+        inputs[END_TIME] = tf.TensorSpec([None], tf.int64)
 
-        def serve(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            forecast = model(inputs, training=False)
+        def readable(forecast: tf.Tensor, raw: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
             outputs = {name: forecast[:, :, i] for i, name in enumerate(state["target_cols"])}
-            outputs[FORECAST_TIME] = inputs[END_TIME][:, None] + future_offsets[None, :]
+            outputs[FORECAST_TIME] = raw[END_TIME][:, None] + future_offsets[None, :]
             return outputs
 
-        return serve, [signature]
+        example = {name: value[:2] for name, value in data.arrays["test_inputs"].items()}
+        return {"serving_default": Signature(inputs, example, run=lambda x: model(x, training=False),
+                                             postprocess=readable)}
 
-    def serving_example(self, data: Splits) -> dict[str, np.ndarray]:
-        return {name: value[:2] for name, value in data.arrays["test_inputs"].items()}
-
-    def predict_inputs(self, state: dict[str, Any], inputs: list[str]) -> dict[str, np.ndarray]:
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
         if len(inputs) != 1:
             raise DataError(f"expected one INPUT, a CSV file with the last {state['lookback']} rows or more "
                             f"of columns {', '.join([state['timestamp_col'], *state['input_cols']])}")
@@ -351,30 +351,6 @@ class Forecasting(Pipeline):
         return table, {"forecast": rows}
 
 
-@keras.saving.register_keras_serializable(package="seqapps")
-class ScaledMeanAbsoluteError(keras.losses.Loss):
-    """Mean absolute error with each target divided by its training standard deviation.
-
-    The model forecasts in the user's units; dividing by the scale keeps targets of
-    different units comparable and gradients of a sensible size for clipping.
-
-    Args:
-        scale: one positive number per target column.
-    """
-
-    def __init__(self, scale: list[float], name: str = "scaled_mae", **kwargs: Any) -> None:
-        super().__init__(name=name, **kwargs)
-        self.scale = [float(s) for s in scale]
-
-    def call(self, y_true: Any, y_pred: Any) -> Any:
-        scale = keras.ops.convert_to_tensor(np.array(self.scale, "float32"))
-        return keras.ops.mean(keras.ops.abs(y_true - y_pred) / scale, axis=-1)
-
-    def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "scale": self.scale}
-
-
-@register_pipeline("weather_forecasting")
 class WeatherForecasting(Forecasting):
     """Next 24 hours of air temperature from past hourly weather (pvlib TMY3, BSD-3)."""
 
@@ -384,7 +360,6 @@ class WeatherForecasting(Forecasting):
         return datasets.tmy3_weather()
 
 
-@register_pipeline("load_forecasting")
 class LoadForecasting(Forecasting):
     """Next day of half-hourly electricity demand (pmdarima Taylor series, MIT)."""
 

@@ -26,17 +26,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable
+from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from seqapps.config import require
+from seqapps.config import HRNNConfig, require
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
-from seqapps.layers.hrnn_model import HRNNConfig, HRNNSequenceModel
-from seqapps.pipeline import Pipeline, Splits, register_pipeline
+from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
+from seqapps.export import Signature
+from seqapps.pipeline import Pipeline, Splits
 
 CORPORA = {"pydoc": text_data.pydoc_topics, "kjv": text_data.kjv_bible, "wordnet": text_data.wordnet_glosses}
 START = "\n"  # every text is read after a line break, as every training line is
@@ -100,7 +101,6 @@ def windows(ids: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
     return inputs, targets
 
 
-@register_pipeline("hrnn_char_lm")
 class HRNNCharLM(Pipeline):
     """Next-character prediction with an upper RNN that ticks at word ends."""
 
@@ -135,7 +135,7 @@ class HRNNCharLM(Pipeline):
 
     def build_model(self, config: HRNNCharLMConfig, data: Splits) -> keras.Model:
         chars = data.state["chars"]
-        model = HRNNSequenceModel(config.build_hrnn(len(chars), "categorical_crossentropy"),
+        model = HRNNSequenceModel(build_hrnn(config, len(chars), "categorical_crossentropy"),
                                   one_hot_depth=len(chars), boundary_ids=[chars.index(c) for c in BOUNDARIES],
                                   name=self.name)
         model.build((None, None))
@@ -155,7 +155,7 @@ class HRNNCharLM(Pipeline):
         unigram = -np.log(counts / counts.sum())[labels].mean()
         return ({"bpc": float(nats / math.log(2))}, {"unigram": {"bpc": float(unigram / math.log(2))}})
 
-    def serving_function(self, model: keras.Model, data: Splits) -> tuple[Callable, list]:
+    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
         chars = data.state["chars"]
         points = {ord(c): i for i, c in enumerate(chars) if len(c) == 1}
         table = np.zeros(max(points) + 1, np.int32)
@@ -164,8 +164,8 @@ class HRNNCharLM(Pipeline):
         table = tf.constant(table)
         names = tf.constant(chars)
 
-        def serve(text: tf.Tensor) -> dict[str, tf.Tensor]:
-            codes = tf.strings.unicode_decode(START + tf.reshape(text, [-1]), "UTF-8", errors="replace")
+        def serve(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            codes = tf.strings.unicode_decode(START + inputs["text"], "UTF-8", errors="replace")
             ids = tf.gather(table, tf.where(codes < tf.shape(table)[0], codes, 0))
             lengths = tf.cast(ids.row_lengths(), tf.int32)
             dense = ids.to_tensor()
@@ -181,12 +181,10 @@ class HRNNCharLM(Pipeline):
             return {"bits_per_character": bpc, "next_chars": tf.gather(names, top.indices),
                     "next_probabilities": tf.exp(top.values)}
 
-        return serve, [tf.TensorSpec([None], tf.string, name="text")]
+        example = {"text": np.array(["the value of ", "import"], dtype=object)}
+        return {"serving_default": Signature({"text": tf.TensorSpec([None], tf.string)}, example, run=serve)}
 
-    def serving_example(self, data: Splits) -> dict[str, np.ndarray]:
-        return {"text": np.array(["the value of ", "import"], dtype=object)}
-
-    def predict_inputs(self, state: dict[str, Any], inputs: list[str]) -> dict[str, np.ndarray]:
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
         if not all(inputs):
             raise DataError("expected non-empty text inputs")
         return {"text": np.array(inputs, dtype=object)}

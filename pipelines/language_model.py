@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any, Callable
+from typing import Any
 
 import keras
 import numpy as np
@@ -44,8 +44,11 @@ import tensorflow as tf
 from seqapps.config import TrainingConfig, require
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
+from seqapps.export import Signature
 from seqapps.layers.batch_nce import LOSSES, BatchNCE, perplexity, unigram_distribution
-from seqapps.pipeline import Pipeline, Splits, register_pipeline
+from seqapps.layers.ngram_context import NGramContext
+from seqapps.losses import per_token_training_loss
+from seqapps.pipeline import Pipeline, Splits
 
 ARCHITECTURES = ("ffnn", "ffnn_relu", "rnn", "rnn_relu", "lstm", "lstm_relu")
 CORPORA = {"wordnet": text_data.wordnet_glosses, "pydoc": text_data.pydoc_topics}
@@ -139,55 +142,11 @@ class LanguageModelConfig(TrainingConfig):
                 "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
 
 
-@keras.saving.register_keras_serializable(package="seqapps")
-def per_token_training_loss(y_true: Any, y_pred: Any) -> Any:
-    """The loss of a model whose output already is the per-token loss (``BatchNCE`` with targets)."""
-    del y_true
-    return y_pred
-
-
-@keras.saving.register_keras_serializable(package="seqapps")
-class NGramContext(keras.layers.Layer):
-    """Concatenates the embeddings of each window of ``order - 1`` consecutive words.
-
-    Output ``t`` holds inputs ``t .. t + order - 2``: from ``L`` inputs it
-    gives ``L - order + 2`` outputs, the last one the context of the word after
-    the input.
-
-    Args:
-        order: n of the n-gram model (>= 2).
-        **kwargs: other ``keras.layers.Layer`` arguments.
-
-    Call arguments:
-        inputs: ``[B, L, E]`` embeddings with ``L >= order - 1``.
-
-    Returns:
-        ``[B, L - order + 2, (order - 1) * E]``.
-    """
-
-    def __init__(self, order: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.order = int(order)
-
-    def call(self, inputs: Any) -> Any:
-        context = self.order - 1
-        steps = keras.ops.shape(inputs)[1] - context + 1
-        return keras.ops.concatenate([inputs[:, i: i + steps] for i in range(context)], axis=-1)
-
-    def compute_output_shape(self, input_shape: tuple) -> tuple:
-        length = None if input_shape[1] is None else input_shape[1] - self.order + 2
-        return (input_shape[0], length, (self.order - 1) * input_shape[2])
-
-    def get_config(self) -> dict[str, Any]:
-        return {**super().get_config(), "order": self.order}
-
-
 def context_tokens(architecture: str, ngram_order: int) -> int:
     """Inputs before the first target's context word: ``order - 2`` for the n-gram model, else 0."""
     return ngram_order - 2 if architecture.startswith("ffnn") else 0
 
 
-@register_pipeline("language_model")
 class LanguageModel(Pipeline):
     """Word-level LM (5-gram FFNN, RNN, LSTM, ReLU bottlenecks) trained with B-NCE / S-NCE / softmax."""
 
@@ -317,7 +276,7 @@ class LanguageModel(Pipeline):
 
     # --- serving ----------------------------------------------------------------------------
 
-    def serving_function(self, model: keras.Model, data: Splits) -> tuple[Callable, list]:
+    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
         state = data.state
         words = state["vocabulary"][1:]
         model.word_ids = keras.layers.StringLookup(vocabulary=words, num_oov_indices=1,
@@ -329,8 +288,8 @@ class LanguageModel(Pipeline):
         prefix, top_k = state["context"] + 1, min(state["top_k"], len(state["vocabulary"]))
         eos_id = 1
 
-        def serve(text: tf.Tensor) -> dict[str, tf.Tensor]:
-            tokens = text_data.tf_word_tokens(tf.reshape(text, [-1]))
+        def serve(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            tokens = text_data.tf_word_tokens(inputs["text"])
             lengths = tf.cast(tokens.row_lengths(), tf.int32)
             ids = tf.cast(model.word_ids(tokens.to_tensor(text_data.END_OF_SENTENCE)), tf.int32)
             batch = tf.shape(ids)[0]
@@ -346,13 +305,8 @@ class LanguageModel(Pipeline):
                     "next_words": model.id_words(tf.cast(next_word.indices, tf.int64)),
                     "next_log_probs": next_word.values}
 
-        return serve, [tf.TensorSpec([None], tf.string, name="text")]
-
-    def serving_example(self, data: Splits) -> dict[str, np.ndarray]:
-        return {"text": np.array(["the quick brown fox jumps over the lazy dog", ""], dtype=object)}
-
-    def predict_inputs(self, state: dict[str, Any], inputs: list[str]) -> dict[str, np.ndarray]:
-        return {"text": np.array(inputs, dtype=object)}
+        example = {"text": np.array(["the quick brown fox jumps over the lazy dog", ""], dtype=object)}
+        return {"serving_default": Signature({"text": tf.TensorSpec([None], tf.string)}, example, run=serve)}
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray]) -> tuple[str, Any]:

@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from seqapps.config import require
+from seqapps.config import HRNNConfig, require
 from seqapps.errors import DataError
-from seqapps.layers.hrnn_model import HRNNConfig, HRNNSequenceModel
-from seqapps.pipeline import Pipeline, Splits, register_pipeline
+from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
+from seqapps.export import Signature
+from seqapps.pipeline import Pipeline, Splits
 
 CLASSES = 10
 PERMUTATION_SEED = 1234  # the permutation is fixed: the same for every run of an image size
@@ -112,7 +113,6 @@ def pixel_order(image_size: int, permute: bool) -> np.ndarray:
     return np.random.default_rng(PERMUTATION_SEED).permutation(steps)
 
 
-@register_pipeline("pixel_mnist")
 class PixelMnist(Pipeline):
     """Classify a digit read one pixel per step (plain or permuted order)."""
 
@@ -164,7 +164,7 @@ class PixelMnist(Pipeline):
         return flat[:, order, None].astype(np.float32)
 
     def build_model(self, config: PixelMnistConfig, data: Splits) -> keras.Model:
-        model = HRNNSequenceModel(config.build_hrnn(CLASSES, "mse"), name=self.name)
+        model = HRNNSequenceModel(build_hrnn(config, CLASSES, "mse"), name=self.name)
         model.build((None, None, 1))
         return model
 
@@ -187,7 +187,7 @@ class PixelMnist(Pipeline):
             "logistic_regression": {"accuracy": float((regression.predict(pixels[..., 0]) == labels).mean())},
         }
 
-    def serving_function(self, model: keras.Model, data: Splits) -> tuple[Callable, list]:
+    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
         size = data.state["image_size"]
         order = tf.constant(data.state["order"], tf.int32)
 
@@ -195,21 +195,19 @@ class PixelMnist(Pipeline):
             image = tf.io.decode_image(encoded, channels=1, expand_animations=False, dtype=tf.uint8)
             return tf.image.resize(tf.cast(image, tf.float32), [size, size])[..., 0]
 
-        def serve(image: tf.Tensor) -> dict[str, tf.Tensor]:
-            images = tf.map_fn(decode, tf.reshape(image, [-1]), fn_output_signature=tf.TensorSpec([size, size]))
+        def serve(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            images = tf.map_fn(decode, inputs["image"], fn_output_signature=tf.TensorSpec([size, size]))
             pixels = tf.clip_by_value(tf.reshape(images, [-1, size * size]), 0.0, 255.0) / 255.0
             logits = model(tf.gather(pixels, order, axis=1)[..., None], training=False)[:, -1]
             probabilities = tf.nn.softmax(logits, axis=-1)
             return {"label": tf.argmax(probabilities, axis=-1), "probabilities": probabilities}
 
-        return serve, [tf.TensorSpec([None], tf.string, name="image")]
-
-    def serving_example(self, data: Splits) -> dict[str, np.ndarray]:
         images = data.arrays["test_images"]
         encoded = [tf.io.encode_png(tf.cast(tf.round(image[..., None]), tf.uint8)).numpy() for image in images]
-        return {"image": np.array(encoded, dtype=object)}
+        example = {"image": np.array(encoded, dtype=object)}
+        return {"serving_default": Signature({"image": tf.TensorSpec([None], tf.string)}, example, run=serve)}
 
-    def predict_inputs(self, state: dict[str, Any], inputs: list[str]) -> dict[str, np.ndarray]:
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
         encoded = []
         for name in inputs:
             path = Path(name)

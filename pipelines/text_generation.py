@@ -10,9 +10,10 @@ public domain); ``--data your.txt`` trains on any UTF-8 text.
 Metric: bits per character on the test lines, against the entropy of the
 training characters' unigram distribution.
 
-The export's ``serving_default`` takes ``prompt`` (string, ``[batch]`` or a
-scalar), ``length`` (int32) and ``temperature`` (float32; 0 is greedy) and
-returns ``text`` (prompt and continuation) and ``generated``: the prompt is
+The export's ``serving_default`` takes ``prompt`` (string ``[batch]``), ``length``
+(int32 ``[batch]``, cut to 2,000) and ``temperature`` (float32 ``[batch]``; 0 is
+greedy), one value per row, and returns ``text`` (prompt and continuation) and
+``generated``: the prompt is
 fed through the LSTM cells and ``length`` characters are sampled, with the
 config's ``top_k``, in one ``tf.while_loop``; characters map to ids with an
 in-graph lookup table (unknown characters to the OOV id 0).
@@ -22,7 +23,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-from typing import Any, Callable
+from typing import Any
 
 import keras
 import numpy as np
@@ -31,10 +32,12 @@ import tensorflow as tf
 from seqapps.config import TrainingConfig, require
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
-from seqapps.pipeline import Pipeline, Splits, register_pipeline
+from seqapps.export import Limits, Signature
+from seqapps.pipeline import Pipeline, Splits
 
 CORPORA = {"kjv": text_data.kjv_bible, "pydoc": text_data.pydoc_topics}
 START = "\n"  # every prompt is preceded by a line break, as every training line is
+MAX_GENERATED_LENGTH = 2000  # characters one request may generate; longer requests are cut to it
 
 
 @dataclasses.dataclass
@@ -91,7 +94,6 @@ class TextGenerationConfig(TrainingConfig):
                 "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
 
 
-@register_pipeline("text_generation")
 class TextGeneration(Pipeline):
     """Char-RNN: a stacked LSTM over characters; the export samples text from a prompt."""
 
@@ -157,7 +159,7 @@ class TextGeneration(Pipeline):
 
     # --- serving ----------------------------------------------------------------------------
 
-    def serving_function(self, model: keras.Model, data: Splits) -> tuple[Callable, list]:
+    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
         chars = data.state["chars"]
         model.char_ids = keras.layers.StringLookup(vocabulary=chars[1:], num_oov_indices=1, name="char_ids")
         id_chars = tf.constant(chars)
@@ -165,15 +167,17 @@ class TextGeneration(Pipeline):
         cells = [layer.cell for layer in model.layers if isinstance(layer, keras.layers.LSTM)]
         top_k = min(data.state["top_k"] or len(chars), len(chars))
 
-        def serve(prompt: tf.Tensor, length: tf.Tensor, temperature: tf.Tensor) -> dict[str, tf.Tensor]:
-            prompt = tf.reshape(prompt, [-1])
+        def serve(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            prompt, temperature = inputs["prompt"], inputs["temperature"]
             split = tf.strings.unicode_split(START + prompt, "UTF-8")
             lengths = tf.cast(split.row_lengths(), tf.int32)
             ids = tf.cast(model.char_ids(split.to_tensor(START)), tf.int32)
             batch, width = tf.shape(ids)[0], tf.shape(ids)[1]
-            length = tf.maximum(tf.cast(length, tf.int32), 0)
-            steps = tf.reduce_max(lengths) + length - 1
+            row_length = tf.clip_by_value(tf.cast(inputs["length"], tf.int32), 0, MAX_GENERATED_LENGTH)
+            length = tf.reduce_max(tf.concat([row_length, [0]], axis=0))
+            steps = tf.reduce_max(tf.concat([lengths, [1]], axis=0)) + length - 1
             states = [[tf.zeros([batch, cell.units]), tf.zeros([batch, cell.units])] for cell in cells]
+            greedy = temperature <= 0
 
             def step(t: tf.Tensor, previous: tf.Tensor, states: list, samples: tf.TensorArray) -> tuple:
                 given = tf.gather(ids, tf.minimum(t, width - 1), axis=1)
@@ -185,10 +189,9 @@ class TextGeneration(Pipeline):
                 logits = dense(hidden)
                 kth = tf.math.top_k(logits, k=top_k).values[:, -1:]
                 logits = tf.where(logits < kth, tf.fill(tf.shape(logits), -1e9), logits)
-                sampled = tf.cond(
-                    temperature > 0,
-                    lambda: tf.random.categorical(logits / tf.maximum(temperature, 1e-3), 1, dtype=tf.int32)[:, 0],
-                    lambda: tf.argmax(logits, axis=-1, output_type=tf.int32))
+                scaled = logits / tf.maximum(temperature, 1e-3)[:, None]
+                sampled = tf.where(greedy, tf.argmax(logits, axis=-1, output_type=tf.int32),
+                                   tf.random.categorical(scaled, 1, dtype=tf.int32)[:, 0])
                 return t + 1, sampled, new_states, samples.write(t, sampled)
 
             _, _, _, samples = tf.while_loop(
@@ -196,20 +199,24 @@ class TextGeneration(Pipeline):
                 (tf.constant(0), tf.zeros([batch], tf.int32), states, tf.TensorArray(tf.int32, size=steps)))
             by_row = tf.transpose(tf.reshape(samples.stack(), [steps, batch]))
             positions = lengths[:, None] - 1 + tf.range(length)[None, :]
-            generated = tf.strings.reduce_join(tf.gather(id_chars, tf.gather(by_row, positions, batch_dims=1)),
-                                               axis=1)
+            chosen = tf.RaggedTensor.from_tensor(tf.gather(by_row, positions, batch_dims=1), lengths=row_length)
+            generated = tf.strings.reduce_join(tf.gather(id_chars, chosen), axis=1)
             return {"text": prompt + generated, "generated": generated}
 
-        return serve, [tf.TensorSpec(None, tf.string, name="prompt"), tf.TensorSpec([], tf.int32, name="length"),
-                       tf.TensorSpec([], tf.float32, name="temperature")]
+        inputs = {"prompt": tf.TensorSpec([None], tf.string), "length": tf.TensorSpec([None], tf.int32),
+                  "temperature": tf.TensorSpec([None], tf.float32)}
+        example = {"prompt": np.array(["In the beginning", ""], dtype=object),
+                   "length": np.full(2, data.state["sample_length"], "int32"),
+                   "temperature": np.zeros(2, "float32")}  # greedy: the export check compares it exactly
+        return {"serving_default": Signature(inputs, example, run=serve)}
 
-    def serving_example(self, data: Splits) -> dict[str, np.ndarray]:
-        return {"prompt": np.array(["In the beginning", ""], dtype=object),
-                "length": np.array(data.state["sample_length"], "int32"), "temperature": np.array(0.8, "float32")}
+    def limits(self, config: TextGenerationConfig, data: Splits) -> Limits:
+        return Limits(max_batch_size=256, max_string_bytes=4096, max_generated_length=MAX_GENERATED_LENGTH)
 
-    def predict_inputs(self, state: dict[str, Any], inputs: list[str]) -> dict[str, np.ndarray]:
-        return {"prompt": np.array(inputs, dtype=object), "length": np.array(200, "int32"),
-                "temperature": np.array(0.8, "float32")}
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
+        count = len(inputs)
+        return {"prompt": np.array(inputs, dtype=object), "length": np.full(count, 200, "int32"),
+                "temperature": np.full(count, 0.8, "float32")}
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray]) -> tuple[str, Any]:

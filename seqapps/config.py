@@ -19,6 +19,9 @@ import yaml
 from seqapps.errors import ConfigError
 
 PRESETS = ("tiny", "default", "full")
+#: Training modes of ``seqapps.layers.hierarchical_rnn.DecoupledHRNN``.
+HRNN_MODES = ("hrnn", "gr_hrnn", "decoupled", "mr_hrnn")
+HRNN_CELLS = ("lstm", "gru")
 
 
 @dataclasses.dataclass
@@ -63,6 +66,51 @@ class TrainingConfig:
     def to_dict(self) -> dict[str, Any]:
         """Returns the fields as plain YAML/JSON-able values."""
         return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class HRNNConfig(TrainingConfig):
+    """Settings of the hierarchy shared by the HRNN pipelines.
+
+    Attributes:
+        mode: "decoupled" (restricted gradients + local decoder losses), "hrnn" (true
+            gradients), "gr_hrnn" (restricted, no decoders) or "mr_hrnn" (true gradients
+            truncated to the memory of ``decoupled``).
+        cell: "lstm" or "gru".
+        units: units per level, lowest first; its length is the number of levels.
+        periods: ticks of each level per tick of the level above (an int for all, or one per
+            upper level); with word boundaries, the longest span a decoder is asked about.
+        beta: decoder loss weight, >= 0 (a number, or one per upper level; 0 switches a
+            level's decoder off).
+        aux_hidden_units: width of each decoder's hidden layer.
+    """
+
+    mode: str = "decoupled"
+    cell: str = "lstm"
+    units: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
+    periods: int | list[int] = 10
+    beta: float | list[float] = 1.0
+    aux_hidden_units: int = 64
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.mode in HRNN_MODES, "mode", self.mode, f"one of {', '.join(HRNN_MODES)}")
+        require(self.cell in HRNN_CELLS, "cell", self.cell, f"one of {', '.join(HRNN_CELLS)}")
+        require(len(self.units) >= 2 and min(self.units) >= 1, "units", self.units,
+                "a list of at least two integers >= 1 (one per level)")
+        uppers = len(self.units) - 1
+        require(len(self.period_list()) == uppers and min(self.period_list()) >= 1, "periods", self.periods,
+                f"an integer >= 1 or {uppers} of them (one per upper level)")
+        betas = self.beta if isinstance(self.beta, list) else [self.beta]
+        require(len(betas) in (1, uppers) and min(betas) >= 0, "beta", self.beta,
+                f"a number >= 0 or {uppers} of them (one per upper level)")
+        require(self.aux_hidden_units >= 1, "aux_hidden_units", self.aux_hidden_units, "an integer >= 1")
+
+    def period_list(self) -> list[int]:
+        """Returns ``periods`` as one int per upper level."""
+        if isinstance(self.periods, list):
+            return list(self.periods)
+        return [self.periods] * (len(self.units) - 1)
 
 
 def require(condition: bool, field: str, value: Any, expected: str) -> None:

@@ -1,13 +1,21 @@
 """Versioned, atomic SavedModel exports that TF Serving loads as they are.
 
+A pipeline declares its export as named ``Signature``s, each in Model Garden's
+shape (``official/core/export_base.py``): preprocess raw inputs in the graph, run
+the model (or a decoder over it), postprocess into readable outputs. Every input
+has a leading batch dimension, so TF Serving's row format works. ``Limits`` are the
+request bounds servers enforce.
+
 Layout of one export (``saved_models/<pipeline>/<version>/``)::
 
-    saved_model.pb, variables/      signature ``serving_default``: raw inputs -> readable outputs
+    saved_model.pb, variables/      signatures: ``serving_default`` and any others, raw in, readable out
+    assets/                         vocabularies and other files the graph reads (tf.lookup tables)
     assets.extra/config.yaml        the resolved config (pipeline, preset, fields)
+    assets.extra/limits.json        request bounds (batch, string bytes, generated length, ...)
     assets.extra/metrics.json       test metrics and baselines of this version
     assets.extra/state.json         pipeline state (columns, frequency, ...) for predict/finetune
     assets.extra/model.keras        the trainable Keras model, for finetune
-    assets.extra/tf_serving_warmup_requests   one PredictionLog record (TF Serving warm-up)
+    assets.extra/tf_serving_warmup_requests   one PredictionLog record per signature (TF Serving warm-up)
 
 An export is written to a hidden temporary folder next to its final place,
 checked by loading it back, and renamed into place: a crash leaves no partial
@@ -30,11 +38,91 @@ import tensorflow as tf
 import yaml
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from seqapps import compat
 from seqapps.errors import ExportError
 
 ASSETS_EXTRA = "assets.extra"
 WARMUP_FILE = "tf_serving_warmup_requests"
 STAGING_PREFIX = ".tmp-"  # hidden folder an export is written to before it is renamed into place
+LIMITS_FILE = "limits.json"
+DEFAULT_SIGNATURE = "serving_default"
+
+
+@dataclasses.dataclass
+class Signature:
+    """One serving signature: ``postprocess(run(preprocess(inputs)), inputs)``, traced in the graph.
+
+    Attributes:
+        inputs: the raw inputs by name; every shape starts with ``None``, the batch.
+        example: one small batch of raw inputs; the export is checked on it and it
+            becomes the signature's warm-up request.
+        run: the model stage: preprocessed inputs -> model outputs (a Keras model
+            call, or a decoder from ``seqapps.layers.decoding`` over it).
+        preprocess: raw inputs dict -> what ``run`` takes (default: the dict itself).
+        postprocess: ``(model outputs, raw inputs)`` -> dict of readable outputs
+            (default: the model outputs, which must then be a dict).
+    """
+
+    inputs: dict[str, tf.TensorSpec]
+    example: dict[str, np.ndarray]
+    run: Callable[[Any], Any]
+    preprocess: Callable[[dict[str, tf.Tensor]], Any] | None = None
+    postprocess: Callable[[Any, dict[str, tf.Tensor]], dict[str, tf.Tensor]] | None = None
+
+    def __call__(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """Runs the three stages on a dict of raw input tensors."""
+        model_inputs = self.preprocess(inputs) if self.preprocess else inputs
+        outputs = self.run(model_inputs)
+        return self.postprocess(outputs, inputs) if self.postprocess else outputs
+
+    def input_specs(self) -> dict[str, tf.TensorSpec]:
+        """The input specs, each named as its key."""
+        return {name: tf.TensorSpec(spec.shape, spec.dtype, name=name) for name, spec in self.inputs.items()}
+
+
+@dataclasses.dataclass
+class Limits:
+    """Request bounds an export carries (``assets.extra/limits.json``); servers answer 400 past them.
+
+    ``None`` means the bound does not apply to the pipeline. Pipelines also enforce
+    their generation and size bounds in the graph, so TF Serving is bounded too.
+
+    Attributes:
+        max_batch_size: rows per request.
+        max_string_bytes: bytes of one string input element (text, encoded audio or image).
+        max_generated_length: tokens or characters a decoder may generate.
+        max_sequence_length: tokens or steps of one input sequence.
+        max_audio_samples: samples of one waveform.
+        max_image_pixels: decoded pixels of one image.
+    """
+
+    max_batch_size: int = 1024
+    max_string_bytes: int | None = None
+    max_generated_length: int | None = None
+    max_sequence_length: int | None = None
+    max_audio_samples: int | None = None
+    max_image_pixels: int | None = None
+
+    def to_dict(self) -> dict[str, int | None]:
+        """The bounds as a JSON-able dict."""
+        return dataclasses.asdict(self)
+
+
+def read_limits(export_dir: str | Path) -> Limits:
+    """Reads an export's ``limits.json``; an export without one gets the defaults."""
+    path = Path(export_dir) / ASSETS_EXTRA / LIMITS_FILE
+    if not path.is_file():
+        return Limits()
+    known = {field.name for field in dataclasses.fields(Limits)}
+    return Limits(**{key: value for key, value in json.loads(path.read_text(encoding="utf-8")).items()
+                     if key in known})
+
+
+def _check_batch_leading(name: str, signature: Signature) -> None:
+    for input_name, spec in signature.inputs.items():
+        if spec.shape.rank is None or spec.shape.rank == 0 or spec.shape[0] is not None:
+            raise ExportError(f"signature {name!r}: input {input_name!r} has shape {spec.shape}; every input "
+                              "needs a leading batch dimension of size None (TF Serving's row format)")
 
 
 def version_dirs(model_root: Path) -> dict[int, Path]:
@@ -52,8 +140,7 @@ def cpu_compatible_recurrent_layers(model: keras.Model) -> Iterator[None]:
     cannot run on a CPU-only TF Serving. ``use_cudnn`` is read when a layer is
     traced, so it is switched off for the export's tracing and restored after.
     """
-    layers = [layer for layer in model._flatten_layers(include_self=True, recursive=True)  # noqa: SLF001
-              if hasattr(layer, "use_cudnn")]
+    layers = [layer for layer in compat.all_layers(model) if hasattr(layer, "use_cudnn")]
     saved = [layer.use_cudnn for layer in layers]
     for layer in layers:
         layer.use_cudnn = False
@@ -81,33 +168,38 @@ def cudnn_ops(export_dir: Path) -> list[str]:
 
 def write_export(
     model: keras.Model,
-    serving_fn: Callable,
-    input_signature: list[tf.TensorSpec] | dict[str, tf.TensorSpec],
-    serving_example: dict[str, np.ndarray],
+    signatures: dict[str, Signature],
     model_root: Path,
     config_yaml: str,
     metrics: dict[str, Any],
     state: dict[str, Any],
+    limits: Limits | None = None,
 ) -> Path:
     """Exports a new version under ``model_root`` and returns its folder.
 
     Args:
         model: the trained Keras model (saved as ``model.keras`` too).
-        serving_fn: raw inputs -> dict of readable outputs; it calls ``model``.
-        input_signature: the serving inputs, as ``tf.TensorSpec``s.
-        serving_example: one batch of raw inputs; the export is called on it
-            before it is renamed into place, and it becomes the warm-up request.
+        signatures: the serving signatures by name; ``serving_default`` is required.
+            Objects a signature reads (lookup tables, assets) must be attributes of
+            tracked objects, e.g. set on ``model``, so that they are saved.
         model_root: ``saved_models/<pipeline>``.
         config_yaml: the resolved config as YAML text.
         metrics: JSON-able metrics to store.
         state: JSON-able pipeline state to store.
+        limits: the request bounds to store (default: ``Limits()``).
 
     Returns:
         The final folder ``model_root/<version>``.
 
     Raises:
-        ExportError: the written export does not load, or its graph holds CudnnRNN ops.
+        ExportError: a signature lacks a leading batch dimension, the written export
+            does not load, a signature's output is not finite on its example, or the
+            graph holds CudnnRNN ops.
     """
+    if DEFAULT_SIGNATURE not in signatures:
+        raise ExportError(f"the export needs a {DEFAULT_SIGNATURE!r} signature, got {', '.join(signatures)}")
+    for name, signature in signatures.items():
+        _check_batch_leading(name, signature)
     model_root.mkdir(parents=True, exist_ok=True)
     remove_abandoned_staging(model_root)
     staging = model_root / f"{STAGING_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -115,16 +207,19 @@ def write_export(
         archive = keras.export.ExportArchive()
         archive.track(model)
         with cpu_compatible_recurrent_layers(model):
-            archive.add_endpoint("serving_default", serving_fn, input_signature=input_signature)
+            for name, signature in signatures.items():
+                archive.add_endpoint(name, signature, input_signature=[signature.input_specs()])
             archive.write_out(str(staging), verbose=False)
         extra = staging / ASSETS_EXTRA
         extra.mkdir()
         (extra / "config.yaml").write_text(config_yaml, encoding="utf-8")
         (extra / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
         (extra / "state.json").write_text(json.dumps(state, indent=2), encoding="utf-8")
+        (extra / LIMITS_FILE).write_text(json.dumps((limits or Limits()).to_dict(), indent=2), encoding="utf-8")
         model.save(extra / "model.keras")
-        write_warmup_requests(extra / WARMUP_FILE, model_root.name, serving_example)
-        _check_export(staging, serving_example)
+        examples = {name: signature.example for name, signature in signatures.items()}
+        write_warmup_requests(extra / WARMUP_FILE, model_root.name, examples)
+        _check_export(staging, examples)
         return _rename_into_place(staging, model_root)
     finally:
         if staging.exists():
@@ -163,16 +258,23 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-def _check_export(export_dir: Path, example: dict[str, np.ndarray]) -> None:
+def call_signature(function: Any, example: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Calls a loaded SavedModel signature on NumPy inputs; returns NumPy outputs."""
+    outputs = function(**{name: tf.constant(value) for name, value in example.items()})
+    return {name: value.numpy() for name, value in outputs.items()}
+
+
+def _check_export(export_dir: Path, examples: dict[str, dict[str, np.ndarray]]) -> None:
     found = cudnn_ops(export_dir)
     if found:
         raise ExportError(f"{export_dir}: serving graph holds CudnnRNN ops ({', '.join(found[:3])}), "
                           "which a CPU-only server cannot run")
-    outputs = tf.saved_model.load(str(export_dir)).signatures["serving_default"](
-        **{name: tf.constant(value) for name, value in example.items()})
-    for name, value in outputs.items():
-        if value.dtype.is_floating and not np.all(np.isfinite(value.numpy())):
-            raise ExportError(f"{export_dir}: serving output {name!r} is not finite on the example input")
+    loaded = tf.saved_model.load(str(export_dir))
+    for signature_name, example in examples.items():
+        for name, value in call_signature(loaded.signatures[signature_name], example).items():
+            if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+                raise ExportError(f"{export_dir}: output {name!r} of signature {signature_name!r} is not finite "
+                                  "on the example input")
 
 
 def _rename_into_place(staging: Path, model_root: Path) -> Path:
@@ -291,16 +393,24 @@ def _serving_messages() -> dict[str, type]:
             for name in ("PredictionLog", "PredictRequest")}
 
 
-def write_warmup_requests(path: Path, model_name: str, example: dict[str, np.ndarray]) -> None:
-    """Writes one ``PredictionLog`` warm-up record calling ``serving_default`` on ``example``."""
-    prediction_log = _serving_messages()["PredictionLog"]()
-    request = prediction_log.predict_log.request
-    request.model_spec.name = model_name
-    request.model_spec.signature_name = "serving_default"
-    for name, value in example.items():
-        request.inputs[name].ParseFromString(tf.make_tensor_proto(value).SerializeToString())
+def write_warmup_requests(path: Path, model_name: str, examples: dict[str, dict[str, np.ndarray]]) -> None:
+    """Writes one ``PredictionLog`` warm-up record per signature, calling it on its example.
+
+    Args:
+        path: the warm-up file to write.
+        model_name: the served model's name.
+        examples: signature name -> its example inputs.
+    """
+    message = _serving_messages()["PredictionLog"]
     with tf.io.TFRecordWriter(str(path)) as writer:
-        writer.write(prediction_log.SerializeToString())
+        for signature_name, example in examples.items():
+            prediction_log = message()
+            request = prediction_log.predict_log.request
+            request.model_spec.name = model_name
+            request.model_spec.signature_name = signature_name
+            for name, value in example.items():
+                request.inputs[name].ParseFromString(tf.make_tensor_proto(value).SerializeToString())
+            writer.write(prediction_log.SerializeToString())
 
 
 def read_warmup_requests(path: Path) -> list[Any]:

@@ -4,25 +4,30 @@ A pipeline says only what is particular to its task: its config, data, model,
 metrics with a baseline, and its serving function. Training, export and the
 command line are shared (``seqapps.training``, ``seqapps.export``, ``seqapps.cli``).
 
-The registry is lazy so that ``seqapps list`` and ``--help`` do not import
-TensorFlow: built-in pipelines are declared in ``pipelines/__init__.py`` as
-``name -> "module:Class"``; third-party ones register through the
-``seqapps.pipelines`` entry-point group.
+Every pipeline, built-in or third-party, registers the same way: an entry point
+``NAME = module:Class`` in the ``seqapps.pipelines`` group (see ``setup.cfg``). The
+registry is lazy, so that ``seqapps list`` and ``--help`` import no TensorFlow: a
+pipeline's summary is the first line of its class docstring, read from the module's
+source without importing it. The library imports no pipeline module until one is used.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
+import importlib.util
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from seqapps.config import TrainingConfig
-from seqapps.errors import ConfigError
+from seqapps.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     import keras
     import numpy as np
     import tensorflow as tf
+
+    from seqapps.export import Limits, Signature
 
 ENTRY_POINT_GROUP = "seqapps.pipelines"
 
@@ -50,12 +55,14 @@ class Splits:
 class Pipeline:
     """Base class of a named task pipeline.
 
-    Subclasses set ``Config`` and implement the methods below. ``name`` is set by
-    ``register_pipeline``.
+    The contract: a subclass sets ``Config`` and implements ``load_data``,
+    ``build_model``, ``compile_args``, ``evaluate`` and ``signatures``. ``limits``,
+    ``predict_inputs`` and ``format_prediction`` have defaults derived from the
+    signatures; override them where the task knows better. ``name`` is set by the
+    registry.
     """
 
     name: ClassVar[str] = ""
-    summary: ClassVar[str] = ""
     Config: ClassVar[type[TrainingConfig]] = TrainingConfig
 
     def load_data(self, config: TrainingConfig, data_path: str | None,
@@ -85,54 +92,100 @@ class Pipeline:
         """Returns ``(metrics, baselines)`` on the test split."""
         raise NotImplementedError
 
-    def serving_function(self, model: "keras.Model", data: Splits) -> tuple[Callable, list["tf.TensorSpec"]]:
-        """Returns ``(fn, input_signature)``: raw inputs in, readable outputs out."""
+    def signatures(self, model: "keras.Model", data: Splits) -> dict[str, "Signature"]:
+        """Returns the export's serving signatures by name; ``serving_default`` is required.
+
+        Each signature maps raw inputs (with a leading batch dimension) to readable
+        outputs, preprocessing and postprocessing in the graph.
+        """
         raise NotImplementedError
 
-    def serving_example(self, data: Splits) -> dict[str, "np.ndarray"]:
-        """Returns one small batch of raw serving inputs (for warm-up and checks)."""
-        raise NotImplementedError
+    def limits(self, config: TrainingConfig, data: Splits) -> "Limits":
+        """Returns the request bounds the export carries and servers enforce (default: batch only)."""
+        from seqapps.export import Limits
 
-    def predict_inputs(self, state: dict[str, Any], inputs: list[str]) -> dict[str, "np.ndarray"]:
-        """Turns ``seqapps predict`` command-line inputs into serving inputs."""
-        raise NotImplementedError
+        return Limits()
+
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str],
+                       signature: "Signature | SignatureSpec") -> dict[str, "np.ndarray"]:
+        """Turns ``seqapps predict`` command-line inputs into inputs of ``signature``.
+
+        The default serves signatures with one string input: each INPUT is one row.
+
+        Args:
+            state: the export's pipeline state.
+            inputs: the command-line INPUT strings.
+            signature: the signature to call (its ``inputs`` specs are read).
+
+        Raises:
+            DataError: the inputs do not fit the signature.
+        """
+        import numpy as np
+
+        strings = [name for name, spec in signature.inputs.items() if spec.dtype.name == "string"]
+        if len(signature.inputs) != 1 or len(strings) != 1:
+            raise DataError(f"this signature takes {', '.join(signature.inputs)}; "
+                            "the pipeline does not say how to build them from command-line inputs")
+        return {strings[0]: np.array(inputs, dtype=object)}
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, "np.ndarray"],
                           outputs: dict[str, "np.ndarray"]) -> tuple[str, Any]:
-        """Returns ``(text for a terminal, JSON-able value)`` for serving outputs."""
-        raise NotImplementedError
+        """Returns ``(text for a terminal, JSON-able value)``; the default lists the outputs by name."""
+        value = {name: jsonable(array) for name, array in outputs.items()}
+        return "\n".join(f"{name}: {item}" for name, item in value.items()), value
+
+
+@dataclasses.dataclass(frozen=True)
+class SignatureSpec:
+    """The inputs of a loaded SavedModel signature, in the shape ``predict_inputs`` reads."""
+
+    inputs: dict[str, Any]
+
+
+def jsonable(array: "np.ndarray") -> Any:
+    """A NumPy output as JSON-able lists: bytes decoded as UTF-8, floats rounded to 6 digits."""
+    import numpy as np
+
+    array = np.asarray(array)
+    if array.dtype == object or array.dtype.kind == "S":
+        return np.vectorize(lambda b: b.decode("utf-8", "replace") if isinstance(b, bytes) else str(b),
+                            otypes=[object])(array).tolist()
+    if array.dtype.kind == "f":
+        return np.round(array.astype("float64"), 6).tolist()
+    return array.tolist()
 
 
 class PipelineRegistry:
-    """Maps pipeline names to classes, importing a module only when it is used."""
+    """Maps pipeline names to classes from the ``seqapps.pipelines`` entry points, importing lazily."""
 
     def __init__(self) -> None:
         self._targets: dict[str, str] = {}
-        self._summaries: dict[str, str] = {}
         self._classes: dict[str, type[Pipeline]] = {}
+        self._loaded = False
 
-    def declare(self, name: str, target: str, summary: str) -> None:
-        """Declares a pipeline by ``"module:Class"`` without importing it."""
+    def declare(self, name: str, target: str) -> None:
+        """Declares a pipeline by ``"module:Class"`` without importing it (tests and plugins)."""
         if name in self._targets and self._targets[name] != target:
             raise ValueError(f"pipeline {name!r} is declared twice: {self._targets[name]} and {target}")
         self._targets[name] = target
-        self._summaries[name] = summary
-
-    def add(self, name: str, cls: type[Pipeline]) -> None:
-        """Records a loaded pipeline class under ``name``."""
-        if not (isinstance(cls, type) and issubclass(cls, Pipeline)):
-            raise TypeError(f"pipeline {name!r} must be a subclass of seqapps.pipeline.Pipeline, got {cls!r}")
-        self._classes[name] = cls
 
     def names(self) -> list[str]:
-        """Returns the sorted names of all declared pipelines."""
-        self._load_builtins()
+        """Returns the sorted names of all registered pipelines."""
+        self._load_entry_points()
         return sorted(self._targets)
 
     def summary(self, name: str) -> str:
-        """Returns a pipeline's one-line description."""
-        self._load_builtins()
-        return self._summaries[name]
+        """Returns the first line of the pipeline class's docstring, read without importing it."""
+        self._load_entry_points()
+        module_name, _, class_name = self._targets[name].partition(":")
+        spec = importlib.util.find_spec(module_name)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            return ""
+        tree = ast.parse(open(spec.origin, encoding="utf-8").read())
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == class_name:
+                return (ast.get_docstring(node) or "").strip().splitlines()[0] if ast.get_docstring(node) else ""
+        return ""
 
     def check(self, name: str) -> None:
         """Raises ConfigError unless ``name`` is declared; imports no pipeline module (nor TensorFlow)."""
@@ -149,26 +202,21 @@ class PipelineRegistry:
         self.check(name)
         if name not in self._classes:
             module_name, _, class_name = self._targets[name].partition(":")
-            self.add(name, getattr(importlib.import_module(module_name), class_name))
+            cls = getattr(importlib.import_module(module_name), class_name)
+            if not (isinstance(cls, type) and issubclass(cls, Pipeline)):
+                raise TypeError(f"pipeline {name!r} must be a subclass of seqapps.pipeline.Pipeline, got {cls!r}")
+            cls.name = name
+            self._classes[name] = cls
         return self._classes[name]
 
-    def _load_builtins(self) -> None:
-        if self._targets:
+    def _load_entry_points(self) -> None:
+        """Reads the entry points once; one whose module is not installed is left out."""
+        if self._loaded:
             return
-        importlib.import_module("pipelines")
+        self._loaded = True
         for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            self.declare(entry.name, entry.value, f"third-party pipeline from {entry.value}")
+            if importlib.util.find_spec(entry.module) is not None:
+                self.declare(entry.name, entry.value)
 
 
 REGISTRY = PipelineRegistry()
-
-
-def register_pipeline(name: str) -> Callable[[type[Pipeline]], type[Pipeline]]:
-    """Class decorator: names a pipeline class and records it in the registry."""
-
-    def decorate(cls: type[Pipeline]) -> type[Pipeline]:
-        cls.name = name
-        REGISTRY.add(name, cls)
-        return cls
-
-    return decorate

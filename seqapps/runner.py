@@ -90,9 +90,9 @@ def _train_evaluate_export(pipeline: Pipeline, config: TrainingConfig, preset: s
         training.remove_backup(checkpoint_dir, strategy)
         result["export"] = None
         return result
-    serving_fn, signature = pipeline.serving_function(model, data)
-    path = export.write_export(model, serving_fn, signature, pipeline.serving_example(data), model_root,
-                               dump_config(config, pipeline.name, preset), result, data.state)
+    path = export.write_export(model, pipeline.signatures(model, data), model_root,
+                               dump_config(config, pipeline.name, preset), result, data.state,
+                               limits=pipeline.limits(config, data))
     training.remove_backup(checkpoint_dir, strategy)
     result["export"] = str(path)
     return result
@@ -178,23 +178,31 @@ def finetune(name: str, from_path: str | Path, data_path: str, overrides: tuple[
             "seconds": round(time.perf_counter() - start, 1)}
 
 
-def predict(model_path: str | Path, inputs: list[str]) -> tuple[str, Any]:
-    """Runs an export's ``serving_default`` signature on command-line inputs.
+def predict(model_path: str | Path, inputs: list[str], signature_name: str = "serving_default") -> tuple[str, Any]:
+    """Runs one of an export's signatures on command-line inputs.
 
     Args:
         model_path: ``saved_models/NAME[/VERSION]``.
         inputs: pipeline-specific raw inputs (a CSV path for forecasting, text for text models).
+        signature_name: the signature to call.
 
     Returns:
         ``(text, json_value)`` as the pipeline formats them.
+
+    Raises:
+        ExportError: the export has no such signature.
     """
     import tensorflow as tf
 
-    from seqapps.export import read_export
+    from seqapps.export import call_signature, read_export
+    from seqapps.pipeline import SignatureSpec
 
     info = read_export(model_path)
     pipeline = REGISTRY.get(info.pipeline)()
-    features = pipeline.predict_inputs(info.state, inputs)
-    signature = tf.saved_model.load(str(info.path)).signatures["serving_default"]
-    outputs = signature(**{name: tf.constant(value) for name, value in features.items()})
-    return pipeline.format_prediction(info.state, features, {k: v.numpy() for k, v in outputs.items()})
+    loaded = tf.saved_model.load(str(info.path))
+    if signature_name not in loaded.signatures:
+        raise ExportError(f"{info.path}: no signature {signature_name!r}; it has {', '.join(loaded.signatures)}")
+    function = loaded.signatures[signature_name]
+    spec = SignatureSpec(inputs=function.structured_input_signature[1])
+    features = pipeline.predict_inputs(info.state, inputs, spec)
+    return pipeline.format_prediction(info.state, features, call_signature(function, features))

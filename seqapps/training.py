@@ -30,6 +30,7 @@ import numpy as np
 import keras
 import tensorflow as tf
 
+from seqapps import compat
 from seqapps.config import TrainingConfig
 from seqapps.errors import ConfigError, TrainingError
 from seqapps.pipeline import Pipeline, Splits
@@ -136,30 +137,15 @@ def make_optimizer(config: TrainingConfig) -> keras.optimizers.Optimizer:
 
 
 def _adapt_to_distribution(model: keras.Model, train: tf.data.Dataset) -> None:
-    """Works around Keras 3.15 ``fit``/``evaluate`` failures under tf.distribute.
-
-    1. Before each ``fit``, ``evaluate`` and ``predict``, Keras averages the first batch
-       across replicas with ``strategy.reduce`` to build the model, even when it is
-       built. That fails for a batch that splits unevenly (a last, short batch) and,
-       across workers, for nested inputs (keras-team/keras#20329). Here the model is
-       built once from a local batch, and that step is skipped.
-    2. Across workers, Keras averages the step's logs with
-       ``strategy.reduce("MEAN", v, axis=0)``, which fails on scalar logs. Here each log
-       gets a leading axis of one, so the reduction averages over replicas, and every
-       worker sees the same logs (so early stopping and learning-rate decisions agree).
+    """Works around Keras 3.15 ``fit``/``evaluate`` failures under tf.distribute (see ``seqapps.compat``).
 
     Args:
         model: a compiled model, built under a strategy with more than one replica.
         train: the batched training dataset (one batch is read to build the model).
     """
-    with model.distribute_strategy.scope():
-        model._symbolic_build(data_batch=next(iter(train)))
-    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
-    if not is_multi_worker(model.distribute_strategy):
-        return
-    for name in ("train_step", "test_step"):
-        step = getattr(model, name)
-        setattr(model, name, lambda data, step=step: tf.nest.map_structure(lambda v: v[None], step(data)))
+    compat.build_once_from_batch(model, next(iter(train)))
+    if is_multi_worker(model.distribute_strategy):
+        compat.make_logs_reducible_across_workers(model)
 
 
 class _StopOnNonFiniteLoss(keras.callbacks.Callback):

@@ -18,3 +18,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "extra_large" in item.keywords:
             item.add_marker(marker)
+
+
+@pytest.fixture(scope="session")
+def tiny_exports(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Every registered pipeline trained on its tiny preset once per test session.
+
+    Returns:
+        ``{name: run result}``; each result's ``export`` is ``<root>/<name>/1``.
+    """
+    from seqapps import runner
+    from seqapps.pipeline import REGISTRY
+
+    root = tmp_path_factory.mktemp("tiny_exports")
+    return {name: runner.run(name, "tiny", out=root) for name in REGISTRY.names()}

@@ -15,12 +15,13 @@ def small_model() -> keras.Model:
     return keras.Model(inputs, keras.layers.Dense(1)(keras.layers.GRU(4)(inputs)))
 
 
-def write(model, root, serve=None):
-    signature = [{"x": tf.TensorSpec([None, 3, 2], tf.float32, name="x")}]
-    serve = serve or (lambda inputs: {"y": model(inputs["x"])})
+def write(model, root, serve=None, inputs=None):
+    inputs = inputs or {"x": tf.TensorSpec([None, 3, 2], tf.float32)}
+    serve = serve or (lambda features: {"y": model(features["x"])})
     example = {"x": np.ones((2, 3, 2), "float32")}
-    return export.write_export(model, serve, signature, example, root, "pipeline: toy\nconfig: {}\n",
-                               {"metrics": {"mae": 1.0}}, {"columns": ["x"]})
+    signature = export.Signature(inputs, example, run=serve)
+    return export.write_export(model, {"serving_default": signature}, root, "pipeline: toy\nconfig: {}\n",
+                               {"metrics": {"mae": 1.0}}, {"columns": ["x"]}, export.Limits(max_batch_size=8))
 
 
 def test_versions_are_atomic_and_never_overwritten(tmp_path):
@@ -37,6 +38,33 @@ def test_versions_are_atomic_and_never_overwritten(tmp_path):
     assert sorted(p.name for p in root.iterdir()) == ["1", "2"]  # no partial version, no temp folder left
 
 
+def test_every_input_needs_a_leading_batch_dimension(tmp_path):
+    model = small_model()
+    with pytest.raises(ExportError, match="leading batch dimension"):
+        write(model, tmp_path / "toy", inputs={"x": tf.TensorSpec([3, 2], tf.float32)})
+    assert not (tmp_path / "toy").exists() or not any((tmp_path / "toy").iterdir())
+
+
+def test_several_signatures_each_get_a_warmup_request_and_limits(tmp_path):
+    model = small_model()
+    example = {"x": np.ones((2, 3, 2), "float32")}
+    signatures = {
+        "serving_default": export.Signature({"x": tf.TensorSpec([None, 3, 2], tf.float32)}, example,
+                                            run=lambda f: {"y": model(f["x"])}),
+        "doubled": export.Signature({"x": tf.TensorSpec([None, 3, 2], tf.float32)}, example,
+                                    preprocess=lambda f: f["x"] * 2.0, run=model,
+                                    postprocess=lambda y, raw: {"y": y, "rows": tf.shape(raw["x"])[:1]}),
+    }
+    path = export.write_export(model, signatures, tmp_path / "toy", "pipeline: toy\n", {}, {},
+                               export.Limits(max_batch_size=4, max_string_bytes=100))
+    logs = export.read_warmup_requests(path / "assets.extra" / export.WARMUP_FILE)
+    assert [log.predict_log.request.model_spec.signature_name for log in logs] == ["serving_default", "doubled"]
+    assert export.read_limits(path) == export.Limits(max_batch_size=4, max_string_bytes=100)
+    served = tf.saved_model.load(str(path)).signatures["doubled"](x=tf.ones((2, 3, 2)))
+    np.testing.assert_allclose(served["y"].numpy(), model(2 * np.ones((2, 3, 2), "float32")).numpy(), atol=1e-6)
+    assert served["rows"].numpy().tolist() == [2]
+
+
 def test_export_contents_warmup_and_reload(tmp_path):
     model = small_model()
     path = write(model, tmp_path / "toy")
@@ -44,6 +72,7 @@ def test_export_contents_warmup_and_reload(tmp_path):
     assert info.path == path and info.pipeline == "toy" and info.state == {"columns": ["x"]}
     assert export.cudnn_ops(path) == []
     (log,) = export.read_warmup_requests(path / "assets.extra" / export.WARMUP_FILE)
+    assert export.read_limits(path).max_batch_size == 8
     request = log.predict_log.request
     assert request.model_spec.name == "toy" and request.model_spec.signature_name == "serving_default"
     sent = tensor_pb2.TensorProto.FromString(request.inputs["x"].SerializeToString())

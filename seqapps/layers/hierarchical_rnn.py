@@ -20,7 +20,9 @@ from typing import Any, Callable, Sequence
 import keras
 import tensorflow as tf
 
-MODES = ("hrnn", "gr_hrnn", "decoupled", "mr_hrnn")
+from seqapps.config import HRNN_MODES
+
+MODES = HRNN_MODES
 AUX_LOSSES = ("mse", "categorical_crossentropy")
 
 

@@ -8,18 +8,17 @@ BackupAndRestore) trains it unchanged. Targets are per step: ``(batch, T, 2)`` h
 the class id and a loss weight, so a task scores only some steps (the copied bits,
 the last pixel) by giving the others weight 0.
 
-``HRNNConfig`` holds the hierarchy's settings that the HRNN pipelines share.
+``build_hrnn`` turns a ``seqapps.config.HRNNConfig`` into the layer.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import keras
 import tensorflow as tf
 
-from seqapps.config import TrainingConfig, require
-from seqapps.layers.hierarchical_rnn import MODES, DecoupledHRNN
+from seqapps.config import HRNNConfig
+from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 
 CELLS = {"lstm": keras.layers.LSTMCell, "gru": keras.layers.GRUCell}
 
@@ -39,66 +38,23 @@ def weighted_sparse_crossentropy(y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Ten
     return losses * tf.cast(y_true[..., 1], y_pred.dtype)
 
 
-@dataclasses.dataclass
-class HRNNConfig(TrainingConfig):
-    """Settings of the hierarchy shared by the HRNN pipelines.
+def build_hrnn(config: HRNNConfig, output_units: int, aux_loss: str) -> DecoupledHRNN:
+    """Returns the ``DecoupledHRNN`` that ``config`` describes, with a linear head of ``output_units`` logits.
 
-    Attributes:
-        mode: "decoupled" (restricted gradients + local decoder losses), "hrnn" (true
-            gradients), "gr_hrnn" (restricted, no decoders) or "mr_hrnn" (true gradients
-            truncated to the memory of ``decoupled``).
-        cell: "lstm" or "gru".
-        units: units per level, lowest first; its length is the number of levels.
-        periods: ticks of each level per tick of the level above (an int for all, or one per
-            upper level); with word boundaries, the longest span a decoder is asked about.
-        beta: decoder loss weight, >= 0 (a number, or one per upper level; 0 switches a
-            level's decoder off).
-        aux_hidden_units: width of each decoder's hidden layer.
+    Args:
+        config: the hierarchy's settings.
+        output_units: classes per step.
+        aux_loss: the level-1 decoder's loss ("mse" or "categorical_crossentropy").
+
+    Returns:
+        An unbuilt layer.
     """
-
-    mode: str = "decoupled"
-    cell: str = "lstm"
-    units: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
-    periods: int | list[int] = 10
-    beta: float | list[float] = 1.0
-    aux_hidden_units: int = 64
-
-    def validate(self) -> None:
-        super().validate()
-        require(self.mode in MODES, "mode", self.mode, f"one of {', '.join(MODES)}")
-        require(self.cell in CELLS, "cell", self.cell, f"one of {', '.join(CELLS)}")
-        require(len(self.units) >= 2 and min(self.units) >= 1, "units", self.units,
-                "a list of at least two integers >= 1 (one per level)")
-        uppers = len(self.units) - 1
-        require(len(self.period_list()) == uppers and min(self.period_list()) >= 1, "periods", self.periods,
-                f"an integer >= 1 or {uppers} of them (one per upper level)")
-        betas = self.beta if isinstance(self.beta, list) else [self.beta]
-        require(len(betas) in (1, uppers) and min(betas) >= 0, "beta", self.beta,
-                f"a number >= 0 or {uppers} of them (one per upper level)")
-        require(self.aux_hidden_units >= 1, "aux_hidden_units", self.aux_hidden_units, "an integer >= 1")
-
-    def period_list(self) -> list[int]:
-        """Returns ``periods`` as one int per upper level."""
-        if isinstance(self.periods, list):
-            return list(self.periods)
-        return [self.periods] * (len(self.units) - 1)
-
-    def build_hrnn(self, output_units: int, aux_loss: str) -> DecoupledHRNN:
-        """Returns the configured ``DecoupledHRNN`` with a linear head of ``output_units`` logits.
-
-        Args:
-            output_units: classes per step.
-            aux_loss: the level-1 decoder's loss ("mse" or "categorical_crossentropy").
-
-        Returns:
-            An unbuilt layer.
-        """
-        uppers = len(self.units) - 1
-        betas = self.beta if isinstance(self.beta, list) else [self.beta] * uppers
-        return DecoupledHRNN([CELLS[self.cell](units) for units in self.units], periods=self.period_list(),
-                             mode=self.mode, beta=[float(b) for b in betas] if uppers > 1 else float(betas[0]),
-                             aux_hidden_units=self.aux_hidden_units, aux_loss=aux_loss,
-                             output_units=output_units, seed=self.seed, name="hrnn")
+    uppers = len(config.units) - 1
+    betas = config.beta if isinstance(config.beta, list) else [config.beta] * uppers
+    return DecoupledHRNN([CELLS[config.cell](units) for units in config.units], periods=config.period_list(),
+                         mode=config.mode, beta=[float(b) for b in betas] if uppers > 1 else float(betas[0]),
+                         aux_hidden_units=config.aux_hidden_units, aux_loss=aux_loss,
+                         output_units=output_units, seed=config.seed, name="hrnn")
 
 
 @keras.saving.register_keras_serializable(package="seqapps")

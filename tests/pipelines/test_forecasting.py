@@ -1,9 +1,6 @@
 """End-to-end checks of the forecasting pipelines on their tiny presets, through the CLI."""
 import json
 import re
-import subprocess
-import sys
-import textwrap
 
 import keras
 import numpy as np
@@ -13,6 +10,7 @@ import pytest
 from seqapps import runner, training
 from seqapps.data import datasets
 from seqapps.pipeline import REGISTRY
+from tests.export_harness import call_in_tensorflow_only_process
 from tests.pipelines.cli_runner import run_cli
 
 pytestmark = pytest.mark.large
@@ -51,25 +49,12 @@ def test_export_serves_celsius_forecasts_in_a_tensorflow_only_process(weather_ex
     window = frame.iloc[-120:-72]  # two days of raw hourly weather (the tiny preset's lookback)
     request = {column: [window[column].tolist()] * 3 for column in datasets.WEATHER_COLUMNS}
     end_time = int(pd.Timestamp(window["timestamp"].iloc[-1]).value // 10**9)
-    (tmp_path / "request.json").write_text(json.dumps(request))
-    script = textwrap.dedent(f"""
-        import json, sys
-        import tensorflow as tf
-        request = json.load(open({str(tmp_path / "request.json")!r}))
-        model = tf.saved_model.load({result["export"]!r})
-        inputs = {{k: tf.constant(v, tf.float32) for k, v in request.items()}}
-        inputs["end_time"] = tf.constant([{end_time}] * 3, tf.int64)
-        outputs = model.signatures["serving_default"](**inputs)
-        print(json.dumps({{"shape": outputs["temp_air"].shape.as_list(),
-                          "first": outputs["temp_air"].numpy()[0].tolist(),
-                          "times": outputs["forecast_time"].numpy()[0].tolist(),
-                          "imported": sorted(m for m in ("keras", "seqapps", "pipelines") if m in sys.modules)}}))
-    """)
-    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    answer = json.loads(completed.stdout.strip().splitlines()[-1])
+    inputs = {key: np.array(value, "float32") for key, value in request.items()}
+    inputs["end_time"] = np.full(3, end_time, "int64")
+    (out,) = call_in_tensorflow_only_process(result["export"], [("serving_default", inputs)])["outputs"]
+    answer = {"shape": list(out["temp_air"].shape), "first": out["temp_air"][0].tolist(),
+              "times": out["forecast_time"][0].tolist()}
     assert answer["shape"] == [3, 24]
-    assert "seqapps" not in answer["imported"] and "pipelines" not in answer["imported"]
     # Degrees Celsius, not scaled units: the next day's temperature is near the last observed ones.
     last = window["temp_air"].to_numpy()
     assert last.min() - 15 < min(answer["first"]) and max(answer["first"]) < last.max() + 15

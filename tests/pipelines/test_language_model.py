@@ -1,16 +1,14 @@
 """End-to-end checks of the language_model pipeline on its tiny preset, through the CLI."""
 import functools
-import json
 import math
-import subprocess
-import sys
-import textwrap
 
+import numpy as np
 import pytest
 
 from pipelines import language_model
 from seqapps import cli, runner
 from seqapps.data import text as text_data
+from tests.export_harness import call_in_tensorflow_only_process, decoded
 from tests.pipelines.cli_runner import run_cli
 
 pytestmark = pytest.mark.large
@@ -52,23 +50,11 @@ def test_bnce_with_one_target_per_batch_needs_extra_noise(capsys, tmp_path):
 
 
 def test_export_scores_raw_text_in_a_tensorflow_only_process(lm_export):
-    script = textwrap.dedent(f"""
-        import json, sys
-        import tensorflow as tf
-        serve = tf.saved_model.load({lm_export["export"]!r}).signatures["serving_default"]
-        out = serve(text=tf.constant(["The return statement", "", "zzqx return"]))
-        print(json.dumps({{
-            "words": [[w.decode() for w in row] for row in out["words"].numpy()],
-            "log_probs": out["log_probs"].numpy().tolist(),
-            "perplexity": out["perplexity"].numpy().tolist(),
-            "next": [[w.decode() for w in row] for row in out["next_words"].numpy()],
-            "next_log_probs": out["next_log_probs"].numpy().tolist(),
-            "imported": sorted(m for m in ("keras", "seqapps", "pipelines") if m in sys.modules)}}))
-    """)
-    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    answer = json.loads(completed.stdout.strip().splitlines()[-1])
-    assert "seqapps" not in answer["imported"] and "pipelines" not in answer["imported"]
+    text = np.array(["The return statement", "", "zzqx return"], dtype=object)
+    (out,) = call_in_tensorflow_only_process(lm_export["export"], [("serving_default", {"text": text})])["outputs"]
+    answer = {"words": decoded(out["words"]), "log_probs": out["log_probs"].tolist(),
+              "perplexity": out["perplexity"].tolist(), "next": decoded(out["next_words"]),
+              "next_log_probs": out["next_log_probs"].tolist()}
     assert answer["words"][0] == ["the", "return", "statement"] and answer["words"][1] == ["", "", ""]
     assert answer["words"][2][:2] == ["<unk>", "return"]
     first = answer["log_probs"][0]

@@ -1,9 +1,5 @@
 """End-to-end checks of the text_generation (char-RNN) pipeline on its tiny preset, through the CLI."""
 import functools
-import json
-import subprocess
-import sys
-import textwrap
 
 import keras
 import numpy as np
@@ -14,6 +10,7 @@ from pipelines import text_generation
 from seqapps import cli, runner
 from seqapps.data import text as text_data
 from seqapps.export import read_export
+from tests.export_harness import call_in_tensorflow_only_process, decoded
 from tests.pipelines.cli_runner import run_cli
 
 pytestmark = pytest.mark.large
@@ -34,31 +31,26 @@ def test_tiny_run_reports_bits_per_char_and_a_unigram_baseline(char_export):
 
 
 def test_export_generates_text_in_a_tensorflow_only_process(char_export):
-    script = textwrap.dedent(f"""
-        import json, sys
-        import tensorflow as tf
-        serve = tf.saved_model.load({char_export["export"]!r}).signatures["serving_default"]
-        def call(prompt, length, temperature):
-            out = serve(prompt=tf.constant(prompt), length=tf.constant(length, tf.int32),
-                        temperature=tf.constant(temperature, tf.float32))
-            return [t.decode() for t in out["text"].numpy()], [g.decode() for g in out["generated"].numpy()]
-        greedy = call(["In the", "\\u00df\\u20ac unknown chars", ""], 12, 0.0)
-        print(json.dumps({{"greedy": greedy, "again": call(["In the", "x", ""], 12, 0.0),
-                          "sampled": call(["In the"], 30, 1.0), "scalar": call("def", 5, 0.5),
-                          "empty": call(["abc"], 0, 1.0),
-                          "imported": sorted(m for m in ("keras", "seqapps", "pipelines") if m in sys.modules)}}))
-    """)
-    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    answer = json.loads(completed.stdout.strip().splitlines()[-1])
-    assert "seqapps" not in answer["imported"] and "pipelines" not in answer["imported"]
-    texts, generated = answer["greedy"]
+    def request(prompts, length, temperature):
+        rows = len(prompts)
+        return ("serving_default", {"prompt": np.array(prompts, dtype=object),
+                                    "length": np.full(rows, length, "int32"),
+                                    "temperature": np.full(rows, temperature, "float32")})
+
+    calls = [request(["In the", "\u00df\u20ac unknown chars", ""], 12, 0.0), request(["In the", "x", ""], 12, 0.0),
+             request(["In the"], 30, 1.0), request(["abc"], 0, 1.0),
+             ("serving_default", {"prompt": np.array(["ab", "cd"], dtype=object), "length": np.array([3, 5], "int32"),
+                                  "temperature": np.array([0.0, 1.0], "float32")})]
+    greedy, again, sampled, empty, mixed = [(decoded(out["text"]), decoded(out["generated"]))
+                                            for out in call_in_tensorflow_only_process(char_export["export"],
+                                                                                       calls)["outputs"]]
+    texts, generated = greedy
     assert [len(g) for g in generated] == [12, 12, 12]
     assert texts[0] == "In the" + generated[0] and texts[1].startswith("\u00df\u20ac unknown chars")
-    assert answer["again"][1][0] == generated[0] and answer["again"][1][2] == generated[2]  # greedy: deterministic
-    assert len(answer["sampled"][1][0]) == 30
-    assert len(answer["scalar"][1]) == 1 and answer["scalar"][0][0].startswith("def")
-    assert answer["empty"] == [["abc"], [""]]
+    assert again[1][0] == generated[0] and again[1][2] == generated[2]  # greedy: deterministic
+    assert len(sampled[1][0]) == 30
+    assert empty == (["abc"], [""])
+    assert [len(g) for g in mixed[1]] == [3, 5]  # per-row length and temperature
 
 
 def test_in_graph_greedy_decoding_matches_the_keras_model(char_export):
@@ -67,7 +59,7 @@ def test_in_graph_greedy_decoding_matches_the_keras_model(char_export):
     model = keras.saving.load_model(info.keras_model_path)
     serve = tf.saved_model.load(str(info.path)).signatures["serving_default"]
     prompt = "The return"
-    generated = serve(prompt=tf.constant([prompt]), length=tf.constant(6), temperature=tf.constant(0.0))
+    generated = serve(prompt=tf.constant([prompt]), length=tf.constant([6]), temperature=tf.constant([0.0]))
     ids = [chars.index(c) for c in "\n" + prompt]
     expected = ""
     for _ in range(6):

@@ -1,5 +1,6 @@
 """Every pipeline's tiny export, served by ``seqapps serve`` and called with its own warm-up request."""
 import base64
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -7,18 +8,15 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2
 
-from seqapps import export, runner, serving
+from seqapps import export, serving
 from seqapps.pipeline import REGISTRY
 
 pytestmark = pytest.mark.large
 
 
 @pytest.fixture(scope="module")
-def model_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("saved_models")
-    for name in REGISTRY.names():
-        runner.run(name, "tiny", out=root)
-    return root
+def model_root(tiny_exports):
+    return Path(next(iter(tiny_exports.values()))["export"]).parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +28,8 @@ def client(model_root):
 
 def warmup_inputs(version_dir) -> dict[str, np.ndarray]:
     """The inputs of the export's TF Serving warm-up request, as NumPy arrays."""
-    (log,) = export.read_warmup_requests(version_dir / export.ASSETS_EXTRA / export.WARMUP_FILE)
+    logs = export.read_warmup_requests(version_dir / export.ASSETS_EXTRA / export.WARMUP_FILE)
+    (log,) = [log for log in logs if log.predict_log.request.model_spec.signature_name == "serving_default"]
     return {name: tf.make_ndarray(tensor_pb2.TensorProto.FromString(proto.SerializeToString()))
             for name, proto in log.predict_log.request.inputs.items()}
 

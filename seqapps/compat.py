@@ -1,0 +1,59 @@
+"""The few workarounds for Keras and TensorFlow internals, in one place.
+
+Each one names the private API it touches, the versions it was written for, and
+when to drop it; ``tests/test_compat.py`` checks each against the installed Keras,
+so an upgrade that breaks one fails there first.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import keras
+import tensorflow as tf
+
+#: The Keras release these workarounds were written and tested for.
+WRITTEN_FOR_KERAS = "3.15"
+
+
+def all_layers(model: keras.Model) -> Iterator[keras.layers.Layer]:
+    """Yields ``model`` and every layer nested in it, at any depth.
+
+    Keras 3 has no public recursive iterator; ``Layer._flatten_layers`` is the one
+    ``Model.summary`` uses. Drop this when Keras offers a public one.
+    """
+    yield from model._flatten_layers(include_self=True, recursive=True)  # noqa: SLF001
+
+
+def build_once_from_batch(model: keras.Model, batch: Any) -> None:
+    """Builds ``model`` from one local batch and stops Keras from building it again.
+
+    Before each ``fit``, ``evaluate`` and ``predict``, Keras 3.15 averages the first
+    batch across replicas with ``strategy.reduce`` to build the model, even when it is
+    built. That fails on a batch that splits unevenly (a last, short batch) and,
+    across workers, for nested inputs (keras-team/keras#20329). Here the model is built
+    from a local batch (``Model._symbolic_build``) and ``Model._maybe_symbolic_build``
+    is replaced by a no-op on this instance. Drop it when keras#20329 is fixed.
+
+    Args:
+        model: a compiled model under a strategy with more than one replica.
+        batch: one batch of the training data.
+    """
+    with model.distribute_strategy.scope():
+        model._symbolic_build(data_batch=batch)  # noqa: SLF001
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None  # noqa: SLF001
+
+
+def make_logs_reducible_across_workers(model: keras.Model) -> None:
+    """Gives each step's logs a leading axis of one, so that Keras can average them over workers.
+
+    Across workers, Keras 3.15 averages the logs with ``strategy.reduce("MEAN", v,
+    axis=0)``, which fails on scalar logs. With the extra axis the reduction averages
+    over replicas, and every worker sees the same logs (so early stopping and
+    learning-rate decisions agree). Drop it when Keras reduces scalar logs itself.
+
+    Args:
+        model: a compiled model under MultiWorkerMirroredStrategy.
+    """
+    for name in ("train_step", "test_step"):
+        step = getattr(model, name)
+        setattr(model, name, lambda data, step=step: tf.nest.map_structure(lambda v: v[None], step(data)))

@@ -1,0 +1,46 @@
+"""Every registered Keras object of the library goes through the shared harness or a round trip."""
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from seqapps import serializable
+from seqapps.layers.ngram_context import NGramContext
+from seqapps.layers.time_features import SeasonalDifference
+from seqapps.losses import ScaledMeanAbsoluteError
+from tests.layers.harness import run_layer_test
+
+#: Layers whose harness run lives in their own test module (with their NumPy references).
+TESTED_ELSEWHERE = {"BatchNCE", "DecoupledHRNN", "CalendarFeatures", "SeasonalNaive"}
+
+
+def test_every_registered_layer_is_covered():
+    covered = TESTED_ELSEWHERE | {"NGramContext", "SeasonalDifference"}
+    assert {layer.__name__ for layer in serializable.LAYERS} == covered
+
+
+def test_ngram_context_concatenates_windows_of_order_minus_one_words():
+    embeddings = np.arange(2 * 5 * 3, dtype="float32").reshape(2, 5, 3)
+    layer = run_layer_test(NGramContext, {"order": 3}, embeddings, expected_output_shape=(2, 4, 6))
+    out = keras.ops.convert_to_numpy(layer(embeddings))
+    expected = np.concatenate([embeddings[:, :4], embeddings[:, 1:5]], axis=-1)  # words t and t+1
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_seasonal_difference_is_values_beside_their_change_over_one_period():
+    window = np.random.default_rng(0).normal(size=(3, 7, 2)).astype("float32")
+    layer = run_layer_test(SeasonalDifference, {"period": 3}, window, expected_output_shape=(3, 4, 4))
+    out = keras.ops.convert_to_numpy(layer(window))
+    np.testing.assert_allclose(out, np.concatenate([window[:, 3:], window[:, 3:] - window[:, :4]], axis=-1),
+                               atol=1e-6)
+
+
+def test_scaled_mae_matches_numpy_and_round_trips():
+    loss = ScaledMeanAbsoluteError([2.0, 0.5])
+    restored = keras.saving.deserialize_keras_object(json.loads(json.dumps(keras.saving.serialize_keras_object(loss))))
+    y_true = np.array([[1.0, 2.0], [3.0, 4.0]], "float32")
+    y_pred = np.array([[2.0, 2.5], [1.0, 4.0]], "float32")
+    expected = np.mean(np.mean(np.abs(y_true - y_pred) / np.array([2.0, 0.5]), axis=-1))
+    assert isinstance(restored, ScaledMeanAbsoluteError) and restored.scale == [2.0, 0.5]
+    assert float(restored(y_true, y_pred)) == pytest.approx(expected, rel=1e-6)

@@ -1,0 +1,85 @@
+"""One export check for every registered pipeline: a new pipeline is covered without a test of its own.
+
+Each pipeline's tiny export is moved to another folder, reloaded in a process that
+imports only TensorFlow, and every signature is called with its own warm-up request.
+The answers must equal those of the trainable ``model.keras`` (loaded after ``import
+seqapps`` alone, no pipeline module) run through the pipeline's signatures in Keras.
+"""
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.framework import tensor_pb2
+
+from seqapps import export
+from seqapps.config import resolve_config
+from seqapps.pipeline import REGISTRY
+from tests.export_harness import call_in_tensorflow_only_process
+
+pytestmark = pytest.mark.large
+
+
+def warmup_calls(export_dir) -> list[tuple[str, dict[str, np.ndarray]]]:
+    """The export's TF Serving warm-up requests as ``(signature, inputs)`` pairs."""
+    logs = export.read_warmup_requests(export_dir / export.ASSETS_EXTRA / export.WARMUP_FILE)
+    return [(log.predict_log.request.model_spec.signature_name,
+             {name: tf.make_ndarray(tensor_pb2.TensorProto.FromString(proto.SerializeToString()))
+              for name, proto in log.predict_log.request.inputs.items()}) for log in logs]
+
+
+@pytest.mark.parametrize("name", REGISTRY.names())
+def test_moved_export_runs_every_signature_like_the_keras_model(tiny_exports, tmp_path, name):
+    original = tiny_exports[name]["export"]
+    moved = tmp_path / "elsewhere" / name / "1"
+    shutil.copytree(original, moved)
+    calls = warmup_calls(moved)
+    answer = call_in_tensorflow_only_process(moved, calls)
+    assert answer["imported"] == []
+    assert {signature for signature, _ in calls} == set(answer["signatures"])
+    assert "serving_default" in answer["signatures"]
+
+    info = export.read_export(moved)
+    pipeline = REGISTRY.get(name)()
+    config = resolve_config(pipeline.Config, "tiny")
+    data = pipeline.load_data(config, None)
+    signatures = pipeline.signatures(keras.saving.load_model(info.keras_model_path), data)
+    for (signature_name, inputs), served in zip(calls, answer["outputs"]):
+        spec = signatures[signature_name]
+        assert all(s.shape[0] is None for s in spec.inputs.values())  # TF Serving's row format works
+        expected = spec({key: tf.constant(value) for key, value in inputs.items()})
+        assert set(expected) == set(served), signature_name
+        for key, value in expected.items():
+            value = value.numpy()
+            if value.dtype.kind == "f":  # graph vs eager float32 kernels: a few ulps on O(1)-O(100) values
+                np.testing.assert_allclose(served[key], value, rtol=1e-4, atol=1e-4, err_msg=f"{name}:{key}")
+            else:
+                np.testing.assert_array_equal(served[key], value, err_msg=f"{name}:{key}")
+
+
+@pytest.mark.parametrize("name", REGISTRY.names())
+def test_keras_file_loads_after_import_seqapps_alone(tiny_exports, name):
+    path = export.read_export(tiny_exports[name]["export"]).keras_model_path
+    script = textwrap.dedent(f"""
+        import sys
+        import seqapps
+        assert "tensorflow" not in sys.modules  # import seqapps stays light
+        import keras
+        model = keras.saving.load_model({str(path)!r})
+        assert not any(m == "pipelines" or m.startswith("pipelines.") for m in sys.modules), "pipelines imported"
+        print(model.count_params())
+    """)
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert int(completed.stdout.strip().splitlines()[-1]) > 0
+
+
+def test_the_library_imports_no_pipeline():
+    completed = subprocess.run([sys.executable, "-c", "import sys, seqapps.pipeline, seqapps.cli, seqapps.runner; "
+                                "print(any(m.split('.')[0] == 'pipelines' for m in sys.modules))"],
+                               capture_output=True, text=True)
+    assert completed.stdout.strip() == "False", completed.stderr[-2000:]
