@@ -125,6 +125,7 @@ class Forecasting(Pipeline):
     """Shared implementation; subclasses name the default data and defaults."""
 
     Config = ForecastingConfig
+    predict_input = "a CSV file holding the last lookback rows (or more) of the training columns"
 
     def default_data(self) -> pd.DataFrame:
         """Returns the embedded default table."""
@@ -180,11 +181,12 @@ class Forecasting(Pipeline):
                   "windows": {name: int(len(found)) for name, found in origins.items()}}
         arrays = {"values": values[:, target_index], "times": times, "test_origins": origins["test"],
                   "mase_scale": forecast_metrics_lib.mase_scale(train_values[:, target_index], steps["daily_lag"])}
-        datasets_ = {name: self._windows(values, times, found, state) for name, found in origins.items()}
-        arrays["test_inputs"] = datasets_["test"][0]
-        arrays["test_targets"] = datasets_["test"][1]
-        return Splits(*(tf.data.Dataset.from_tensor_slices(datasets_[name]) for name in ("train", "val", "test")),
-                      state=state, report=report, arrays=arrays)
+        splits = {name: self._windows(values, times, found, state) for name, found in origins.items()}
+        future = origins["test"][:, None] + np.arange(1, horizon + 1)[None, :]
+        arrays["test_targets"] = values[:, target_index].astype("float32")[future]
+        example, _ = next(iter(splits["test"].batch(2)))
+        arrays["example_inputs"] = {name: value.numpy() for name, value in example.items()}
+        return Splits(splits["train"], splits["val"], splits["test"], state=state, report=report, arrays=arrays)
 
     @staticmethod
     def _feature_columns(frame: pd.DataFrame, config: ForecastingConfig) -> list[str]:
@@ -219,15 +221,24 @@ class Forecasting(Pipeline):
         return np.arange(first, stop - horizon, dtype="int64")
 
     @staticmethod
-    def _windows(values: np.ndarray, times: np.ndarray, origins: np.ndarray,
-                 state: dict[str, Any]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    def _windows(values: np.ndarray, times: np.ndarray, origins: np.ndarray, state: dict[str, Any]) -> tf.data.Dataset:
+        """Windows ``(inputs, targets)`` cut from the series as they are read.
+
+        Only the series and the window origins are held, so memory grows with the
+        series, not with the number of windows times the lookback.
+        """
         lookback, horizon = state["lookback"], state["horizon"]
-        past = origins[:, None] + np.arange(-(lookback - 1), 1)[None, :]
-        future = origins[:, None] + np.arange(1, horizon + 1)[None, :]
-        inputs = {name: values[past, i].astype("float32") for i, name in enumerate(state["input_cols"])}
-        inputs[END_TIME] = times[origins]
+        series, stamps = tf.constant(values.astype("float32")), tf.constant(times)
         target_index = [state["input_cols"].index(c) for c in state["target_cols"]]
-        return inputs, values[future][:, :, target_index].astype("float32")
+
+        def cut(origin: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+            past = tf.ensure_shape(series[origin - lookback + 1: origin + 1], [lookback, values.shape[1]])
+            inputs = {name: past[:, i] for i, name in enumerate(state["input_cols"])}
+            inputs[END_TIME] = stamps[origin]
+            future = tf.ensure_shape(series[origin + 1: origin + 1 + horizon], [horizon, values.shape[1]])
+            return inputs, tf.gather(future, target_index, axis=1)
+
+        return tf.data.Dataset.from_tensor_slices(origins).map(cut, num_parallel_calls=tf.data.AUTOTUNE)
 
     # --- model ----------------------------------------------------------------------------
 
@@ -312,7 +323,7 @@ class Forecasting(Pipeline):
             outputs[FORECAST_TIME] = raw[END_TIME][:, None] + future_offsets[None, :]
             return outputs
 
-        example = {name: value[:2] for name, value in data.arrays["test_inputs"].items()}
+        example = {name: value[:2] for name, value in data.arrays["example_inputs"].items()}
         return {"serving_default": Signature(inputs, example, run=lambda x: model(x, training=False),
                                              postprocess=readable)}
 

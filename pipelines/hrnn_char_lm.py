@@ -105,6 +105,7 @@ class HRNNCharLM(Pipeline):
     """Next-character prediction with an upper RNN that ticks at word ends."""
 
     Config = HRNNCharLMConfig
+    predict_input = "texts, one per row: bits per character and the likeliest next characters"
 
     def load_data(self, config: HRNNCharLMConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:

@@ -117,6 +117,7 @@ class PixelMnist(Pipeline):
     """Classify a digit read one pixel per step (plain or permuted order)."""
 
     Config = PixelMnistConfig
+    predict_input = "PNG or JPEG image files of digits, one per row"
 
     def load_data(self, config: PixelMnistConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:

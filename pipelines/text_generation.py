@@ -98,6 +98,7 @@ class TextGeneration(Pipeline):
     """Char-RNN: a stacked LSTM over characters; the export samples text from a prompt."""
 
     Config = TextGenerationConfig
+    predict_input = "prompts, one per row; --set length=N --set temperature=T (default 200, 0.8)"
 
     # --- data -------------------------------------------------------------------------------
 

@@ -22,7 +22,8 @@ from typing import Any, Iterator, Sequence
 from seqapps import __version__
 from seqapps.errors import SeqappsError, TrainingError
 
-BENCHMARKS = {"bnce": "seqapps.bench.bnce", "hrnn": "seqapps.bench.hrnn", "serve": "seqapps.bench.serve"}
+BENCHMARKS = {"bnce": "seqapps.bench.bnce", "hrnn": "seqapps.bench.hrnn", "serve": "seqapps.bench.serve",
+              "rows": "seqapps.bench.rows"}
 NATIVE_LOG_COMMANDS = ("run", "finetune", "predict")  # the commands whose TensorFlow start-up noise is held back
 
 
@@ -71,9 +72,15 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     finetune.add_argument("--data", required=True)
     _add_run_options(finetune)
 
-    predict = commands.add_parser("predict", help="run an export's serving signature on raw input")
+    predict = commands.add_parser("predict", help="run an export's serving signature on raw input",
+                                  formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  epilog=_predict_inputs_help() if argv[:1] == ["predict"] else None)
     predict.add_argument("model", metavar="MODEL_DIR", help="saved_models/NAME[/VERSION]")
     predict.add_argument("inputs", nargs="+", metavar="INPUT")
+    predict.add_argument("--signature", default="serving_default", metavar="NAME",
+                         help="the signature to call (default: serving_default)")
+    predict.add_argument("--set", dest="overrides", action="append", default=[], metavar="INPUT=VALUE",
+                         help="set one signature input for every row, e.g. temperature=0.5 (repeatable)")
     predict.add_argument("--json", action="store_true")
     predict.add_argument("--verbose", action="store_true", help="show TensorFlow's own messages")
 
@@ -99,6 +106,16 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
         if list(argv[:2]) == ["bench", name]:  # import a benchmark only when it runs
             importlib.import_module(module).add_arguments(sub)
     return parser
+
+
+def _predict_inputs_help() -> str:
+    """What INPUT is for each registered pipeline (read from the registry, without importing TensorFlow)."""
+    from seqapps.pipeline import REGISTRY
+
+    names = REGISTRY.names()
+    width = max(map(len, names), default=0)
+    return "INPUT, by the export's pipeline:\n" + "\n".join(
+        f"  {name:<{width}}  {REGISTRY.predict_input(name)}" for name in names)
 
 
 def _print_result(result: Any, as_json: bool) -> None:
@@ -256,7 +273,7 @@ def _command(args: argparse.Namespace) -> int:
         elif args.command == "predict":
             from seqapps import runner
 
-            text, value = runner.predict(args.model, args.inputs)
+            text, value = runner.predict(args.model, args.inputs, args.signature, args.overrides)
             _print_result(value if args.json else text, args.json)
         elif args.command == "serve":
             from seqapps import serving

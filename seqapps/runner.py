@@ -178,19 +178,23 @@ def finetune(name: str, from_path: str | Path, data_path: str, overrides: tuple[
             "seconds": round(time.perf_counter() - start, 1)}
 
 
-def predict(model_path: str | Path, inputs: list[str], signature_name: str = "serving_default") -> tuple[str, Any]:
+def predict(model_path: str | Path, inputs: list[str], signature_name: str = "serving_default",
+            overrides: tuple[str, ...] | list[str] = ()) -> tuple[str, Any]:
     """Runs one of an export's signatures on command-line inputs.
 
     Args:
         model_path: ``saved_models/NAME[/VERSION]``.
         inputs: pipeline-specific raw inputs (a CSV path for forecasting, text for text models).
         signature_name: the signature to call.
+        overrides: ``input=value`` strings that set (or replace) a signature input; a
+            scalar or a list is broadcast to every row (``temperature=0.5``, ``top_k=5``).
 
     Returns:
         ``(text, json_value)`` as the pipeline formats them.
 
     Raises:
         ExportError: the export has no such signature.
+        DataError: an override names no input of the signature, or its value does not fit.
     """
     import tensorflow as tf
 
@@ -204,5 +208,37 @@ def predict(model_path: str | Path, inputs: list[str], signature_name: str = "se
         raise ExportError(f"{info.path}: no signature {signature_name!r}; it has {', '.join(loaded.signatures)}")
     function = loaded.signatures[signature_name]
     spec = SignatureSpec(inputs=function.structured_input_signature[1])
-    features = pipeline.predict_inputs(info.state, inputs, spec)
+    features = {name: value for name, value in pipeline.predict_inputs(info.state, inputs, spec).items()
+                if name in spec.inputs}
+    features.update(_input_overrides(overrides, spec.inputs, features, signature_name))
+    missing = [name for name in spec.inputs if name not in features]
+    if missing:
+        raise DataError(f"signature {signature_name!r} needs input {missing[0]!r}; pass --set {missing[0]}=VALUE")
     return pipeline.format_prediction(info.state, features, call_signature(function, features))
+
+
+def _input_overrides(overrides: tuple[str, ...] | list[str], specs: dict[str, Any], features: dict[str, Any],
+                     signature_name: str) -> dict[str, Any]:
+    """Parses ``--set input=value`` into arrays of each input's dtype and shape, one row per batch row."""
+    import numpy as np
+    import yaml
+
+    rows = len(next(iter(features.values()))) if features else 1
+    parsed = {}
+    for item in overrides:
+        name, sep, raw = item.partition("=")
+        name = name.strip()
+        if not sep or name not in specs:
+            raise DataError(f"--set {item!r}: expected INPUT=VALUE with INPUT one of signature {signature_name!r}'s "
+                            f"inputs: {', '.join(sorted(specs))}")
+        spec = specs[name]
+        dtype = object if spec.dtype.name == "string" else spec.dtype.as_numpy_dtype
+        try:
+            value = raw if dtype is object else yaml.safe_load(raw)
+            array = np.asarray(value, dtype=dtype)
+            shape = [rows, *(dim if dim is not None else array.shape[-1] for dim in spec.shape.as_list()[1:])]
+            parsed[name] = np.broadcast_to(array, shape).copy()
+        except (ValueError, TypeError, IndexError, yaml.YAMLError):
+            raise DataError(f"--set {item!r}: expected {spec.dtype.name} values for input {name!r} of shape "
+                            f"{spec.shape.as_list()} (the batch first)") from None
+    return parsed
