@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps.config import HRNNConfig, require
+from seqapps.data import datasets
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
@@ -109,7 +110,7 @@ class HRNNCharLM(Pipeline):
 
     def load_data(self, config: HRNNCharLMConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
-        corpus = text_data.read_text_file(data_path) if data_path else CORPORA[config.corpus]()
+        corpus = datasets.read_corpus(data_path) if data_path else CORPORA[config.corpus]()
         lines, total = [], 0
         for line in corpus.lines:
             if config.max_chars is not None and total >= config.max_chars:

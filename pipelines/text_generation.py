@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps.config import TrainingConfig, require
+from seqapps.data import datasets
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.export import Limits, Signature
@@ -104,7 +105,7 @@ class TextGeneration(Pipeline):
 
     def load_data(self, config: TextGenerationConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
-        corpus = text_data.read_text_file(data_path) if data_path else CORPORA[config.corpus]()
+        corpus = datasets.read_corpus(data_path) if data_path else CORPORA[config.corpus]()
         lines = corpus.lines
         if config.max_chars is not None:
             lines = text_data.first_lines_up_to(lines, config.max_chars)

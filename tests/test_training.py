@@ -71,7 +71,8 @@ def test_killed_runs_resume_to_the_uninterrupted_result_to_the_last_digit(tmp_pa
     assert code == 0, err
     assert resumed["training"]["resumed_from_epoch"] == 5
     assert resumed["export"] == str(killed / "load_forecasting" / "1")
-    assert not list(killed.glob("load_forecasting/.tmp-*")) and not (killed / "load_forecasting" / ".checkpoints").exists()
+    assert not list(killed.glob("load_forecasting/.tmp-*"))
+    assert not (killed / "load_forecasting" / ".checkpoints").exists()
     # Same seed, same batches, same callback state: equal to the last digit, not approximately.
     for run in (in_export, resumed):
         assert run["metrics"] == whole["metrics"] and run["baseline"] == whole["baseline"]
