@@ -46,9 +46,10 @@ from seqapps.data import datasets
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.export import Signature
-from seqapps.layers.batch_nce import LOSSES, BatchNCE, perplexity, unigram_distribution
+from seqapps.layers.batch_nce import LOSSES, BatchNCE, unigram_distribution
 from seqapps.layers.ngram_context import NGramContext
 from seqapps.losses import per_token_training_loss
+from seqapps.metrics import perplexity
 from seqapps.pipeline import Pipeline, Splits
 
 ARCHITECTURES = ("ffnn", "ffnn_relu", "rnn", "rnn_relu", "lstm", "lstm_relu")

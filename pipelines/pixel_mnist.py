@@ -11,14 +11,14 @@ Metric: test accuracy (and cross-entropy), beside the majority class and a
 logistic regression on the raw pixels.
 
 The export's ``serving_default`` takes ``image``, a string tensor [batch] of
-encoded grayscale or colour PNG/JPEG bytes (any size: converted to gray and resized
-to ``image_size`` in the graph; pixels 0..255, white digit on black as in MNIST), and
+encoded grayscale or colour JPEG/PNG/GIF/BMP bytes (any size up to the limits of
+``seqapps.data.images.decode_images``: converted to gray and resized to ``image_size``
+in the graph; pixels 0..255, white digit on black as in MNIST), and
 returns ``label`` (int64 digit) and ``probabilities`` (float32 [batch, 10]).
 """
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 import keras
@@ -26,10 +26,14 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps.config import HRNNConfig, require
+<<<<<<< HEAD
 from seqapps.data import datasets
+=======
+from seqapps.data.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_images, read_image_bytes
+>>>>>>> main
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
-from seqapps.export import Signature
+from seqapps.export import Limits, Signature
 from seqapps.pipeline import Pipeline, Splits
 
 CLASSES = 10
@@ -169,12 +173,8 @@ class PixelMnist(Pipeline):
         size = data.state["image_size"]
         order = tf.constant(data.state["order"], tf.int32)
 
-        def decode(encoded: tf.Tensor) -> tf.Tensor:
-            image = tf.io.decode_image(encoded, channels=1, expand_animations=False, dtype=tf.uint8)
-            return tf.image.resize(tf.cast(image, tf.float32), [size, size])[..., 0]
-
         def serve(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            images = tf.map_fn(decode, inputs["image"], fn_output_signature=tf.TensorSpec([size, size]))
+            images = decode_images(inputs["image"], size, size, channels=1)
             pixels = tf.clip_by_value(tf.reshape(images, [-1, size * size]), 0.0, 255.0) / 255.0
             logits = model(tf.gather(pixels, order, axis=1)[..., None], training=False)[:, -1]
             probabilities = tf.nn.softmax(logits, axis=-1)
@@ -185,17 +185,12 @@ class PixelMnist(Pipeline):
         example = {"image": np.array(encoded, dtype=object)}
         return {"serving_default": Signature({"image": tf.TensorSpec([None], tf.string)}, example, run=serve)}
 
+    def limits(self, config: PixelMnistConfig, data: Splits) -> Limits:
+        # The bounds decode_images enforces in the graph, declared so that servers answer 400 before decoding.
+        return Limits(max_string_bytes=MAX_IMAGE_BYTES, max_image_pixels=MAX_IMAGE_PIXELS)
+
     def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
-        encoded = []
-        for name in inputs:
-            path = Path(name)
-            if not path.is_file():
-                raise DataError(f"{path}: no such image file (expected a PNG or JPEG of a digit)")
-            data = path.read_bytes()
-            if not (data.startswith(b"\x89PNG") or data.startswith(b"\xff\xd8")):
-                raise DataError(f"{path}: not a PNG or JPEG image")
-            encoded.append(data)
-        return {"image": np.array(encoded, dtype=object)}
+        return {"image": np.array([read_image_bytes(name) for name in inputs], dtype=object)}
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray]) -> tuple[str, Any]:

@@ -1,5 +1,20 @@
-"""Task metrics. Forecasting: MAE, RMSE, sMAPE and MASE, and seasonal-naive forecasts."""
+"""Task metrics, each a thin, tested wrapper of a well-kept library.
+
+- Forecasting: MAE, RMSE, sMAPE and MASE (plain NumPy, in place: a long series' test split holds
+  millions of values), and seasonal-naive forecasts.
+- Translation: corpus BLEU and chrF (sacrebleu), with sacrebleu's signature string.
+- Speech recognition: corpus WER and CER (jiwer).
+- Tagging: ROC-AUC and PR-AUC, macro, micro and per label (scikit-learn).
+- Language modelling: perplexity and bits per character.
+
+Arguments go truth first, as in scikit-learn: ``(references, hypotheses)`` and
+``(y_true, y_score)``. sacrebleu and jiwer are imported inside the functions, so
+``import seqapps.metrics`` stays light.
+"""
 from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -61,3 +76,213 @@ def forecast_metrics(y_true: np.ndarray, y_pred: np.ndarray, scale: float) -> di
     smape = float(200 * np.divide(error, scale_sum, out=scale_sum, where=scale_sum > 0).mean())  # 0 where both are 0
     rmse = float(np.sqrt(np.square(error, out=error).mean()))
     return {"mae": mae, "rmse": rmse, "smape": smape, "mase": mae / float(scale) if scale > 0 else float("nan")}
+
+
+# --- Translation: BLEU and chrF (sacrebleu) -------------------------------------------------------------------------
+
+
+def _reference_streams(references: Sequence[str | Sequence[str]], num_hypotheses: int) -> list[list[str | None]]:
+    """Per-hypothesis references -> sacrebleu's reference streams (one list per reference slot, None = missing)."""
+    if len(references) != num_hypotheses:
+        raise ValueError(f"{len(references)} references for {num_hypotheses} hypotheses: expected one entry each")
+    rows = [[row] if isinstance(row, str) else list(row) for row in references]
+    for index, row in enumerate(rows):
+        if not row:
+            raise ValueError(f"hypothesis {index} has no reference")
+    slots = max(len(row) for row in rows)
+    return [[row[slot] if slot < len(row) else None for row in rows] for slot in range(slots)]
+
+
+def _corpus_score(metric: Any, references: Sequence[str | Sequence[str]],
+                  hypotheses: Sequence[str]) -> dict[str, Any]:
+    streams = _reference_streams(references, len(hypotheses))
+    result = metric.corpus_score(list(hypotheses), streams)
+    return {"score": float(result.score), "signature": str(metric.get_signature())}
+
+
+def bleu(references: Sequence[str | Sequence[str]], hypotheses: Sequence[str], **options: Any) -> dict[str, Any]:
+    """Corpus BLEU (0-100) with sacrebleu's defaults (13a tokenisation, exponential smoothing).
+
+    Args:
+        references: one entry per hypothesis: a reference string, or a list of one or
+            more references (the number may vary between hypotheses).
+        hypotheses: the system's detokenised outputs.
+        **options: passed to ``sacrebleu.metrics.BLEU`` (e.g. ``tokenize="intl"``, ``lowercase=True``).
+
+    Returns:
+        ``{"score": float, "signature": str}``; report the signature beside the score
+        (e.g. ``nrefs:2|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0``).
+    """
+    from sacrebleu.metrics import BLEU
+
+    return _corpus_score(BLEU(**options), references, hypotheses)
+
+
+def chrf(references: Sequence[str | Sequence[str]], hypotheses: Sequence[str], **options: Any) -> dict[str, Any]:
+    """Corpus chrF (0-100; chrF2: character 6-grams, beta 2); ``word_order=2`` gives chrF++.
+
+    Args:
+        references: as for ``bleu``.
+        hypotheses: the system's outputs.
+        **options: passed to ``sacrebleu.metrics.CHRF``.
+
+    Returns:
+        ``{"score": float, "signature": str}``.
+    """
+    from sacrebleu.metrics import CHRF
+
+    return _corpus_score(CHRF(**options), references, hypotheses)
+
+
+# --- Speech recognition: WER and CER (jiwer) ------------------------------------------------------------------------
+
+
+def _check_transcripts(references: Sequence[str], hypotheses: Sequence[str]) -> tuple[list[str], list[str]]:
+    if len(references) != len(hypotheses):
+        raise ValueError(f"{len(references)} references for {len(hypotheses)} hypotheses: expected one each")
+    for index, reference in enumerate(references):
+        if not reference.strip():
+            raise ValueError(f"reference {index} is empty: an error rate needs at least one reference word")
+    return list(references), list(hypotheses)
+
+
+def word_error_rate(references: Sequence[str], hypotheses: Sequence[str]) -> float:
+    """Corpus WER: (substitutions + deletions + insertions) / reference words, over all utterances.
+
+    Words are split on whitespace; normalise case and punctuation before calling.
+
+    Args:
+        references: the true transcripts (none empty).
+        hypotheses: the recognised transcripts, one per reference.
+
+    Returns:
+        The WER as a fraction (it can exceed 1 with many insertions).
+    """
+    import jiwer
+
+    return float(jiwer.wer(*_check_transcripts(references, hypotheses)))
+
+
+def character_error_rate(references: Sequence[str], hypotheses: Sequence[str]) -> float:
+    """Corpus CER: character edit distance / reference characters (spaces count as characters).
+
+    Args:
+        references: the true transcripts (none empty).
+        hypotheses: the recognised transcripts, one per reference.
+
+    Returns:
+        The CER as a fraction.
+    """
+    import jiwer
+
+    return float(jiwer.cer(*_check_transcripts(references, hypotheses)))
+
+
+# --- Tagging: ROC-AUC and PR-AUC (scikit-learn) ---------------------------------------------------------------------
+
+
+def _label_averages(score: Callable[[np.ndarray, np.ndarray], float], y_true: np.ndarray, y_score: np.ndarray,
+                    labels: Sequence[str] | None) -> dict[str, Any]:
+    """Scores each label that has both classes, then the macro and micro averages."""
+    truth = np.asarray(y_true)
+    scores = np.asarray(y_score, dtype=np.float64)
+    if truth.ndim == 1:
+        truth, scores = truth[:, None], scores[:, None]
+    if truth.shape != scores.shape or truth.ndim != 2:
+        raise ValueError(f"y_true {truth.shape} and y_score {scores.shape}: expected the same shape [n, labels]")
+    if not np.isin(truth, (0, 1)).all():
+        raise ValueError("y_true must hold 0/1 labels")
+    if not np.isfinite(scores).all():
+        raise ValueError("y_score holds NaN or Inf")
+    names = [str(i) for i in range(truth.shape[1])] if labels is None else [str(name) for name in labels]
+    if len(names) != truth.shape[1]:
+        raise ValueError(f"{len(names)} label names for {truth.shape[1]} label columns")
+    per_label, skipped = {}, {}
+    for column, name in enumerate(names):
+        positives = int(truth[:, column].sum())
+        if positives in (0, len(truth)):
+            skipped[name] = f"only {'positive' if positives else 'negative'} examples ({len(truth)})"
+        else:
+            per_label[name] = float(score(truth[:, column], scores[:, column]))
+    pooled = truth.reshape(-1)
+    micro = float(score(pooled, scores.reshape(-1))) if 0 < pooled.sum() < pooled.size else None
+    macro = float(np.mean(list(per_label.values()))) if per_label else None
+    return {"macro": macro, "micro": micro, "per_label": per_label, "skipped": skipped}
+
+
+def roc_auc(y_true: np.ndarray, y_score: np.ndarray, labels: Sequence[str] | None = None) -> dict[str, Any]:
+    """ROC-AUC per label, macro (mean over the scorable labels) and micro (all label decisions pooled).
+
+    A label whose examples are all positive or all negative has no ROC curve: it is left
+    out of ``per_label`` and the macro mean and listed in ``skipped`` with the reason. The
+    micro average pools every label column, skipped ones included (their entries are still
+    valid positives or negatives); it is None only if the pool itself has one class.
+
+    Args:
+        y_true: 0/1 labels, [n, labels] (or [n] for one label).
+        y_score: scores or probabilities of the same shape (higher = more likely positive).
+        labels: label names for ``per_label`` and ``skipped`` (default "0", "1", ...).
+
+    Returns:
+        ``{"macro": float | None, "micro": float | None, "per_label": {name: float},
+        "skipped": {name: reason}}``.
+    """
+    from sklearn.metrics import roc_auc_score
+
+    return _label_averages(roc_auc_score, y_true, y_score, labels)
+
+
+def pr_auc(y_true: np.ndarray, y_score: np.ndarray, labels: Sequence[str] | None = None) -> dict[str, Any]:
+    """PR-AUC as average precision (scikit-learn's step-wise sum, no interpolation), per label and averaged.
+
+    Single-class labels are skipped as in ``roc_auc`` (with no positives precision is
+    undefined; with only positives it is 1 whatever the scores).
+
+    Args:
+        y_true, y_score, labels: as for ``roc_auc``.
+
+    Returns:
+        The same dictionary as ``roc_auc``.
+    """
+    from sklearn.metrics import average_precision_score
+
+    return _label_averages(average_precision_score, y_true, y_score, labels)
+
+
+# --- Language modelling: perplexity and bits per character ---------------------------------------------------------
+
+
+def _mean_negative_log_prob(log_probs: Any, mask: Any = None) -> float:
+    values = np.asarray(log_probs, dtype=np.float64)
+    weights = np.ones_like(values) if mask is None else np.asarray(mask, dtype=np.float64)
+    if values.shape != weights.shape:
+        raise ValueError(f"log_probs {values.shape} and mask {weights.shape}: expected the same shape")
+    if weights.sum() <= 0:
+        raise ValueError("no tokens to score (empty input or an all-zero mask)")
+    return float(-np.sum(values * weights) / np.sum(weights))
+
+
+def perplexity(log_probs: Any, mask: Any = None) -> float:
+    """Perplexity ``exp(-mean(log p))`` over the (masked) tokens.
+
+    Args:
+        log_probs: per-token natural-log probabilities, any shape (NumPy or an eager tensor).
+        mask: optional weights of the same shape (1 for real tokens, 0 for padding).
+
+    Returns:
+        The perplexity as a Python float.
+    """
+    return math.exp(_mean_negative_log_prob(log_probs, mask))
+
+
+def bits_per_char(log_probs: Any, mask: Any = None) -> float:
+    """Bits per character ``-mean(log2 p)`` of per-character natural-log probabilities.
+
+    Args:
+        log_probs: per-character natural-log probabilities, any shape.
+        mask: optional weights of the same shape (1 for real characters).
+
+    Returns:
+        The mean cost in bits per character.
+    """
+    return _mean_negative_log_prob(log_probs, mask) / math.log(2)

@@ -7,6 +7,7 @@ until they need it). The shared layer test harness runs on every class in
 """
 from __future__ import annotations
 
+from seqapps.data.audio import LogMelSpectrogram
 from seqapps.layers.batch_nce import BatchNCE
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 from seqapps.layers.hrnn_model import HRNNSequenceModel
@@ -15,6 +16,7 @@ from seqapps.layers.time_features import CalendarFeatures, SeasonalDifference, S
 from seqapps.losses import ScaledMeanAbsoluteError, per_token_training_loss
 
 #: The registered layers (the layer test harness runs on each).
-LAYERS = (BatchNCE, DecoupledHRNN, NGramContext, CalendarFeatures, SeasonalDifference, SeasonalNaive)
+LAYERS = (BatchNCE, DecoupledHRNN, NGramContext, CalendarFeatures, SeasonalDifference, SeasonalNaive,
+          LogMelSpectrogram)
 #: The registered models, losses and functions.
 OTHERS = (HRNNSequenceModel, ScaledMeanAbsoluteError, per_token_training_loss)

@@ -1,7 +1,19 @@
 import numpy as np
 import pytest
 
-from seqapps.metrics import forecast_metrics, mase_scale, seasonal_naive
+from seqapps.metrics import (
+    bits_per_char,
+    bleu,
+    character_error_rate,
+    chrf,
+    forecast_metrics,
+    mase_scale,
+    perplexity,
+    pr_auc,
+    roc_auc,
+    seasonal_naive,
+    word_error_rate,
+)
 
 
 def test_seasonal_naive_repeats_the_last_whole_season():
@@ -21,3 +33,97 @@ def test_forecast_metrics_against_hand_computed_values():
     assert result["smape"] == pytest.approx(100 * np.mean([2 / 3, 0, 1, 0]))
     assert result["mase"] == pytest.approx(0.375)
     assert mase_scale(np.array([1.0, 3.0, 2.0, 6.0]), 1) == pytest.approx(np.mean([2, 1, 4]))
+
+
+# --- Translation -----------------------------------------------------------------------------------------------------
+# sacrebleu's README example (github.com/mjpost/sacrebleu, "Using SacreBLEU from Python"): two reference streams,
+# documented results BLEU = 48.53 and chrF2 = 59.73. Here the references are given per hypothesis.
+README_HYPOTHESES = ["The dog bit the man.", "It wasn't surprising.", "The man had just bitten him."]
+README_REFERENCES = [["The dog bit the man.", "The dog had bit the man."],
+                     ["It was not unexpected.", "No one was surprised."],
+                     ["The man bit him first.", "The man had bitten the dog."]]
+
+
+def test_bleu_matches_a_hand_computed_score_and_sacrebleus_documented_example():
+    # Hand count for one sentence pair (no punctuation, so tokenisation does not matter): clipped n-gram precisions
+    # 5/6, 3/5, 2/4, 1/3 and equal lengths (brevity penalty 1): BLEU = (5/6 * 3/5 * 2/4 * 1/3) ** (1/4) = 12 ** -0.25.
+    result = bleu(["the cat sat on a mat"], ["the cat sat on the mat"])
+    assert result["score"] == pytest.approx(100 * 12 ** -0.25, abs=1e-9)
+    assert result["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    documented = bleu(README_REFERENCES, README_HYPOTHESES)
+    assert round(documented["score"], 2) == 48.53 and documented["signature"].startswith("nrefs:2|")
+
+
+def test_chrf_matches_sacrebleus_documented_example_and_its_bounds():
+    assert round(chrf(README_REFERENCES, README_HYPOTHESES)["score"], 2) == 59.73
+    assert chrf(["same words"], ["same words"])["score"] == pytest.approx(100)
+    assert chrf(["abc"], ["xyz"])["score"] == 0
+
+
+def test_references_may_vary_in_number_per_hypothesis():
+    # A missing second reference is the same as giving only the first one for that sentence.
+    one = bleu([["a b c d e", "a b x d e"], "f g h i j"], ["a b x d e", "f g h i k"])
+    padded = bleu([["a b c d e", "a b x d e"], ["f g h i j", "f g h i j"]], ["a b x d e", "f g h i k"])
+    assert one["score"] == pytest.approx(padded["score"])
+    with pytest.raises(ValueError, match="2 references for 1 hypotheses"):
+        bleu(["a", "b"], ["a"])
+
+
+# --- Speech recognition -------------------------------------------------------------------------------------------
+
+
+def test_word_and_character_error_rates_against_hand_counts():
+    # "the cat sat on the mat" -> "the cat sit on mat": one substitution (sat/sit), one deletion (the): 2 / 6 words.
+    assert word_error_rate(["the cat sat on the mat"], ["the cat sit on mat"]) == pytest.approx(2 / 6)
+    # Corpus level pools the counts: (1 substitution + 1 deletion) / (3 + 2) words, not the mean of 1/3 and 1/2.
+    assert word_error_rate(["a b c", "d e"], ["a x c", "d"]) == pytest.approx(2 / 5)
+    # kitten -> sitting: k/s and e/i substituted, g inserted: 3 edits / 6 characters.
+    assert character_error_rate(["kitten"], ["sitting"]) == pytest.approx(3 / 6)
+    with pytest.raises(ValueError, match="reference 1 is empty"):
+        word_error_rate(["a", " "], ["a", "b"])
+
+
+# --- Tagging -----------------------------------------------------------------------------------------------------------
+
+
+def test_roc_and_pr_auc_against_hand_computed_values_with_a_single_class_label_skipped():
+    truth = np.array([[0, 1, 0], [0, 0, 0], [1, 1, 0], [1, 0, 0]])
+    scores = np.array([[0.1, 0.9, 0.2], [0.4, 0.3, 0.1], [0.35, 0.2, 0.3], [0.8, 0.6, 0.4]])
+    roc = roc_auc(truth, scores, labels=["rock", "jazz", "none"])
+    pr = pr_auc(truth, scores, labels=["rock", "jazz", "none"])
+    # rock: positives 0.35, 0.8 vs negatives 0.1, 0.4; 3 of the 4 pairs are ordered right -> 0.75.
+    # jazz: positives 0.9, 0.2 vs negatives 0.3, 0.6; 2 of 4 pairs right -> 0.5.
+    assert roc["per_label"] == pytest.approx({"rock": 0.75, "jazz": 0.5})
+    assert roc["macro"] == pytest.approx(0.625)
+    # rock ranked 0.8(+) 0.4(-) 0.35(+) 0.1(-): precision 1 at recall 1/2, 2/3 at recall 1 -> AP = 1/2 + 1/3 = 5/6.
+    # jazz ranked 0.9(+) 0.6(-) 0.3(-) 0.2(+): precision 1 at recall 1/2, 2/4 at recall 1 -> AP = 1/2 + 1/4 = 3/4.
+    assert pr["per_label"] == pytest.approx({"rock": 5 / 6, "jazz": 3 / 4})
+    assert pr["macro"] == pytest.approx((5 / 6 + 3 / 4) / 2)
+    assert roc["skipped"] == pr["skipped"] == {"none": "only negative examples (4)"}
+    # Micro pools all 12 decisions: positives 0.9, 0.8, 0.35, 0.2 against the negatives 0.1, 0.4, 0.3, 0.6 (rock,
+    # jazz) and 0.2, 0.1, 0.3, 0.4 (the skipped label). Pairs ordered right: 8 + 8 + 5 + 2, plus a tie (0.2 = 0.2)
+    # counting one half: AUC = 23.5 / 32.
+    assert roc["micro"] == pytest.approx(23.5 / 32)
+
+
+def test_auc_with_no_scorable_label_reports_reasons_not_nan():
+    result = roc_auc(np.ones((3, 1)), np.array([[0.1], [0.5], [0.9]]))
+    assert result == {"macro": None, "micro": None, "per_label": {}, "skipped": {"0": "only positive examples (3)"}}
+    with pytest.raises(ValueError, match="same shape"):
+        roc_auc(np.zeros((3, 2)), np.zeros((3, 1)))
+
+
+# --- Language modelling ------------------------------------------------------------------------------------------------
+
+
+def test_perplexity_and_bits_per_char_of_known_distributions():
+    # A uniform choice among 4 symbols: perplexity 4 and 2 bits per symbol; the padding (mask 0) is ignored.
+    log_probs = np.log(np.array([[0.25, 0.25, 0.25, 1e-9]]))
+    mask = np.array([[1, 1, 1, 0]])
+    assert perplexity(log_probs, mask) == pytest.approx(4)
+    assert bits_per_char(log_probs, mask) == pytest.approx(2)
+    # Probabilities 1/2 and 1/8: mean cost (1 + 3) / 2 = 2 bits, perplexity 2 ** 2.
+    assert bits_per_char(np.log([0.5, 0.125])) == pytest.approx(2)
+    assert perplexity(np.log([0.5, 0.125])) == pytest.approx(4)
+    with pytest.raises(ValueError, match="no tokens"):
+        perplexity(np.zeros(2), np.zeros(2))

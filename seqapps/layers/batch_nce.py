@@ -303,21 +303,6 @@ def noise_ids_from_uniform(noise_cdf: tf.Tensor, uniform: tf.Tensor) -> tf.Tenso
     return low
 
 
-def perplexity(log_probs: Any, mask: Any = None) -> float:
-    """Perplexity ``exp(-mean(log p))`` over the (masked) tokens.
-
-    Args:
-        log_probs: per-token natural-log probabilities, any shape.
-        mask: optional weights of the same shape (1 for real tokens).
-
-    Returns:
-        The perplexity as a Python float.
-    """
-    log_probs = np.asarray(keras.ops.convert_to_numpy(log_probs), dtype="float64")
-    weights = np.ones_like(log_probs) if mask is None else np.asarray(keras.ops.convert_to_numpy(mask), "float64")
-    return float(np.exp(-np.sum(log_probs * weights) / np.sum(weights)))
-
-
 @keras.saving.register_keras_serializable(package="seqapps")
 class BatchNCE(keras.layers.Layer):
     """Large-vocabulary output layer trained with B-NCE, S-NCE or a full softmax.

@@ -21,10 +21,10 @@ from seqapps.layers.batch_nce import (
     batch_nce_loss,
     batch_nce_loss_from_scores,
     noise_ids_from_uniform,
-    perplexity,
     sampled_nce_loss,
     unigram_distribution,
 )
+from seqapps.metrics import perplexity
 from tests.layers.harness import run_layer_test
 
 V, H, LOG_Z = 12, 8, 9.0

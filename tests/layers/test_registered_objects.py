@@ -12,7 +12,8 @@ from seqapps.losses import ScaledMeanAbsoluteError
 from tests.layers.harness import run_layer_test
 
 #: Layers whose harness run lives in their own test module (with their NumPy references).
-TESTED_ELSEWHERE = {"BatchNCE", "DecoupledHRNN", "CalendarFeatures", "SeasonalNaive"}
+TESTED_ELSEWHERE = {"BatchNCE", "DecoupledHRNN", "CalendarFeatures", "SeasonalNaive",
+                    "LogMelSpectrogram"}  # tests/data/test_audio.py
 
 
 def test_every_registered_layer_is_covered():

@@ -49,7 +49,7 @@ def test_predict_classifies_png_files(permuted_run, capsys, tmp_path):
         assert 0 <= row["label"] <= 9 and abs(sum(row["probabilities"]) - 1) < 1e-3
     (tmp_path / "note.txt").write_text("not an image")
     code, _, err = run_cli(capsys, "predict", str(export), str(tmp_path / "note.txt"))
-    assert code == 2 and "not a PNG or JPEG" in err
+    assert code == 2 and "not a JPEG, PNG, GIF or BMP image" in err
 
 
 @pytest.mark.parametrize("argv, message", [

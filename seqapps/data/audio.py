@@ -1,0 +1,352 @@
+"""Audio: reading files in Python, decoding WAV bytes in the graph, resampling, and the log-mel front end.
+
+- ``read_audio`` (training data, ``predict``): WAV, FLAC, OGG/Vorbis and MP3 through
+  soundfile (libsndfile), other formats through an audioread backend when one is
+  installed (ffmpeg, GStreamer); mono float32 at the requested rate, resampled with
+  soxr's "HQ" quality (what ``librosa.resample`` does by default).
+- ``decode_wav`` (exports): a batch of 16-bit PCM WAV bytes -> a zero-padded mono
+  float32 batch and the lengths, resampled in the graph by ``resample_waveform``, a windowed-sinc
+  (Kaiser) band-limited interpolator written in core TensorFlow ops.
+- ``LogMelSpectrogram``: the front end inside the model, so training and serving
+  compute the same features (STFT, a mel filterbank built once by librosa and saved as
+  a weight, log with a floor).
+
+Non-finite samples: ``read_audio`` raises ``DataError``; 16-bit WAV bytes cannot hold
+them; a float waveform sent to an export should pass ``assert_finite`` (InvalidArgument
+for NaN or Inf), since ``LogMelSpectrogram`` passes NaN through. Silence is valid: its
+log-mel features are the floor, ``log(log_floor)``.
+
+librosa, soundfile, soxr and audioread are imported only where they are used (librosa
+when a ``LogMelSpectrogram`` builds its filterbank). The first librosa call in a fresh environment compiles
+numba functions and writes them to numba's cache (measured: ~40 s once, ~3 s later).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from seqapps.errors import DataError
+
+#: ``decode_wav``'s default bound, in seconds at the model's sample rate.
+DEFAULT_MAX_SECONDS = 30.0
+#: Resampler settings: sinc zero crossings on each side, Kaiser window beta, and the cutoff as a share of the
+#: lower Nyquist frequency (the transition band sits just below it, as in soxr and resampy).
+ZERO_CROSSINGS = 32
+KAISER_BETA = 10.0
+ROLLOFF = 0.94
+_CHUNK = 4096  # output samples per resampling step (memory: _CHUNK x taps floats)
+
+
+# --- Python: files ---------------------------------------------------------------------------------------------------
+
+
+def _where(path: Path, csv_path: str | Path | None, row: int | None) -> str:
+    """Names an audio file and, when known, the CSV line that names it."""
+    if csv_path is None:
+        return str(path)
+    return f"{csv_path}" + (f" line {row}" if row is not None else "") + f": audio {path}"
+
+
+def _decode_file(path: Path, where: str, max_seconds: float | None) -> tuple[np.ndarray, int]:
+    """Frames [n, channels] and the rate, through soundfile, else audioread."""
+    import soundfile
+
+    def too_long(seconds: float) -> None:
+        if max_seconds is not None and seconds > max_seconds:
+            raise DataError(f"{where}: {seconds:.1f} s long, longer than the limit of {max_seconds:g} s")
+
+    try:
+        with soundfile.SoundFile(str(path)) as file:
+            too_long(file.frames / file.samplerate)
+            return file.read(dtype="float32", always_2d=True), file.samplerate
+    except (RuntimeError, TypeError) as error:  # LibsndfileError is a RuntimeError
+        reason = str(error).splitlines()[0] if str(error) else error.__class__.__name__
+    import audioread
+
+    try:
+        with audioread.audio_open(str(path)) as file:
+            too_long(file.duration)
+            rate, channels = file.samplerate, file.channels
+            pcm = np.frombuffer(b"".join(file), dtype="<i2")
+    except (audioread.exceptions.NoBackendError, audioread.exceptions.DecodeError, OSError, EOFError):
+        raise DataError(f"{where}: cannot be read as audio (soundfile: {reason}; no audioread backend decodes it "
+                        "either); expected WAV, FLAC, OGG or MP3") from None
+    return (pcm.astype(np.float32) / 32768.0).reshape(-1, channels), rate
+
+
+def read_audio(path: str | Path, sample_rate: int, max_seconds: float | None = None,
+               csv_path: str | Path | None = None, row: int | None = None) -> np.ndarray:
+    """Reads an audio file as mono float32 at ``sample_rate`` (channels averaged, soxr HQ resampling).
+
+    Args:
+        path: a WAV, FLAC, OGG or MP3 file (others if an audioread backend can decode them).
+        sample_rate: the rate to return, in Hz.
+        max_seconds: if given, a longer file raises ``DataError`` (checked before decoding).
+        csv_path: the CSV file that names the audio, for messages.
+        row: the line of ``csv_path`` that names it (1 is the header), for messages.
+
+    Returns:
+        float32 [samples], normally within [-1, 1].
+
+    Raises:
+        DataError: the file is missing, empty, unreadable, corrupt, has no samples, holds
+            NaN or Inf, or is too long; one line naming the file (and the CSV line).
+    """
+    path = Path(path)
+    where = _where(path, csv_path, row)
+    if not path.is_file():
+        raise DataError(f"{where}: no such audio file")
+    if path.stat().st_size == 0:
+        raise DataError(f"{where}: the file is empty (expected WAV, FLAC, OGG or MP3 audio)")
+    frames, rate = _decode_file(path, where, max_seconds)
+    if frames.size == 0:
+        raise DataError(f"{where}: the audio has no samples")
+    if not np.isfinite(frames).all():
+        raise DataError(f"{where}: the audio holds NaN or infinite samples")
+    mono = frames.mean(axis=1)
+    if rate != sample_rate:
+        import soxr
+
+        mono = soxr.resample(mono, rate, sample_rate, quality="HQ")
+    return mono.astype(np.float32)
+
+
+# --- Graph: WAV bytes, resampling, checks -------------------------------------------------------------------------
+
+
+def resample_waveform(waveform: tf.Tensor, source_rate: tf.Tensor | int, target_rate: int) -> tf.Tensor:
+    """Resamples one mono waveform in the graph by band-limited (windowed-sinc) interpolation.
+
+    Output sample ``n`` sits at source time ``t = n * source_rate / target_rate`` (the
+    first samples coincide) and is ``sum_k x[k] h(t - k)`` with ``h`` a sinc low-pass at
+    ``ROLLOFF`` times the lower of the two Nyquist frequencies, truncated at
+    ``ZERO_CROSSINGS`` zero crossings each side by a Kaiser window (beta ``KAISER_BETA``);
+    beyond the ends the signal is zero. Positions are exact integer ratios (no drift).
+    Work runs in chunks of output samples, so memory is O(chunk x taps), not O(length x taps).
+
+    Args:
+        waveform: float32 [samples].
+        source_rate: its sample rate in Hz (a scalar tensor, e.g. from ``tf.audio.decode_wav``).
+        target_rate: the rate to produce, in Hz.
+
+    Returns:
+        float32 [ceil(samples * target_rate / source_rate)]; the input unchanged when the rates are equal.
+    """
+    source = tf.cast(source_rate, tf.int64)
+    target = tf.constant(target_rate, tf.int64)
+
+    def interpolate() -> tf.Tensor:
+        length = tf.cast(tf.shape(waveform)[0], tf.int64)
+        out_length = (length * target + source - 1) // source
+        cutoff = ROLLOFF * tf.minimum(1.0, tf.cast(target, tf.float32) / tf.cast(source, tf.float32))
+        half_taps = tf.cast(tf.math.ceil(ZERO_CROSSINGS / cutoff), tf.int64)
+        taps = tf.range(-half_taps + 1, half_taps + 1)  # source offsets around floor(t)
+        padded = tf.pad(waveform, [[half_taps, half_taps + 1]])
+        chunks = (out_length + _CHUNK - 1) // _CHUNK
+
+        def chunk(index: tf.Tensor) -> tf.Tensor:
+            n = index * _CHUNK + tf.range(_CHUNK, dtype=tf.int64)
+            base = n * source // target
+            frac = tf.cast(n * source - base * target, tf.float32) / tf.cast(target, tf.float32)
+            tau = frac[:, None] - tf.cast(taps[None, :], tf.float32)  # t - k, in source samples
+            position = tau * cutoff / ZERO_CROSSINGS  # in [-1, 1] inside the window
+            window = tf.math.bessel_i0(KAISER_BETA * tf.sqrt(tf.nn.relu(1.0 - tf.square(position))))
+            window = tf.where(tf.abs(position) <= 1.0, window / tf.math.bessel_i0(KAISER_BETA), 0.0)
+            kernel = cutoff * _sinc(cutoff * tau) * window
+            samples = tf.gather(padded, tf.clip_by_value(base[:, None] + taps[None, :] + half_taps, 0,
+                                                         tf.cast(tf.shape(padded)[0], tf.int64) - 1))
+            return tf.reduce_sum(samples * kernel, axis=1)
+
+        values = tf.map_fn(chunk, tf.range(chunks), fn_output_signature=tf.TensorSpec([_CHUNK], tf.float32))
+        return tf.reshape(values, [-1])[:out_length]
+
+    return tf.cond(tf.equal(source, target), lambda: tf.identity(waveform), interpolate)
+
+
+def _sinc(x: tf.Tensor) -> tf.Tensor:
+    """sin(pi x) / (pi x), 1 at 0."""
+    safe = tf.where(tf.equal(x, 0.0), tf.ones_like(x), x)
+    return tf.where(tf.equal(x, 0.0), tf.ones_like(x), tf.sin(math.pi * safe) / (math.pi * safe))
+
+
+def decode_wav(wav_bytes: tf.Tensor, sample_rate: int, resample: bool = True,
+               max_samples: int | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+    """Decodes a batch of 16-bit PCM WAV files in the graph into mono waveforms at ``sample_rate``.
+
+    Args:
+        wav_bytes: string tensor [batch] of WAV file contents (16-bit PCM, any rate and channels).
+        sample_rate: the model's rate in Hz.
+        resample: resample other rates with ``resample_waveform``; if False a WAV at another
+            rate raises InvalidArgument.
+        max_samples: the longest accepted waveform, counted at ``sample_rate`` (default
+            ``DEFAULT_MAX_SECONDS`` of audio); longer raises InvalidArgument before resampling.
+
+    Returns:
+        ``(waveform, lengths)``: float32 [batch, longest] zero-padded after each waveform,
+        and int32 [batch] sample counts.
+
+    Raises:
+        tf.errors.InvalidArgumentError (when run): not 16-bit PCM WAV, no samples, too long,
+            or another rate with ``resample=False``.
+    """
+    limit = int(max_samples if max_samples is not None else DEFAULT_MAX_SECONDS * sample_rate)
+
+    def decode(contents: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        audio, rate = tf.audio.decode_wav(contents)
+        frames = tf.cast(tf.shape(audio)[0], tf.int64)
+        out_length = (frames * sample_rate + tf.cast(rate, tf.int64) - 1) // tf.cast(rate, tf.int64)
+        checks = [
+            tf.debugging.Assert(frames > 0, ["a WAV file has no samples"]),
+            tf.debugging.Assert(out_length <= limit, [
+                f"a WAV file is longer than the limit of {limit} samples at {sample_rate} Hz; samples:", out_length]),
+        ]
+        if not resample:
+            checks.append(tf.debugging.Assert(tf.equal(rate, sample_rate), [
+                f"a WAV file is not at the model rate of {sample_rate} Hz and resampling is off; its rate:",
+                rate]))
+        with tf.control_dependencies(checks):
+            mono = tf.reduce_mean(audio, axis=1)
+        if resample:
+            mono = resample_waveform(mono, rate, sample_rate)
+        length = tf.shape(mono)[0]
+        return tf.pad(mono, [[0, limit - length]]), length
+
+    waveforms, lengths = tf.map_fn(decode, tf.reshape(wav_bytes, [-1]),
+                                   fn_output_signature=(tf.TensorSpec([limit], tf.float32),
+                                                        tf.TensorSpec([], tf.int32)))
+    return waveforms[:, :tf.reduce_max(tf.concat([lengths, [0]], 0))], lengths
+
+
+def assert_finite(waveform: tf.Tensor) -> tf.Tensor:
+    """Returns ``waveform``, raising InvalidArgument (when run) if it holds NaN or Inf."""
+    return tf.debugging.assert_all_finite(waveform, "a waveform holds NaN or Inf samples")
+
+
+# --- The log-mel front end -------------------------------------------------------------------------------------------
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+class LogMelSpectrogram(keras.layers.Layer):
+    """Log-mel spectrogram of a batch of waveforms, computed in the graph.
+
+    The power spectrogram (``tf.signal.stft`` with a periodic Hann window of
+    ``win_length`` samples, centred in ``n_fft`` as librosa does) is multiplied by a mel
+    filterbank and floored before the natural log: ``log(max(mel_power, log_floor))``.
+    The filterbank (librosa's Slaney mel scale, Slaney area normalisation:
+    ``librosa.filters.mel``) is built once in ``build`` and kept as a non-trainable
+    weight, so it is saved with the model and a SavedModel needs no librosa. With
+    ``center`` (librosa's default) frame ``t`` is centred on sample ``t * hop_length``,
+    the signal being padded with ``n_fft // 2`` zeros (librosa's ``pad_mode="constant"``).
+    The valid frames then equal ``librosa.feature.melspectrogram(power=2)`` of each
+    waveform alone; frames from ``frame_lengths(lengths)`` on are padding to mask.
+
+    Args:
+        sample_rate: the waveform's rate in Hz.
+        n_fft: FFT size in samples.
+        hop_length: samples between frames.
+        win_length: window length (<= n_fft; default n_fft).
+        n_mels: number of mel bands.
+        fmin, fmax: the filterbank's frequency range in Hz (fmax default sample_rate / 2).
+        log_floor: the smallest mel power before the log (silence maps to log(log_floor)).
+        center: centre frames on their sample (True) or start them there (False).
+        **kwargs: base layer arguments (name, dtype, ...).
+
+    Call arguments:
+        inputs: float [batch, samples] waveforms (zero-padded).
+        lengths: optional int [batch] valid samples; samples from there on are set to 0,
+            so the padding does not leak into the last valid frames.
+
+    Returns:
+        float [batch, frames, n_mels], frames = ``frame_lengths(samples)``.
+
+    Example:
+    ```python
+    front_end = LogMelSpectrogram(sample_rate=16000, n_fft=400, hop_length=160, n_mels=80)
+    waveform, lengths = decode_wav(wav_bytes, 16000)
+    features = front_end(waveform, lengths=lengths)        # [batch, frames, 80]
+    mask = tf.sequence_mask(front_end.frame_lengths(lengths), tf.shape(features)[1])
+    ```
+    """
+
+    def __init__(self, sample_rate: int = 16000, n_fft: int = 512, hop_length: int = 160,
+                 win_length: int | None = None, n_mels: int = 80, fmin: float = 0.0, fmax: float | None = None,
+                 log_floor: float = 1e-6, center: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        win = n_fft if win_length is None else win_length
+        if not 0 < win <= n_fft or hop_length <= 0 or n_mels <= 0 or log_floor <= 0:
+            raise ValueError(f"LogMelSpectrogram: need 0 < win_length ({win}) <= n_fft ({n_fft}), hop_length > 0, "
+                             f"n_mels > 0 and log_floor > 0")
+        if not 0 <= fmin < (fmax if fmax is not None else sample_rate / 2) <= sample_rate / 2:
+            raise ValueError(f"LogMelSpectrogram: need 0 <= fmin < fmax <= sample_rate / 2, got {fmin}, {fmax}")
+        self.sample_rate = sample_rate
+        self.n_fft = n_fft
+        self.hop_length = hop_length
+        self.win_length = win_length
+        self.n_mels = n_mels
+        self.fmin = fmin
+        self.fmax = fmax
+        self.log_floor = log_floor
+        self.center = center
+
+    @property
+    def _window(self) -> int:
+        return self.n_fft if self.win_length is None else self.win_length
+
+    def build(self, input_shape: Any) -> None:
+        import librosa
+
+        filterbank = librosa.filters.mel(sr=self.sample_rate, n_fft=self.n_fft, n_mels=self.n_mels,
+                                         fmin=self.fmin, fmax=self.fmax)
+        self.mel_filterbank = self.add_weight(
+            name="mel_filterbank", shape=(self.n_fft // 2 + 1, self.n_mels),
+            initializer=keras.initializers.Constant(filterbank.T.astype("float32")), trainable=False,
+            dtype="float32")
+        super().build(input_shape)
+
+    def frame_lengths(self, lengths: Any) -> tf.Tensor:
+        """Valid frames for waveforms of ``lengths`` samples (int32, like librosa's frame count)."""
+        lengths = tf.cast(lengths, tf.int32)
+        if self.center:
+            return 1 + lengths // self.hop_length
+        return tf.maximum(0, 1 + (lengths - self.n_fft) // self.hop_length)
+
+    def call(self, inputs: Any, lengths: Any = None) -> tf.Tensor:
+        waveform = tf.cast(inputs, tf.float32)
+        samples = tf.shape(waveform)[1]
+        if lengths is not None:
+            waveform = tf.where(tf.range(samples)[None, :] < tf.cast(lengths, tf.int32)[:, None], waveform, 0.0)
+        # librosa's frame of n_fft samples holds the window centred; tf.signal.stft's frames are the window itself,
+        # so the signal is shifted by (n_fft - win) // 2 to align them (the FFT magnitude ignores the zero padding).
+        shift = (self.n_fft // 2 if self.center else 0) - (self.n_fft - self._window) // 2
+        if shift >= 0:
+            waveform = tf.pad(waveform, [[0, 0], [shift, self.n_fft]])
+        else:
+            waveform = tf.pad(waveform[:, -shift:], [[0, 0], [0, self.n_fft]])
+        stft = tf.signal.stft(waveform, frame_length=self._window, frame_step=self.hop_length,
+                              fft_length=self.n_fft, window_fn=tf.signal.hann_window, pad_end=False)
+        frames = self.frame_lengths(samples)
+        power = tf.square(tf.abs(stft[:, :frames]))
+        mel = tf.matmul(power, tf.cast(self.mel_filterbank, tf.float32))
+        return tf.cast(tf.math.log(tf.maximum(mel, self.log_floor)), self.compute_dtype)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        samples = input_shape[1]
+        if samples is None:
+            frames = None
+        elif self.center:
+            frames = 1 + samples // self.hop_length
+        else:
+            frames = max(0, 1 + (samples - self.n_fft) // self.hop_length)
+        return (input_shape[0], frames, self.n_mels)
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update({"sample_rate": self.sample_rate, "n_fft": self.n_fft, "hop_length": self.hop_length,
+                       "win_length": self.win_length, "n_mels": self.n_mels, "fmin": self.fmin, "fmax": self.fmax,
+                       "log_floor": self.log_floor, "center": self.center})
+        return config

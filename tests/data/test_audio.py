@@ -1,0 +1,220 @@
+"""Audio files, in-graph WAV decoding and resampling, and the log-mel front end, against soundfile/soxr/librosa."""
+import io
+import json
+import subprocess
+import sys
+import textwrap
+
+import librosa
+import numpy as np
+import pytest
+import soundfile
+import tensorflow as tf
+
+from seqapps.data.audio import (
+    LogMelSpectrogram,
+    assert_finite,
+    decode_wav,
+    read_audio,
+    resample_waveform,
+)
+from seqapps.errors import DataError
+from tests.layers.harness import run_layer_test
+
+RATE = 16000
+
+
+def tone_and_chirp(rate: int, seconds: float = 1.0, top: float = 6000.0) -> np.ndarray:
+    """A 440 Hz tone plus a linear chirp from 100 Hz to ``top`` Hz, peak amplitude 0.8."""
+    t = np.arange(int(seconds * rate)) / rate
+    chirp = np.sin(2 * np.pi * (100 * t + (top - 100) / (2 * seconds) * t**2))
+    return (0.4 * np.sin(2 * np.pi * 440 * t) + 0.4 * chirp).astype(np.float32)
+
+
+def wav_bytes(samples: np.ndarray, rate: int, subtype: str = "PCM_16") -> bytes:
+    buffer = io.BytesIO()
+    soundfile.write(buffer, samples, rate, format="WAV", subtype=subtype)
+    return buffer.getvalue()
+
+
+# --- read_audio ------------------------------------------------------------------------------------------------------
+
+
+def test_read_audio_downmixes_and_resamples_like_librosa(tmp_path):
+    left, right = tone_and_chirp(22050), 0.5 * tone_and_chirp(22050)
+    path = tmp_path / "stereo.wav"
+    soundfile.write(path, np.stack([left, right], axis=1), 22050, subtype="FLOAT")
+    audio = read_audio(path, RATE)
+    expected = librosa.resample((left + right) / 2, orig_sr=22050, target_sr=RATE)  # soxr HQ, librosa's default
+    assert audio.dtype == np.float32 and audio.shape == (RATE,)
+    np.testing.assert_allclose(audio, expected, atol=1e-6)  # same resampler: float32 round-off only
+
+
+@pytest.mark.parametrize("fmt, subtype, atol", [
+    ("FLAC", "PCM_16", 1e-4),  # lossless: 16-bit quantisation (3e-5) only
+    ("OGG", "VORBIS", 0.1),  # lossy codecs: the waveform is close, not equal
+    ("MP3", "MPEG_LAYER_III", 0.1),
+])
+def test_read_audio_reads_flac_ogg_and_mp3(tmp_path, fmt, subtype, atol):
+    signal = tone_and_chirp(RATE, top=3000)
+    path = tmp_path / f"clip.{fmt.lower()}"
+    soundfile.write(path, signal, RATE, format=fmt, subtype=subtype)
+    audio = read_audio(path, RATE)
+    assert audio.shape == signal.shape
+    # Lossy codecs: compare the middle (encoder start-up and fades at the ends) and the correlation.
+    middle = slice(2000, -2000)
+    assert np.corrcoef(audio[middle], signal[middle])[0, 1] > 0.99
+    assert np.abs(audio[middle] - signal[middle]).max() < atol
+
+
+def test_read_audio_rejects_bad_files_in_one_line_naming_the_file_and_csv_line(tmp_path):
+    good = wav_bytes(tone_and_chirp(RATE), RATE)
+    nan_wav = wav_bytes(np.array([0.1, np.nan, 0.2], np.float32), RATE, subtype="FLOAT")
+    cases = {
+        "missing.wav": (None, "no such audio file"),
+        "empty.wav": (b"", "the file is empty"),
+        "text.wav": (b"path,transcript\nclip.wav,hello\n", "cannot be read as audio"),
+        "cut.wav": (good[:30], "cannot be read as audio"),
+        "silent.wav": (wav_bytes(np.zeros(0, np.float32), RATE), "the audio has no samples"),
+        "nan.wav": (nan_wav, "holds NaN or infinite samples"),
+        "long.wav": (good, "1.0 s long, longer than the limit of 0.5 s"),
+    }
+    for name, (content, message) in cases.items():
+        path = tmp_path / name
+        if content is not None:
+            path.write_bytes(content)
+        with pytest.raises(DataError, match=message) as error:
+            read_audio(path, RATE, max_seconds=0.5, csv_path="clips.csv", row=4)
+        assert str(error.value).startswith(f"clips.csv line 4: audio {path}: ") and "\n" not in str(error.value)
+
+
+# --- In-graph resampling and WAV decoding ------------------------------------------------------------------------------
+
+
+def test_in_graph_resampler_matches_librosa_from_22050_to_16000_hz():
+    signal = tone_and_chirp(22050)  # content up to 6 kHz: inside both resamplers' flat passbands (< 7.5 kHz)
+    ours = resample_waveform(tf.constant(signal), 22050, RATE).numpy()
+    expected = librosa.resample(signal, orig_sr=22050, target_sr=RATE)
+    assert ours.shape == expected.shape == (RATE,)
+    # Measured: 2.2e-4 (peak amplitude 0.8, so -71 dB) everywhere but the last 40 samples (2.5 ms), where soxr's
+    # flush of the cut-off signal differs from our zero extension (6.3e-3). Both are linear-phase low-passes; the
+    # rest of the difference is their stopband leakage and passband ripple.
+    np.testing.assert_allclose(ours[:-64], expected[:-64], atol=5e-4)
+    np.testing.assert_allclose(ours, expected, atol=2e-2)
+    np.testing.assert_array_equal(resample_waveform(tf.constant(signal), 22050, 22050).numpy(), signal)
+
+
+def test_decode_wav_pads_a_batch_of_rates_and_channels_to_the_models_rate():
+    fast = tone_and_chirp(22050, seconds=0.5)
+    slow = tone_and_chirp(8000, seconds=0.25, top=3000)
+    batch = tf.constant([wav_bytes(np.stack([fast, fast], axis=1), 22050), wav_bytes(slow, 8000)])
+    waveform, lengths = decode_wav(batch, RATE)
+    assert lengths.numpy().tolist() == [8000, 4000] and waveform.shape == (2, 8000)
+    # Reference: the 16-bit samples soundfile reads from the same bytes, resampled by librosa (see the tolerance above).
+    quantised_fast, _ = soundfile.read(io.BytesIO(batch[0].numpy()), dtype="float32")
+    expected = librosa.resample(quantised_fast.mean(axis=1), orig_sr=22050, target_sr=RATE)
+    np.testing.assert_allclose(waveform[0, :7936], expected[:7936], atol=5e-4)
+    assert np.all(waveform[1, 4000:].numpy() == 0)
+    same_rate, length = decode_wav(tf.constant([wav_bytes(slow, 8000)]), 8000, resample=False)
+    np.testing.assert_allclose(same_rate[0], slow, atol=1 / 32768)  # 16-bit quantisation
+    assert int(length[0]) == 2000
+
+
+@pytest.mark.parametrize("data, options, message", [
+    (wav_bytes(tone_and_chirp(8000), 8000), {"resample": False}, "not at the model rate of 16000 Hz"),
+    (wav_bytes(tone_and_chirp(RATE), RATE), {"max_samples": 1000}, "longer than the limit of 1000 samples"),
+    (wav_bytes(np.zeros(0, np.float32), RATE), {}, "has no samples"),
+    (wav_bytes(tone_and_chirp(RATE), RATE, subtype="PCM_24"), {}, "16-bit"),
+    (b"RIFF, but not really", {}, "."),
+])
+def test_decode_wav_rejects_with_invalid_argument(data, options, message):
+    decode = tf.function(lambda contents: decode_wav(contents, RATE, **options))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        decode(tf.constant([data]))
+
+
+def test_nan_waveforms_are_rejected_and_silence_gives_the_floor():
+    with pytest.raises(tf.errors.InvalidArgumentError, match="NaN or Inf"):
+        assert_finite(tf.constant([[0.0, np.nan]]))
+    features = LogMelSpectrogram(sample_rate=RATE, n_mels=8, log_floor=1e-5)(np.zeros((1, 1600), np.float32))
+    np.testing.assert_allclose(features, np.log(1e-5), rtol=1e-6)
+
+
+# --- LogMelSpectrogram -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options", [
+    {"n_fft": 512, "hop_length": 160, "win_length": 400, "n_mels": 64, "fmin": 20.0, "fmax": 7600.0},
+    {"n_fft": 400, "hop_length": 128, "n_mels": 40, "center": False},
+])
+def test_log_mel_matches_librosa_melspectrogram(options):
+    signal = tone_and_chirp(RATE, top=7000)
+    layer = LogMelSpectrogram(sample_rate=RATE, log_floor=1e-6, **options)
+    ours = layer(signal[None]).numpy()[0]
+    # librosa: power 2, the same Hann window, centring with zero padding (pad_mode="constant", its default).
+    expected = np.log(np.maximum(librosa.feature.melspectrogram(y=signal, sr=RATE, power=2.0, **options).T, 1e-6))
+    assert ours.shape == expected.shape
+    # Measured max |difference| 2.1e-4 (first case) and 1.4e-4 in natural-log units (0.001 dB): float32 FFT round-off,
+    # about 1e-5 of the loudest bins, is relatively largest in the quietest bins near the floor. 1e-3 leaves 5x.
+    np.testing.assert_allclose(ours, expected, atol=1e-3)
+
+
+def test_log_mel_of_a_padded_batch_equals_each_waveform_alone():
+    signal = tone_and_chirp(RATE, seconds=0.5)
+    short = signal[:5000]
+    batch = np.stack([signal, np.pad(short, (0, len(signal) - len(short)), constant_values=0.7)])  # junk padding
+    layer = LogMelSpectrogram(sample_rate=RATE, n_fft=400, hop_length=160, n_mels=40)
+    features = layer(batch, lengths=np.array([len(signal), len(short)])).numpy()
+    frames = layer.frame_lengths(np.array([len(signal), len(short)])).numpy()
+    assert frames.tolist() == [51, 32] and features.shape == (2, 51, 40)
+    alone = np.log(np.maximum(librosa.feature.melspectrogram(y=short, sr=RATE, n_fft=400, hop_length=160,
+                                                             n_mels=40).T, 1e-6))
+    np.testing.assert_allclose(features[1, :32], alone, atol=1e-3)  # tolerance as in the librosa test
+
+
+def test_log_mel_layer_harness_and_mixed_precision():
+    # The layer has no trainable weights (Keras warns in the fit step); the filterbank is a non-trainable weight
+    # that the .keras round trip restores.
+    options = {"sample_rate": 8000, "n_fft": 256, "hop_length": 80, "win_length": 200, "n_mels": 20,
+               "fmin": 50.0, "fmax": 3800.0, "log_floor": 1e-5, "center": True}
+    waveform = np.random.default_rng(0).normal(size=(2, 800)).astype("float32")
+    layer = run_layer_test(LogMelSpectrogram, options, waveform, expected_output_shape=(2, 11, 20), atol=1e-5)
+    assert [w.name for w in layer.weights] == ["mel_filterbank"] and not layer.trainable_weights
+    # Under mixed precision the STFT still runs in float32 (FFTs need it); only the output is float16.
+    half = LogMelSpectrogram(dtype="mixed_float16", **options)(waveform)
+    assert half.dtype == "float16"
+    np.testing.assert_allclose(half.numpy(), layer(waveform).numpy(), atol=1e-2)  # float16 spacing at |x| <= 16
+
+
+EXPORT_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import tensorflow as tf  # (TensorFlow itself puts a lazy "keras" module in sys.modules)
+    loaded = tf.saved_model.load(sys.argv[1])
+    out = loaded.signatures["serving_default"](wav=tf.constant([open(sys.argv[2], "rb").read()]))
+    result = {k: v.numpy().tolist() for k, v in out.items()}
+    result["imported"] = sorted(m for m in ("seqapps", "librosa", "soundfile") if m in sys.modules)
+    print(json.dumps(result))
+""")
+
+
+@pytest.mark.large
+def test_wav_bytes_to_log_mel_runs_in_a_tensorflow_only_process(tmp_path):
+    layer = LogMelSpectrogram(sample_rate=RATE, n_fft=400, hop_length=160, n_mels=16)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="wav")])
+    def serve(wav):
+        waveform, lengths = decode_wav(wav, RATE)
+        return {"features": layer(waveform, lengths=lengths), "frames": layer.frame_lengths(lengths)}
+
+    clip = wav_bytes(tone_and_chirp(22050, seconds=0.3), 22050)
+    expected = serve(tf.constant([clip]))
+    module = tf.Module()
+    module.layer = layer
+    tf.saved_model.save(module, str(tmp_path / "export"), signatures={"serving_default": serve})
+    (tmp_path / "clip.wav").write_bytes(clip)
+    run = subprocess.run([sys.executable, "-c", EXPORT_SCRIPT, str(tmp_path / "export"), str(tmp_path / "clip.wav")],
+                         capture_output=True, text=True, timeout=300, check=True)
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["frames"] == [31] and result["imported"] == []
+    np.testing.assert_allclose(result["features"], expected["features"].numpy(), atol=1e-5)
