@@ -26,11 +26,8 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps.config import HRNNConfig, require
-<<<<<<< HEAD
 from seqapps.data import datasets
-=======
 from seqapps.data.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_images, read_image_bytes
->>>>>>> main
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
 from seqapps.export import Limits, Signature
