@@ -240,8 +240,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             if as_json:
                 print(json.dumps({"error": f"crashed: {sys.exc_info()[0].__name__}", "exit_code": 1}), flush=True)
             raise
-        if code == 1:
-            replay_native_stderr(native_log)
     return code
 
 
