@@ -101,6 +101,7 @@ class CopyTask(Pipeline):
     """Copy a binary string after reading it, through a (decoupled) hierarchical RNN."""
 
     Config = CopyTaskConfig
+    predict_input = "strings of 0s and 1s, one per row"
 
     def load_data(self, config: CopyTaskConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:

@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from seqapps import metrics
 from seqapps.config import HRNNConfig, require
+from seqapps.data import datasets
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
@@ -100,10 +101,11 @@ class HRNNCharLM(Pipeline):
     """Next-character prediction with an upper RNN that ticks at word ends."""
 
     Config = HRNNCharLMConfig
+    predict_input = "texts, one per row: bits per character and the likeliest next characters"
 
     def load_data(self, config: HRNNCharLMConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
-        corpus = (text_data.read_text_file(data_path) if data_path else CORPORA[config.corpus]()).head(config.max_chars)
+        corpus = (datasets.read_corpus(data_path) if data_path else CORPORA[config.corpus]()).head(config.max_chars)
         parts = text_data.joined_splits(corpus, config.val_fraction, config.test_fraction, START)
         if state is None:
             state = {"vocabulary": text_data.build_vocabulary(TOKENIZER.tokenize(parts["train"]),

@@ -42,6 +42,7 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps.config import TrainingConfig, require
+from seqapps.data import datasets
 from seqapps.data import text as text_data
 from seqapps.export import Signature
 from seqapps.layers.batch_nce import LOSSES, BatchNCE, unigram_distribution
@@ -158,7 +159,7 @@ class LanguageModel(Pipeline):
     def load_data(self, config: LanguageModelConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
         self.config = config
-        corpus = text_data.read_text_file(data_path) if data_path else CORPORA[config.corpus]()
+        corpus = datasets.read_corpus(data_path) if data_path else CORPORA[config.corpus]()
         lines = [TOKENIZER.tokenize(line) for line in corpus.lines]
         if config.max_words is not None:
             lines = text_data.first_lines_up_to(lines, config.max_words)
