@@ -81,7 +81,10 @@ class DecoupledHRNN(keras.layers.Layer):
     its state, and level 0's state is reset to zeros. Level ``j >= 2`` ticks
     every ``periods[j - 1]`` ticks of level ``j - 1`` by the same rule, and
     level ``j``'s input is the output of level ``j - 1`` joined with the output
-    of level ``j + 1``. Masked steps keep every state and never tick.
+    of level ``j + 1``. A level ``j >= 1`` reset by a tick of level ``j + 1``
+    restarts from one step of its cell on level ``j + 1``'s new output (and
+    zeros from below), top down, so that level 0 sees the whole past at every
+    step. Masked steps keep every state and never tick.
 
     In ``decoupled`` mode each level ``j >= 1`` has a decoder (one tanh layer
     of ``aux_hidden_units``, then a linear layer) that gets the output sent up
@@ -392,9 +395,10 @@ class DecoupledHRNN(keras.layers.Layer):
     ) -> tuple[dict[str, tf.Tensor], list[tf.Tensor], list[tf.Tensor]]:
         """Levels 1.. tick where ``tick``; returns the carry and per-level aux sums and counts."""
         restricted = self.mode in ("gr_hrnn", "decoupled")
-        sums, counts = [], []
+        sums, counts, ticks = [], [], []
         sent = carry["state0_0"]
         for level in range(1, self.levels):
+            ticks.append(tick)
             period = self._periods[level - 1]
             if level > 1:
                 aux_index = 1 + tf.cast(tf.floor(uniforms[:, level - 1] * period), tf.int32)
@@ -420,6 +424,14 @@ class DecoupledHRNN(keras.layers.Layer):
                 carry[f"count{level + 1}"] = tf.where(next_tick, tf.zeros_like(count), count)
                 sent = carry[f"state{level}_0"]
                 tick = next_tick
+        # A level j >= 1 reset by level j + 1 starts again from one step of its cell on level j + 1's
+        # new output (zero input from below), top down, so that level 0 sees the whole past at every step.
+        for level in range(self.levels - 2, 0, -1):
+            below_input = tf.zeros([tf.shape(sent)[0], self._output_size(level - 1)], sent.dtype)
+            zero_states = [tf.zeros_like(s) for s in self._states(carry, level)]
+            cell_input = tf.concat([below_input, carry[f"state{level + 1}_0"]], -1)
+            _, primed = self.cells[level](cell_input, zero_states, training=training)
+            self._set_states(carry, level, tf.nest.flatten(primed), ticks[level])
         return carry, sums, counts
 
     def _segment(

@@ -213,3 +213,20 @@ def test_saved_model_round_trip():
         shutil.move(first, moved)
         reloaded = tf.saved_model.load(moved)
         np.testing.assert_allclose(reloaded.serve(tf.constant(x)).numpy(), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("periods", [[5], [5, 5], [2, 2, 2]])
+def test_every_output_depends_on_the_whole_past(periods):
+    """Changing the first inputs changes every later output, however deep the hierarchy."""
+    cells = [keras.layers.GRUCell(8)] + [keras.layers.LSTMCell(6) for _ in periods]
+    layer = _layer("decoupled", cells=cells, periods=periods)
+    length = 2 * int(np.prod(periods)) + 3  # past two ticks of the top level
+    x, _ = _data(length)
+    early = int(np.prod(periods))  # the whole first top-level segment
+    changed = x.copy()
+    changed[:, :early] = 1.0 - changed[:, :early]
+    difference = np.abs(layer(changed).numpy() - layer(x).numpy())[:, early:].max(axis=-1)
+    # The forward pass is deterministic: an output that does not depend on the changed inputs is
+    # bit-identical (before the fix, 24 of the 3 x 28 later outputs with periods [5, 5]); the weakest
+    # real dependence here, 4 levels deep, is about 4e-6.
+    assert difference.min() > 0, np.argwhere(difference == 0)[:5]
