@@ -46,6 +46,7 @@ from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.layers.batch_nce import LOSSES, BatchNCE, perplexity, unigram_distribution
 from seqapps.pipeline import Pipeline, Splits, register_pipeline
+from seqapps.training import make_optimizer
 
 ARCHITECTURES = ("ffnn", "ffnn_relu", "rnn", "rnn_relu", "lstm", "lstm_relu")
 CORPORA = {"wordnet": text_data.wordnet_glosses, "pydoc": text_data.pydoc_topics}
@@ -303,7 +304,7 @@ class LanguageModel(Pipeline):
         if config.timing_steps == 0:
             return {}
         copy = keras.Model.from_config(model.get_config())
-        copy.compile(optimizer=keras.optimizers.SGD(config.learning_rate, global_clipnorm=config.clipnorm),
+        copy.compile(optimizer=make_optimizer(config),
                      **self.compile_args(config, data))
         batches = iter(data.train.repeat().batch(config.batch_size, drop_remainder=True))
         copy.train_on_batch(*next(batches))  # trace and compile
