@@ -65,6 +65,20 @@ def _chunk_time(x: tf.Tensor, k: int, n_chunks: tf.Tensor, pad: tf.Tensor) -> tf
     return tf.transpose(x, [1, 2, 0] + list(range(3, rank + 1)))
 
 
+def _gradient(
+    tape: tf.GradientTape, target: Any, sources: list, output_gradients: list | None = None
+) -> list[tf.Tensor]:
+    """``tape.gradient`` with zeros for unconnected sources.
+
+    ``unconnected_gradients="zero"`` fails eagerly on Keras 3 variables (their dtype is a string).
+    """
+    grads = tape.gradient(target, sources, output_gradients=output_gradients)
+    return [
+        (tf.zeros_like(s) if isinstance(s, tf.Tensor) else tf.zeros(s.shape, s.dtype)) if g is None else g
+        for g, s in zip(grads, sources)
+    ]
+
+
 def _keep_gradient(value: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
     """``value`` whose gradient is multiplied by the 0/1 scalar ``keep``."""
     stopped = tf.stop_gradient(value)
@@ -680,8 +694,8 @@ class DecoupledHRNN(keras.layers.Layer):
         ``gr_hrnn`` and ``decoupled``: segment recomputation in a reverse loop.
         ``mr_hrnn``: each truncation window is backpropagated as it ends.
         ``hrnn`` (or ``lean=False``): plain autodiff of ``sequence_loss``. All
-        give the gradients of ``sequence_loss`` up to float32 round-off. Wrap
-        the call in ``tf.function``.
+        give the gradients of ``sequence_loss`` up to float32 round-off. It
+        runs eagerly too; wrap the call in ``tf.function`` for speed.
 
         Args:
             inputs: ``x`` or ``[x, boundaries]`` as in ``call``.
@@ -698,7 +712,7 @@ class DecoupledHRNN(keras.layers.Layer):
         if not lean or self.mode == "hrnn":
             with tf.GradientTape() as tape:
                 loss = self.sequence_loss(inputs, targets, task_loss, mask=mask, seed=seed)
-            return loss, tape.gradient(loss, self.trainable_variables, unconnected_gradients="zero")
+            return loss, _gradient(tape, loss, self.trainable_variables)
         for cell in self.cells:
             if getattr(cell, "dropout", 0) or getattr(cell, "recurrent_dropout", 0):
                 raise ValueError(f"cell dropout is not supported by the lean path, got cell {cell.name}")
@@ -748,11 +762,11 @@ class DecoupledHRNN(keras.layers.Layer):
                     carry, segment, False, self.mode == "decoupled", task_loss, True
                 )
                 local = task_sum / valid_steps + sum((s * a for s, a in zip(scales, aux_sums)), zero)
-            g = tape.gradient(
+            g = _gradient(
+                tape,
                 [local] + [out[n] for n in floating],
                 list(variables) + [carry[n] for n in floating],
                 output_gradients=[tf.ones_like(local)] + [d_carry[n] for n in floating],
-                unconnected_gradients="zero",
             )
             grads = [a + b for a, b in zip(grads, g[: len(variables)])]
             d_carry = dict(zip(floating, g[len(variables) :]))
@@ -788,7 +802,7 @@ class DecoupledHRNN(keras.layers.Layer):
                     data, carry, start, tf.minimum(start + window, n_chunks), False, False, task_loss, True
                 )
                 local = task_sum / valid_steps
-            g = tape.gradient(local, variables, unconnected_gradients="zero")
+            g = _gradient(tape, local, variables)
             return start + window, carry, [a + b for a, b in zip(grads, g)], total + local
 
         _, _, grads, loss = tf.while_loop(

@@ -230,3 +230,18 @@ def test_every_output_depends_on_the_whole_past(periods):
     # bit-identical (before the fix, 24 of the 3 x 28 later outputs with periods [5, 5]); the weakest
     # real dependence here, 4 levels deep, is about 4e-6.
     assert difference.min() > 0, np.argwhere(difference == 0)[:5]
+
+
+@pytest.mark.parametrize("mode", ["hrnn", "gr_hrnn", "decoupled", "mr_hrnn"])
+def test_eager_gradients_equal_traced(mode):
+    """Eagerly, with a top level that never ticks (T=4 < 5 x 5), unconnected variables get zeros."""
+    cells = [keras.layers.GRUCell(8), keras.layers.SimpleRNNCell(6), keras.layers.GRUCell(5)]
+    layer = _layer(mode, cells=cells, periods=[5, 5])
+    x, y = _data(4)
+    eager_loss, eager = layer.loss_and_gradients(x, y, "sparse_categorical_crossentropy", seed=5)
+    traced_loss, traced = _grads(layer, True, x, y, "sparse_categorical_crossentropy", seed=5)
+    np.testing.assert_allclose(float(eager_loss), traced_loss, rtol=RTOL)
+    top = [v.path for v in layer.trainable_variables].index(layer.cells[2].kernel.path)
+    assert not np.any(eager[top].numpy())  # the top cell never runs
+    for a, b in zip(eager, traced):
+        np.testing.assert_allclose(a.numpy(), b, rtol=RTOL, atol=ATOL)
