@@ -100,8 +100,9 @@ class DecoupledHRNN(keras.layers.Layer):
     zeros from below), top down, so that level 0 sees the whole past at every
     step. Masked steps keep every state and never tick.
 
-    In ``decoupled`` mode each level ``j >= 1`` has a decoder (one tanh layer
-    of ``aux_hidden_units``, then a linear layer) that gets the output sent up
+    In ``decoupled`` mode (and ``hrnn`` with ``beta > 0``) each level
+    ``j >= 1`` has a decoder (one tanh layer of ``aux_hidden_units``, then a
+    linear layer) that gets the output sent up
     by level ``j - 1`` at a tick plus a one-hot index ``i`` drawn uniformly
     from 1..``periods[j - 1]`` (1..min(k, steps since the last tick) with
     boundaries). It must output the ``i``-th previous input of level
@@ -114,7 +115,9 @@ class DecoupledHRNN(keras.layers.Layer):
     return.
 
     Modes (``mode``):
-    - ``"hrnn"``: true gradients everywhere.
+    - ``"hrnn"``: true gradients everywhere; with ``beta > 0`` it has the
+      decoders too (the paper grid-searched beta for this baseline), and their
+      losses backpropagate through the whole hierarchy.
     - ``"gr_hrnn"``: the upward edges go through ``tf.stop_gradient``, so
       dh^U/dh^L = 0 at each tick; no auxiliary loss.
     - ``"decoupled"``: ``gr_hrnn`` plus the auxiliary losses (the paper).
@@ -143,7 +146,8 @@ class DecoupledHRNN(keras.layers.Layer):
         mode: one of ``"hrnn"``, ``"gr_hrnn"``, ``"decoupled"``,
             ``"mr_hrnn"``.
         beta: auxiliary loss weight, >= 0: a float, or one per level above
-            the first.
+            the first. None: 1 in ``decoupled`` mode, 0 in the others;
+            ``gr_hrnn`` and ``mr_hrnn`` take only 0.
         aux_hidden_units: width of each decoder's hidden layer.
         aux_loss: level-1 reconstruction loss: ``"mse"`` for real-valued
             inputs, ``"categorical_crossentropy"`` for one-hot inputs.
@@ -160,7 +164,7 @@ class DecoupledHRNN(keras.layers.Layer):
             with a boolean ``boundaries`` of shape (batch, T): level 1 ticks
             after each step where it is true instead of every
             ``periods[0]`` steps.
-        training: whether to add the auxiliary loss (``decoupled`` mode).
+        training: whether to add the auxiliary loss (when the layer has decoders).
         mask: boolean (batch, T) mask of valid steps.
 
     Returns:
@@ -191,7 +195,7 @@ class DecoupledHRNN(keras.layers.Layer):
         cells: Sequence[keras.layers.Layer | dict],
         periods: int | Sequence[int],
         mode: str = "decoupled",
-        beta: float | Sequence[float] = 1.0,
+        beta: float | Sequence[float] | None = None,
         aux_hidden_units: int = 128,
         aux_loss: str = "mse",
         output_units: int | None = None,
@@ -211,9 +215,11 @@ class DecoupledHRNN(keras.layers.Layer):
             )
         if mode not in MODES:
             raise ValueError(f"Unknown mode={mode!r}; expected one of {MODES}")
-        beta_list = _as_list(beta, levels - 1)
+        beta_list = _as_list((1.0 if mode == "decoupled" else 0.0) if beta is None else beta, levels - 1)
         if len(beta_list) != levels - 1 or any(float(b) < 0 for b in beta_list):
             raise ValueError(f"beta must be >= 0 (a float or {levels - 1} floats), got beta={beta!r}")
+        if mode in ("gr_hrnn", "mr_hrnn") and any(float(b) > 0 for b in beta_list):
+            raise ValueError(f"mode={mode!r} has no decoders, so beta must be 0, got beta={beta!r}")
         if aux_loss not in AUX_LOSSES:
             raise ValueError(f"Unknown aux_loss={aux_loss!r}; expected one of {AUX_LOSSES}")
         if aux_hidden_units < 1:
@@ -236,6 +242,7 @@ class DecoupledHRNN(keras.layers.Layer):
         self.seed = seed
         self._periods = [int(k) for k in period_list]
         self._betas = [float(b) for b in beta_list]
+        self._decoders = mode == "decoupled" or (mode == "hrnn" and any(b > 0 for b in self._betas))
         self._seed_generator = keras.random.SeedGenerator(seed)
         self.supports_masking = True
 
@@ -258,7 +265,7 @@ class DecoupledHRNN(keras.layers.Layer):
                 cell.build((None, below + above))
         self.decoder_hidden = []
         self.decoder_output = []
-        if self.mode == "decoupled":
+        if self._decoders:
             for level in range(1, self.levels):
                 target = features if level == 1 else self._output_size(level - 2)
                 source = self._output_size(level - 1) + self._periods[level - 1]
@@ -298,7 +305,12 @@ class DecoupledHRNN(keras.layers.Layer):
         return x, boundaries
 
     def _check_length(self, x: tf.Tensor, boundaries: tf.Tensor | None) -> None:
-        """Raises if padding is needed but not allowed."""
+        """Raises if padding is needed but not allowed, or for ``mr_hrnn`` with boundaries."""
+        if boundaries is not None and self.mode == "mr_hrnn":
+            raise ValueError(
+                "mode='mr_hrnn' takes no boundaries input: its truncation windows count periodic segments, "
+                "which boundary-driven ticks do not have"
+            )
         length = x.shape[1]
         span = math.prod(self._periods) if boundaries is None else self._periods[0]
         if not self.allow_padding and length is not None and length % span:
@@ -593,7 +605,7 @@ class DecoupledHRNN(keras.layers.Layer):
         x, boundaries = self._split_inputs(inputs)
         if isinstance(mask, (list, tuple)):
             mask = mask[0]
-        compute_aux = bool(training) and self.mode == "decoupled"
+        compute_aux = bool(training) and self._decoders
         data = self._prepare(x, mask, boundaries, None, self._uniforms(x, None, compute_aux))
         n_chunks = tf.shape(data["x"])[0]
         window = self._window_chunks(tf.shape(x)[1]) if self.mode == "mr_hrnn" else None
@@ -637,7 +649,7 @@ class DecoupledHRNN(keras.layers.Layer):
             if task_loss not in TASK_LOSSES:
                 raise ValueError(f"Unknown task_loss={task_loss!r}; expected a callable or one of {tuple(TASK_LOSSES)}")
             task_loss = TASK_LOSSES[task_loss]
-        data = self._prepare(x, mask, boundaries, targets, self._uniforms(x, seed, self.mode == "decoupled"))
+        data = self._prepare(x, mask, boundaries, targets, self._uniforms(x, seed, self._decoders))
         valid_steps = tf.maximum(tf.reduce_sum(tf.cast(data["mask"], self.compute_dtype)), 1.0)
         return data, task_loss, valid_steps, tf.shape(x)[1], boundaries is not None
 
@@ -663,7 +675,7 @@ class DecoupledHRNN(keras.layers.Layer):
 
         Returns:
             The mean task loss over valid steps, plus ``beta`` times the mean
-            auxiliary loss of each level in ``decoupled`` mode.
+            auxiliary loss of each level when the layer has decoders.
         """
         data, task_loss, valid_steps, length, boundary_mode = self._loss_inputs(inputs, targets, task_loss, mask, seed)
         window = self._window_chunks(length) if self.mode == "mr_hrnn" else None
@@ -673,7 +685,7 @@ class DecoupledHRNN(keras.layers.Layer):
             tf.constant(0),
             tf.shape(data["x"])[0],
             collect_outputs=False,
-            compute_aux=self.mode == "decoupled",
+            compute_aux=self._decoders,
             task_loss=task_loss,
             training=training,
             window=window,
@@ -759,7 +771,7 @@ class DecoupledHRNN(keras.layers.Layer):
             with tf.GradientTape() as tape:
                 tape.watch([carry[n] for n in floating])
                 out, _, task_sum, aux_sums, _ = self._segment(
-                    carry, segment, False, self.mode == "decoupled", task_loss, True
+                    carry, segment, False, self._decoders, task_loss, True
                 )
                 local = task_sum / valid_steps + sum((s * a for s, a in zip(scales, aux_sums)), zero)
             g = _gradient(

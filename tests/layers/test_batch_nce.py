@@ -307,10 +307,8 @@ def test_noise_scope_of_sequences(scope):
     loss = layer([hidden, targets], training=True).numpy()
     assert loss.shape == (3, 4)
     if scope == "time_step":
-        expected = np.stack(
-            [numpy_bnce(hidden[:, t], problem["kernel"], problem["bias"], targets[:, t], noise)["loss"] for t in range(4)],
-            axis=1,
-        )
+        steps = [numpy_bnce(hidden[:, t], problem["kernel"], problem["bias"], targets[:, t], noise) for t in range(4)]
+        expected = np.stack([step["loss"] for step in steps], axis=1)
     else:
         flat = numpy_bnce(hidden.reshape(12, H), problem["kernel"], problem["bias"], targets.reshape(12), noise)
         expected = flat["loss"].reshape(3, 4)
