@@ -381,6 +381,24 @@ class DecoupledHRNN(keras.layers.Layer):
             name = f"state{level}_{i}"
             carry[name] = tf.where(where[:, None], state, carry[name])
 
+    def _cell_on_rows(
+        self, level: int, inputs: tf.Tensor, states: list[tf.Tensor], any_row: tf.Tensor, training: bool | None
+    ) -> list[tf.Tensor]:
+        """Level ``level``'s cell on gathered rows; the states unchanged when there are none."""
+
+        def run() -> list[tf.Tensor]:
+            return tf.nest.flatten(self.cells[level](inputs, states, training=training)[1])
+
+        return tf.cond(any_row, run, lambda: list(states))
+
+    def _scatter_states(
+        self, carry: dict[str, tf.Tensor], level: int, states: list[tf.Tensor], rows: tf.Tensor
+    ) -> None:
+        """Writes ``states`` (one row per entry of ``rows``) into rows ``rows`` of level ``level``'s states."""
+        for i, state in enumerate(states):
+            name = f"state{level}_{i}"
+            carry[name] = tf.tensor_scatter_nd_update(carry[name], rows[:, None], state)
+
     def _push(self, carry: dict[str, tf.Tensor], level: int, value: tf.Tensor, where: tf.Tensor) -> None:
         """Writes ``value`` into level ``level``'s ring buffer where ``where``."""
         size = self._periods[level - 1]
@@ -419,28 +437,41 @@ class DecoupledHRNN(keras.layers.Layer):
         compute_aux: bool,
         training: bool | None,
     ) -> tuple[dict[str, tf.Tensor], list[tf.Tensor], list[tf.Tensor]]:
-        """Levels 1.. tick where ``tick``; returns the carry and per-level aux sums and counts."""
+        """Levels 1.. tick where ``tick``; returns the carry and per-level aux sums and counts.
+
+        The cells and decoders of the upper levels run on the ticking rows only (gathered, then
+        scattered back), so boundary-driven ticks cost what the ticks need, not a full batch per step.
+        """
         restricted = self.mode in ("gr_hrnn", "decoupled")
         sums, counts, ticks = [], [], []
         sent = carry["state0_0"]
         for level in range(1, self.levels):
             ticks.append(tick)
+            rows = tf.where(tick)[:, 0]
             period = self._periods[level - 1]
             if level > 1:
                 aux_index = 1 + tf.cast(tf.floor(uniforms[:, level - 1] * period), tf.int32)
                 aux_index = tf.minimum(aux_index, period)
                 aux_target = self._from_buffer(carry, level, aux_index)
                 aux_valid = tf.ones_like(tick)
-            weight = tf.cast(tf.logical_and(tick, aux_valid), sent.dtype)
+            weight = tf.cast(tf.gather(aux_valid, rows), sent.dtype)
             counts.append(tf.reduce_sum(weight))
+            sent_rows = tf.gather(sent, rows)
+            any_row = tf.size(rows) > 0  # Keras cells fail on an empty batch
             if compute_aux:
-                sums.append(tf.reduce_sum(self._aux_loss(level, sent, aux_index, aux_target) * weight))
+                index_rows, target_rows = tf.gather(aux_index, rows), tf.gather(aux_target, rows)
+                sums.append(tf.cond(
+                    any_row,
+                    lambda: tf.reduce_sum(self._aux_loss(level, sent_rows, index_rows, target_rows) * weight),
+                    lambda: tf.zeros([], sent.dtype),
+                ))
             else:
                 sums.append(tf.zeros([], sent.dtype))
-            upward = tf.stop_gradient(sent) if restricted else sent
-            cell_input = [upward] + ([carry[f"state{level + 1}_0"]] if level + 1 < self.levels else [])
-            _, new_states = self.cells[level](tf.concat(cell_input, -1), self._states(carry, level), training=training)
-            self._set_states(carry, level, tf.nest.flatten(new_states), tick)
+            upward = tf.stop_gradient(sent_rows) if restricted else sent_rows
+            cell_input = [upward] + ([tf.gather(carry[f"state{level + 1}_0"], rows)] if level + 1 < self.levels else [])
+            states = [tf.gather(s, rows) for s in self._states(carry, level)]
+            new_states = self._cell_on_rows(level, tf.concat(cell_input, -1), states, any_row, training)
+            self._scatter_states(carry, level, new_states, rows)
             below = self._states(carry, level - 1)
             self._set_states(carry, level - 1, [tf.zeros_like(s) for s in below], tick)
             if level + 1 < self.levels:
@@ -453,11 +484,14 @@ class DecoupledHRNN(keras.layers.Layer):
         # A level j >= 1 reset by level j + 1 starts again from one step of its cell on level j + 1's
         # new output (zero input from below), top down, so that level 0 sees the whole past at every step.
         for level in range(self.levels - 2, 0, -1):
-            below_input = tf.zeros([tf.shape(sent)[0], self._output_size(level - 1)], sent.dtype)
-            zero_states = [tf.zeros_like(s) for s in self._states(carry, level)]
-            cell_input = tf.concat([below_input, carry[f"state{level + 1}_0"]], -1)
-            _, primed = self.cells[level](cell_input, zero_states, training=training)
-            self._set_states(carry, level, tf.nest.flatten(primed), ticks[level])
+            rows = tf.where(ticks[level])[:, 0]
+            above = tf.gather(carry[f"state{level + 1}_0"], rows)
+            below_input = tf.zeros([tf.shape(rows)[0], self._output_size(level - 1)], above.dtype)
+            zero_states = [tf.zeros([tf.shape(rows)[0], s.shape[-1]], s.dtype) for s in self._states(carry, level)]
+            primed = self._cell_on_rows(
+                level, tf.concat([below_input, above], -1), zero_states, tf.size(rows) > 0, training
+            )
+            self._scatter_states(carry, level, primed, rows)
         return carry, sums, counts
 
     def _segment(
