@@ -78,6 +78,9 @@ class HRNNCharLMConfig(HRNNConfig):
     def validate(self) -> None:
         super().validate()
         require(len(self.units) == 2, "units", self.units, "two integers (lower and upper level)")
+        require(self.mode != "mr_hrnn", "mode", self.mode,
+                "hrnn, gr_hrnn or decoupled (mr_hrnn truncates to windows of periodic segments, "
+                "which word-boundary ticks do not have)")
         require(self.corpus in CORPORA, "corpus", self.corpus, f"one of {', '.join(CORPORA)}")
         require(self.seq_len >= 2, "seq_len", self.seq_len, "an integer >= 2")
         require(self.max_chars is None or self.max_chars >= 1000, "max_chars", self.max_chars,

@@ -60,7 +60,7 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="train, evaluate and export a pipeline")
     run.add_argument("name", metavar="NAME", help="pipeline name (see `seqapps list`)")
-    run.add_argument("--preset", default="default", choices=["tiny", "default", "full"])
+    run.add_argument("--preset", default="default", help="tiny, default, full, or one of the pipeline's own")
     run.add_argument("--data", default=None, help="your data (default: the embedded data set)")
     run.add_argument("--config", default=None, help="YAML file of config fields")
     run.add_argument("--out", default="saved_models", help="export root (default: saved_models)")

@@ -23,15 +23,17 @@ REGISTERED = {
     "seqapps.layers.ngram_context": ("NGramContext",),
     "seqapps.layers.time_features": ("CalendarFeatures", "SeasonalDifference", "SeasonalNaive"),
     "seqapps.losses": ("ScaledMeanAbsoluteError", "per_token_training_loss"),
+    "seqapps.training": ("SGD", "Adam"),
 }
-_MODELS_AND_FUNCTIONS = {"HRNNSequenceModel", "CTCSpeechModel", "ScaledMeanAbsoluteError", "per_token_training_loss"}
+_MODELS_AND_FUNCTIONS = {"HRNNSequenceModel", "CTCSpeechModel", "ScaledMeanAbsoluteError", "per_token_training_loss",
+                         "SGD", "Adam"}
 
 for _module in REGISTERED:
     importlib.import_module(_module)
 
 
 def __getattr__(name: str) -> Any:
-    """``LAYERS``: the registered layers; ``OTHERS``: the registered models, losses and functions."""
+    """``LAYERS``: the registered layers; ``OTHERS``: the registered models, losses, optimizers and functions."""
     if name not in ("LAYERS", "OTHERS"):
         raise AttributeError(name)
     objects = [getattr(importlib.import_module(module), item) for module, items in REGISTERED.items()

@@ -128,12 +128,90 @@ def remove_backup(checkpoint_dir: Path, strategy: tf.distribute.Strategy) -> Non
         own.parent.rmdir()
 
 
+def sum_duplicate_rows(grad: Any) -> Any:
+    """An ``IndexedSlices`` gradient with the rows of each index summed (other gradients unchanged).
+
+    Sorting keeps every shape static, so this runs under XLA (``tf.unique`` would not): the
+    result has as many rows as ``grad``, the sums first, then zero rows.
+
+    Args:
+        grad: a tensor, ``tf.IndexedSlices`` or None.
+
+    Returns:
+        ``grad``, or its slices with unique indices apart from zero-valued padding rows.
+    """
+    if not isinstance(grad, tf.IndexedSlices):
+        return grad
+    order = tf.argsort(grad.indices)
+    ids = tf.gather(grad.indices, order)
+    starts = tf.concat([tf.zeros_like(ids[:1]), tf.cast(ids[1:] != ids[:-1], ids.dtype)], 0)
+    segments = tf.cumsum(starts)
+    rows = tf.shape(ids)[0]
+    values = tf.math.unsorted_segment_sum(tf.gather(grad.values, order), segments, rows)
+    indices = tf.math.unsorted_segment_max(ids, segments, rows)
+    real = tf.range(rows, dtype=ids.dtype) <= segments[-1:]
+    indices = tf.where(real, indices, tf.reduce_min(ids))  # zero padding rows: any valid index
+    return tf.IndexedSlices(values, indices, grad.dense_shape)
+
+
+def clip_by_global_norm(grads: Sequence[Any], clip_norm: float) -> list[Any]:
+    """Scales ``grads`` so that the norm of the summed (dense-equivalent) gradients is at most ``clip_norm``.
+
+    Unlike Keras' ``global_clipnorm``, an ``IndexedSlices`` gradient with duplicate rows
+    (embeddings, ``BatchNCE``) has its duplicates summed first (``sum_duplicate_rows``), so
+    the norm, and the clipping, are those of the dense gradient.
+
+    Args:
+        grads: tensors, ``tf.IndexedSlices`` or None.
+        clip_norm: the largest global norm.
+
+    Returns:
+        The scaled gradients (NaN everywhere if the norm is not finite, as in Keras).
+    """
+    grads = [sum_duplicate_rows(g) for g in grads]
+    present = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads if g is not None]
+    if not present:
+        return grads
+    norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float32))) for g in present]))
+    scale = clip_norm * tf.minimum(1.0 / norm, 1.0 / clip_norm) + (norm - norm)
+
+    def scaled(g: Any) -> Any:
+        if isinstance(g, tf.IndexedSlices):
+            return tf.IndexedSlices(g.values * tf.cast(scale, g.values.dtype), g.indices, g.dense_shape)
+        return None if g is None else g * tf.cast(scale, g.dtype)
+
+    return [scaled(g) for g in grads]
+
+
+class _DenseEquivalentClipping:
+    """Optimizer mixin: duplicate sparse rows summed before clipping and the update."""
+
+    def _clip_gradients(self, grads: list) -> list:
+        if self.global_clipnorm and self.global_clipnorm > 0:
+            return clip_by_global_norm(grads, self.global_clipnorm)
+        return super()._clip_gradients([sum_duplicate_rows(g) for g in grads])
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+class SGD(_DenseEquivalentClipping, keras.optimizers.SGD):
+    """``keras.optimizers.SGD`` whose sparse gradients clip and update as their dense sums do."""
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+class Adam(_DenseEquivalentClipping, keras.optimizers.Adam):
+    """``keras.optimizers.Adam`` whose sparse gradients clip and update as their dense sums do.
+
+    Keras' Adam squares each duplicate slice on its own, so without the summing its second
+    moment would differ from the dense gradient's.
+    """
+
+
 def make_optimizer(config: TrainingConfig) -> keras.optimizers.Optimizer:
-    """Returns the configured optimizer with global gradient-norm clipping."""
+    """Returns the configured optimizer with global gradient-norm clipping (see ``clip_by_global_norm``)."""
     clip = {"global_clipnorm": config.clipnorm} if config.clipnorm > 0 else {}
     if config.optimizer == "sgd":
-        return keras.optimizers.SGD(learning_rate=config.learning_rate, **clip)
-    return keras.optimizers.Adam(learning_rate=config.learning_rate, **clip)
+        return SGD(learning_rate=config.learning_rate, **clip)
+    return Adam(learning_rate=config.learning_rate, **clip)
 
 
 def _adapt_to_distribution(model: keras.Model, train: tf.data.Dataset) -> None:
