@@ -69,3 +69,9 @@ def test_saved_config_round_trips():
     saved = yaml.safe_load(dump_config(config, "toy", "tiny"))
     assert saved["pipeline"] == "toy" and saved["preset"] == "tiny"
     assert resolve_config(ToyConfig, "tiny", base=saved["config"]) == config
+
+
+def test_exponent_floats_without_a_dot_are_numbers():
+    from seqapps.config import TrainingConfig, resolve_config
+
+    assert resolve_config(TrainingConfig, "default", overrides=["learning_rate=3e-4"]).learning_rate == 3e-4

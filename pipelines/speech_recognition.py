@@ -1,0 +1,410 @@
+"""Speech recognition: a deep bidirectional RNN with CTC, from waveform to transcript (Graves and Jaitly 2014).
+
+Model (``seqapps.layers.ctc.CTCSpeechModel``): log-mel features computed in the
+graph, normalised per utterance, time subsampled by a strided convolution, then
+stacked bidirectional GRU/LSTM layers and logits over the characters plus the CTC
+blank, trained with ``tf.nn.ctc_loss``. ``--set encoder=hrnn`` swaps the recurrent
+stack for a causal ``DecoupledHRNN`` (lower level at the subsampled frame rate,
+upper level every ``hrnn_periods`` frames), trained in its memory-lean mode; its
+input frames are stacked rather than convolved, since the lean gradients stop at
+the layer's inputs.
+
+Data: without ``--data``, a spoken-sentence corpus generated with espeak-ng
+(``seqapps.data.speech``; GPL-3+ synthesiser, sentences from the KJV Bible, public
+domain, or for ``tiny`` from Python's help topics, PSF) into ``$SEQAPPS_DATA``.
+Validation and test are spoken by voice variants and read sentences that training
+never hears. ``--data folder/ --set csv=metadata.csv`` reads a folder of audio
+files with a ``path,transcript`` table (LJSpeech / Common Voice layout); of every
+100 rows, ``val_fraction`` and ``test_fraction`` go to validation and test.
+Transcripts are lower-cased; the character set is learned from the training
+transcripts. A character outside it is an error listing it (``oov=error``) or is
+deleted (``oov=drop``). Clips longer than ``max_seconds``, silent clips, and
+transcripts too long for their audio's frames are errors naming the row.
+
+Metrics: CER and WER (``jiwer``) of greedy and beam decoding on the test split,
+beside two baselines: the empty transcript and the most frequent training sentence.
+
+Export (waveforms at 16 kHz, zero-padded):
+- ``serving_default``: ``waveform`` float32 [batch, samples], ``length`` int32 [batch]
+  -> ``transcript`` string [batch], ``score`` float32 [batch] (greedy path log-probability).
+- ``beam``: the same inputs -> the CTC beam-search transcript and its log-probability.
+- ``wav_bytes``: ``wav`` string [batch] (encoded WAV at any rate, resampled in-graph)
+  -> ``transcript``, ``score``.
+- ``words``: the same inputs as ``serving_default`` -> ``words`` string [batch, W],
+  ``start``/``end`` seconds and ``confidence`` float32 [batch, W], ``num_words`` int32
+  [batch]: the words of the greedy transcript with their times from the CTC posteriors.
+A waveform holding NaN or Inf, or longer than ``max_seconds``, is rejected
+(InvalidArgument, HTTP 400; ``seqapps predict`` cuts long files itself). Silence is
+valid input; what it decodes to is whatever the model emits for floor-level features
+(an untrained model may emit characters).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from seqapps.config import TrainingConfig, require
+from seqapps.data import speech
+from seqapps.data import text as text_data
+from seqapps.errors import DataError
+from seqapps.layers import ctc
+from seqapps.metrics import character_error_rate, word_error_rate
+from seqapps.pipeline import Pipeline, Splits
+
+CORPORA = {"kjv": lambda: text_data.kjv_bible().lines, "pydoc": lambda: text_data.pydoc_topics().lines}
+SPLITS = ("train", "val", "test")
+
+
+@dataclasses.dataclass
+class SpeechRecognitionConfig(TrainingConfig):
+    """Speech recognition settings.
+
+    Attributes:
+        corpus: sentences of the generated corpus without ``--data``: "kjv" or "pydoc".
+        train_utterances, val_utterances, test_utterances: generated utterances per split.
+        csv: the transcript table inside the ``--data`` folder.
+        val_fraction, test_fraction: shares of the user's rows held out.
+        oov: transcript characters outside the character set: "error" or "drop".
+        max_seconds: the longest clip (training data and ``seqapps predict`` windows).
+        n_mels, n_fft, hop_length: the log-mel front end (samples at 16 kHz).
+        stride: time subsampling of the features.
+        conv_filters: filters of the subsampling convolution (0: stack frames).
+        encoder: "birnn" or "hrnn".
+        cell: "gru" or "lstm".
+        units: units per direction of each layer (birnn) or per level (hrnn).
+        dropout: between recurrent layers (birnn).
+        hrnn_periods, hrnn_mode: the HRNN's ticks and training mode.
+        beam_width: beams of the CTC beam search.
+    """
+
+    corpus: str = "kjv"
+    train_utterances: int = 4000
+    val_utterances: int = 200
+    test_utterances: int = 400
+    csv: str = "metadata.csv"
+    val_fraction: float = 0.05
+    test_fraction: float = 0.1
+    oov: str = "error"
+    max_seconds: float = 15.0
+    n_mels: int = 40
+    n_fft: int = 400
+    hop_length: int = 160
+    stride: int = 3
+    conv_filters: int = 96
+    encoder: str = "birnn"
+    cell: str = "gru"
+    units: list[int] = dataclasses.field(default_factory=lambda: [128, 128])
+    dropout: float = 0.1
+    hrnn_periods: int = 4
+    hrnn_mode: str = "decoupled"
+    beam_width: int = 8
+    batch_size: int = 16
+    learning_rate: float = 1e-3
+    epochs: int = 15
+    early_stopping_patience: int = 3
+    lr_patience: int = 1
+
+    PRESETS = {
+        "tiny": {"corpus": "pydoc", "train_utterances": 24, "val_utterances": 4, "test_utterances": 4,
+                 "n_mels": 20, "conv_filters": 16, "units": [16], "epochs": 1, "batch_size": 8, "beam_width": 2},
+        "default": {},
+        "full": {"train_utterances": 40000, "val_utterances": 1000, "test_utterances": 2000,
+                 "conv_filters": 256, "units": [320, 320, 320], "epochs": 40, "early_stopping_patience": 5},
+    }
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.corpus in CORPORA, "corpus", self.corpus, f"one of {', '.join(CORPORA)}")
+        for name in ("train_utterances", "val_utterances", "test_utterances", "n_mels", "n_fft", "hop_length",
+                     "stride", "hrnn_periods", "beam_width"):
+            require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
+        require(0 < self.val_fraction and 0 < self.test_fraction and self.val_fraction + self.test_fraction <= 0.5,
+                "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
+        require(self.oov in speech.OOV_POLICIES, "oov", self.oov, f"one of {', '.join(speech.OOV_POLICIES)}")
+        require(self.max_seconds > 0, "max_seconds", self.max_seconds, "a number > 0")
+        require(self.conv_filters >= 0, "conv_filters", self.conv_filters, "an integer >= 0")
+        require(self.encoder in ctc.ENCODERS, "encoder", self.encoder, f"one of {', '.join(ctc.ENCODERS)}")
+        require(self.cell in ctc.CELLS, "cell", self.cell, f"one of {', '.join(ctc.CELLS)}")
+        require(bool(self.units) and min(self.units) >= 1, "units", self.units, "a list of integers >= 1")
+        require(self.encoder != "hrnn" or len(self.units) >= 2, "units", self.units,
+                "at least two integers (one per HRNN level) with encoder=hrnn")
+        require(0 <= self.dropout < 1, "dropout", self.dropout, "a number in [0, 1)")
+
+
+def _output_frames(config: SpeechRecognitionConfig, samples: int) -> int:
+    """Output frames of a clip (as ``CTCSpeechModel.output_lengths``: centred STFT frames, subsampled)."""
+    return -(-(1 + samples // config.hop_length) // config.stride)
+
+
+def _ctc_frames_needed(ids: list[int]) -> int:
+    """Frames a CTC path needs: one per label plus a blank between equal neighbours."""
+    return len(ids) + sum(a == b for a, b in itertools.pairwise(ids))
+
+
+class SpeechRecognition(Pipeline):
+    """Speech to text: a deep bidirectional RNN (or decoupled HRNN) with CTC over characters, and word timings."""
+
+    Config = SpeechRecognitionConfig
+
+    # --- data -------------------------------------------------------------------------------
+
+    def load_data(self, config: SpeechRecognitionConfig, data_path: str | None,
+                  state: dict[str, Any] | None = None) -> Splits:
+        words: dict[str, list] = {}
+        if data_path:
+            rows = speech.read_transcripts(data_path, config.csv)
+            parts = text_data.split_lines(rows, config.val_fraction, config.test_fraction)
+            source = {"source": str(Path(data_path) / config.csv), "licence": "the user's"}
+        else:
+            spec = speech.CorpusSpec(config.corpus, {"train": config.train_utterances, "val": config.val_utterances,
+                                                      "test": config.test_utterances}, seed=config.seed)
+            root = speech.espeak_corpus(spec, CORPORA[config.corpus])
+            parts, words = speech.read_generated(root)
+            source = {"source": f"espeak-ng ({root})", "licence": "generated (espeak-ng GPL-3+; text "
+                      + ("public domain KJV" if config.corpus == "kjv" else "PSF pydoc topics") + ")"}
+        if state is None:
+            # the generated corpus speaks letters, the apostrophe and spaces by construction
+            learned = speech.SPOKEN_CHARS if not data_path else {c for u in parts["train"] for c in u.transcript}
+            chars = sorted(set(learned) | {" "})
+            state = {"chars": ["", *chars], "sample_rate": speech.SAMPLE_RATE, "beam_width": config.beam_width,
+                     "max_seconds": config.max_seconds}
+        charset = state["chars"][1:]
+        index = {c: i for i, c in enumerate(state["chars"]) if c}
+        datasets, arrays = {}, {}
+        for split in SPLITS:
+            utterances = speech.apply_charset(parts[split], charset, config.oov)
+            labels = [[index[c] for c in u.transcript] for u in utterances]
+            clips = []  # 16-bit PCM, half the memory of float32
+            for start in range(0, len(utterances), 256):
+                for utterance, waveform in zip(utterances[start:start + 256], speech.load_waveforms(
+                        utterances[start:start + 256], config.max_seconds)):
+                    clips.append(np.round(np.clip(waveform, -1.0, 1.0) * 32767).astype(np.int16))
+                    if _ctc_frames_needed(labels[len(clips) - 1]) > _output_frames(config, waveform.size):
+                        raise DataError(f"{utterance.where}: the transcript ({len(utterance.transcript)} characters) "
+                                        f"is too long for {waveform.size / speech.SAMPLE_RATE:.2f} s of audio at "
+                                        f"{1000 * config.stride * config.hop_length / speech.SAMPLE_RATE:g} ms "
+                                        "per output frame; check the line, or lower stride")
+            lengths = np.array([clip.size for clip in clips], np.int32)
+            inputs = tf.data.Dataset.from_tensor_slices(
+                {"waveform": tf.RaggedTensor.from_row_lengths(np.concatenate(clips), lengths), "length": lengths})
+            targets = tf.data.Dataset.from_tensor_slices(tf.ragged.constant(labels, dtype=tf.int32))
+            datasets[split] = tf.data.Dataset.zip(inputs, targets).map(_to_float)
+            arrays[split] = {"transcripts": [u.transcript for u in utterances],
+                             "paths": [str(u.path) for u in utterances]}
+        arrays["words"] = words
+        report = {**source, "utterances": {s: len(arrays[s]["transcripts"]) for s in SPLITS},
+                  "characters": len(charset)}
+        return Splits(datasets["train"], datasets["val"], datasets["test"], state=state, report=report, arrays=arrays)
+
+    # --- model ------------------------------------------------------------------------------
+
+    def build_model(self, config: SpeechRecognitionConfig, data: Splits) -> keras.Model:
+        model = ctc.CTCSpeechModel(
+            num_classes=len(data.state["chars"]), sample_rate=data.state["sample_rate"], n_fft=config.n_fft,
+            hop_length=config.hop_length, n_mels=config.n_mels, stride=config.stride,
+            conv_filters=config.conv_filters, encoder=config.encoder, cell=config.cell, units=config.units,
+            dropout=config.dropout, hrnn_periods=config.hrnn_periods, hrnn_mode=config.hrnn_mode, name=self.name)
+        model.build()
+        return model
+
+    def compile_args(self, config: SpeechRecognitionConfig, data: Splits) -> dict[str, Any]:
+        return {"jit_compile": False}  # the model's train_step computes the CTC loss
+
+    # --- evaluation -------------------------------------------------------------------------
+
+    def transcribe(self, model: keras.Model, dataset: tf.data.Dataset, chars: list[str],
+                   beam_width: int) -> dict[str, list]:
+        """Greedy and beam transcripts, and the greedy words' start times, of a dataset of ``(inputs, labels)``."""
+        table = tf.constant(chars)
+        space_id = chars.index(" ")
+
+        @tf.function(reduce_retracing=True)
+        def decode(inputs: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+            logits = model(inputs, training=False)
+            lengths = model.output_lengths(inputs["length"])
+            spans = ctc.ctc_word_spans(logits, lengths, table, space_id, model.seconds_per_frame)
+            return (ctc.ids_to_text(ctc.ctc_greedy_decode(logits, lengths)[0], table),
+                    ctc.ids_to_text(ctc.ctc_beam_decode(logits, lengths, beam_width)[0], table),
+                    spans["start"], spans["num_words"])
+
+        found: dict[str, list] = {"greedy": [], "beam": [], "starts": []}
+        for inputs, _ in dataset.padded_batch(16):
+            greedy, beam, starts, counts = decode(inputs)
+            found["greedy"] += [t.decode("utf-8") for t in greedy.numpy()]
+            found["beam"] += [t.decode("utf-8") for t in beam.numpy()]
+            found["starts"] += [row[:n].tolist() for row, n in zip(starts.numpy(), counts.numpy())]
+        return found
+
+    def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+        truth = data.arrays["test"]["transcripts"]
+        found = self.transcribe(model, data.test, data.state["chars"], data.state["beam_width"])
+
+        def scores(hypotheses: list[str]) -> dict[str, float]:
+            return {"cer": character_error_rate(truth, hypotheses), "wer": word_error_rate(truth, hypotheses)}
+
+        metrics = {f"{kind}_{name}": value for kind in ("greedy", "beam")
+                   for name, value in scores(found[kind]).items()}
+        if data.arrays["words"]:
+            metrics.update(_word_timing_error(data, found))
+        common = collections.Counter(data.arrays["train"]["transcripts"]).most_common(1)[0][0]
+        return metrics, {"empty_transcript": scores([""] * len(truth)),
+                         "most_frequent_sentence": scores([common] * len(truth))}
+
+    # --- export and prediction --------------------------------------------------------------
+
+    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Any]:
+        from seqapps.data import audio
+        from seqapps.export import Signature
+
+        chars = tf.constant(data.state["chars"])
+        space_id = data.state["chars"].index(" ")
+        beam_width = int(data.state["beam_width"])
+        rate = int(data.state["sample_rate"])
+        max_samples = int(data.state["max_seconds"] * rate)
+        spec = {"waveform": tf.TensorSpec([None, None], tf.float32, name="waveform"),
+                "length": tf.TensorSpec([None], tf.int32, name="length")}
+        example = _example_batch(data)
+
+        def checked(raw: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            waveform = audio.assert_finite(raw["waveform"])
+            bounded = tf.debugging.assert_less_equal(
+                tf.shape(waveform)[1], max_samples,
+                message=f"a waveform is longer than max_seconds ({max_samples} samples at {rate} Hz); cut it")
+            with tf.control_dependencies([bounded]):
+                length = tf.clip_by_value(raw["length"], 0, tf.shape(waveform)[1])
+            return {"waveform": waveform, "length": length}
+
+        def from_wav(raw: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            waveform, length = audio.decode_wav(raw["wav"], rate, max_samples=max_samples)
+            return {"waveform": waveform, "length": length}
+
+        def logits(inputs: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
+            return model(inputs, training=False), model.output_lengths(inputs["length"])
+
+        def greedy(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            ids, score = ctc.ctc_greedy_decode(*logits(inputs))
+            return {"transcript": ctc.ids_to_text(ids, chars), "score": score}
+
+        def beam(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            ids, score = ctc.ctc_beam_decode(*logits(inputs), beam_width)
+            return {"transcript": ctc.ids_to_text(ids, chars), "score": score}
+
+        def words(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+            spans = ctc.ctc_word_spans(*logits(inputs), chars, space_id, model.seconds_per_frame)
+            duration = tf.cast(inputs["length"], tf.float32)[:, None] / rate  # the last frame overhangs the end
+            return {**spans, "start": tf.minimum(spans["start"], duration), "end": tf.minimum(spans["end"], duration)}
+
+        wav_example = {"wav": np.array([_wav_bytes(w[:n], rate) for w, n in zip(example["waveform"],
+                                                                                 example["length"])], dtype=object)}
+        return {"serving_default": Signature(spec, example, greedy, checked),
+                "beam": Signature(spec, example, beam, checked),
+                "words": Signature(spec, example, words, checked),
+                "wav_bytes": Signature({"wav": tf.TensorSpec([None], tf.string, name="wav")}, wav_example, greedy,
+                                       from_wav)}
+
+    def limits(self, config: SpeechRecognitionConfig, data: Splits) -> Any:
+        from seqapps.export import Limits
+
+        samples = int(config.max_seconds * data.state["sample_rate"])
+        # a WAV of max_seconds at up to 48 kHz, 16-bit stereo, plus its header
+        return Limits(max_batch_size=64, max_audio_samples=samples,
+                      max_string_bytes=int(config.max_seconds * 48000 * 4) + 4096)
+
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
+        """Reads audio files (any rate and format ``read_audio`` reads); long ones are cut at silences.
+
+        A file longer than ``max_seconds`` (saved in the state) becomes several rows, cut by
+        ``speech.split_at_silences``; ``format_prediction`` joins their transcripts.
+        """
+        from seqapps.data import audio
+
+        if not inputs:
+            raise DataError("expected one or more audio files")
+        rate, max_samples = int(state["sample_rate"]), int(state["max_seconds"] * state["sample_rate"])
+        pieces, self._files = [], []
+        for name in inputs:
+            waveform = audio.read_audio(name, rate)
+            for piece in speech.split_at_silences(waveform, max_samples, rate):
+                pieces.append(piece)
+                self._files.append(name)
+        batch = np.zeros((len(pieces), max(p.size for p in pieces)), np.float32)
+        for row, piece in zip(batch, pieces):
+            row[: piece.size] = piece
+        return {"waveform": batch, "length": np.array([p.size for p in pieces], np.int32)}
+
+    def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
+                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+        """Joins the pieces of each file: transcripts with spaces, or word lists with their times shifted."""
+        files = getattr(self, "_files", None) or [f"input {i + 1}" for i in range(len(inputs["length"]))]
+        offsets = np.zeros(len(files))
+        for i in range(1, len(files)):  # each piece starts where the one before it ended
+            offsets[i] = 0.0 if files[i] != files[i - 1] else offsets[i - 1] + inputs["length"][i - 1] / state[
+                "sample_rate"]
+        rows: dict[str, dict[str, Any]] = {}
+        for i, name in enumerate(files):
+            row = rows.setdefault(name, {"file": name, "pieces": 0})
+            row["pieces"] += 1
+            if "transcript" in outputs:
+                text = outputs["transcript"][i].decode("utf-8")
+                row["transcript"] = " ".join(t for t in (row.get("transcript", ""), text) if t)
+                row["score"] = round(row.get("score", 0.0) + float(outputs["score"][i]), 3)
+            else:
+                row.setdefault("words", []).extend(
+                    {"word": outputs["words"][i][j].decode("utf-8"),
+                     "start": round(float(outputs["start"][i][j] + offsets[i]), 3),
+                     "end": round(float(outputs["end"][i][j] + offsets[i]), 3),
+                     "confidence": round(float(outputs["confidence"][i][j]), 3)}
+                    for j in range(int(outputs["num_words"][i])))
+        lines = [f"{row['file']}: " + (row["transcript"] if "transcript" in row else " ".join(
+            f"{w['word']}[{w['start']:.2f}-{w['end']:.2f}]" for w in row["words"])) for row in rows.values()]
+        return "\n".join(lines), {"predictions": list(rows.values())}
+
+def _word_timing_error(data: Splits, found: dict[str, list]) -> dict[str, float]:
+    """Mean absolute error of the greedy words' start times against espeak-ng's word events.
+
+    Only test utterances whose greedy transcript is right are scored, and in them only
+    the words that start an espeak-ng event group (words sharing their neighbour's event
+    have no known start).
+    """
+    errors = []
+    for path, truth, hypothesis, starts in zip(data.arrays["test"]["paths"], data.arrays["test"]["transcripts"],
+                                               found["greedy"], found["starts"]):
+        if hypothesis != truth:
+            continue
+        known = [start for group, start, _ in data.arrays["words"]["/".join(Path(path).parts[-2:])]
+                 for start in [start] + [None] * group.count(" ")]
+        errors += [abs(found_start - start) for found_start, start in zip(starts, known) if start is not None]
+    return {"word_start_mae_s": float(np.mean(errors)) if errors else None, "timed_words": len(errors)}
+
+
+def _to_float(inputs: dict[str, tf.Tensor], labels: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+    return {"waveform": tf.cast(inputs["waveform"], tf.float32) / 32767.0, "length": inputs["length"]}, labels
+
+
+def _wav_bytes(waveform: np.ndarray, rate: int) -> bytes:
+    """A 16-bit PCM WAV file of ``waveform`` at 22,050 Hz (so the example exercises the in-graph resampler)."""
+    import io
+
+    import soundfile
+    from scipy import signal
+
+    buffer = io.BytesIO()
+    soundfile.write(buffer, signal.resample_poly(waveform, 22050 // 50, rate // 50), 22050, format="WAV",
+                    subtype="PCM_16")
+    return buffer.getvalue()
+
+
+def _example_batch(data: Splits, count: int = 2) -> dict[str, np.ndarray]:
+    """The first test clips, zero-padded: the export's example and warm-up request."""
+    waveforms = [inputs["waveform"].numpy() for inputs, _ in data.test.take(count)]
+    batch = np.zeros((len(waveforms), max(w.size for w in waveforms)), np.float32)
+    for row, waveform in zip(batch, waveforms):
+        row[: waveform.size] = waveform
+    return {"waveform": batch, "length": np.array([w.size for w in waveforms], np.int32)}

@@ -1,0 +1,73 @@
+"""Prediction intervals from calibration residuals (split conformal), and their scores.
+
+Forecast errors are larger in volatile weeks (winter weather, holidays) than in calm
+ones, so the intervals are locally weighted: the calibration residuals are divided
+by a scale read from each input window (``local_scale``), and the served interval
+is the forecast plus the calibrated offsets times the window's own scale.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def conformal_offsets(truth: np.ndarray, forecast: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
+    """Per-step residual quantiles on a calibration split: forecast + offset is that quantile.
+
+    Each forecast step (and target) gets its own offsets, since errors grow with the
+    horizon. With n calibration windows, quantile q is the ceil((n + 1) q)-th smallest
+    residual (the split-conformal rank) for q above one half, and the mirror rank below.
+
+    Args:
+        truth, forecast: calibration values, shape [N, ...].
+        quantiles: levels in (0, 1).
+
+    Returns:
+        Offsets of shape [len(quantiles), ...].
+    """
+    residuals = np.sort(truth - forecast, axis=0)
+    n = len(residuals)
+    ranks = [min(n, int(np.ceil((n + 1) * q))) - 1 if q >= 0.5 else max(0, int(np.floor((n + 1) * q)) - 1)
+             for q in quantiles]
+    return residuals[ranks]
+
+
+def local_scale(window: Any, lag: int, floor: float) -> Any:
+    """The mean absolute change over ``lag`` steps within each window, plus a floor.
+
+    Works on NumPy arrays and on tensors inside a served graph (Keras ops).
+
+    Args:
+        window: values of one column, shape [batch, lookback] with lookback > lag.
+        lag: the change is ``x[t] - x[t - lag]`` (a day, for hourly weather).
+        floor: added so that a constant window does not give a zero-width interval.
+
+    Returns:
+        Shape [batch].
+    """
+    from keras import ops
+
+    window = ops.convert_to_tensor(window, "float32")
+    return ops.mean(ops.abs(window[:, lag:] - window[:, :-lag]), axis=1) + floor
+
+
+def pinball_loss(truth: np.ndarray, quantile_forecasts: np.ndarray, quantiles: tuple[float, ...]) -> float:
+    """The mean pinball (quantile) loss over quantile levels and values.
+
+    Args:
+        truth: shape [N, ...].
+        quantile_forecasts: shape [len(quantiles), N, ...].
+        quantiles: levels in (0, 1).
+
+    Returns:
+        The mean over levels of mean(max(q (y - f), (q - 1) (y - f))); at q = 0.5 it is half the MAE.
+    """
+    errors = truth[None] - quantile_forecasts
+    levels = np.asarray(quantiles).reshape((-1,) + (1,) * truth.ndim)
+    return float(np.mean(np.maximum(levels * errors, (levels - 1) * errors)))
+
+
+def coverage(truth: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> float:
+    """The fraction of values inside [lower, upper]."""
+    return float(np.mean((truth >= lower) & (truth <= upper)))

@@ -1,0 +1,335 @@
+"""Connectionist temporal classification: a speech model trained with CTC, and in-graph decoders.
+
+Class ids: 0 is the CTC blank, ``1..C-1`` the characters. The decoders run in a
+TensorFlow graph (core ops only), so exports hold them:
+
+- ``ctc_greedy_decode``: the best path, repeats merged and blanks removed;
+- ``ctc_beam_decode``: ``tf.nn.ctc_beam_search_decoder`` (which wants the blank
+  last, so the classes are rotated);
+- ``ctc_word_spans``: each word of the greedy transcript with its start and end
+  time and a confidence, read from the frame posteriors.
+
+``CTCSpeechModel`` maps a padded waveform and its length to per-frame logits:
+log-mel features (in the model, so training and serving compute the same ones),
+per-utterance normalisation, time subsampling (a strided convolution, or frame
+stacking), then a stack of bidirectional GRU/LSTM layers or a ``DecoupledHRNN``,
+then logits over the characters and the blank. ``fit`` minimises
+``tf.nn.ctc_loss``; with the HRNN encoder it trains in the layer's memory-lean mode.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from seqapps.data.audio import LogMelSpectrogram
+from seqapps.layers.hierarchical_rnn import DecoupledHRNN
+
+BLANK = 0
+ENCODERS = ("birnn", "hrnn")
+CELLS = {"gru": keras.layers.GRU, "lstm": keras.layers.LSTM}
+CELL_TYPES = {"gru": keras.layers.GRUCell, "lstm": keras.layers.LSTMCell}
+
+
+def ctc_loss(labels: tf.Tensor, logits: tf.Tensor, logit_lengths: tf.Tensor) -> tf.Tensor:
+    """Per-example CTC negative log-likelihood.
+
+    Args:
+        labels: int [batch, L] class ids ``>= 1``, padded with 0.
+        logits: float [batch, T, C].
+        logit_lengths: int [batch] valid frames.
+
+    Returns:
+        float32 [batch] losses (nats).
+    """
+    labels = tf.cast(labels, tf.int32)
+    label_lengths = tf.reduce_sum(tf.cast(labels > 0, tf.int32), axis=1)
+    return tf.nn.ctc_loss(labels, tf.cast(logits, tf.float32), label_lengths, tf.cast(logit_lengths, tf.int32),
+                          logits_time_major=False, blank_index=BLANK)
+
+
+def ctc_greedy_decode(logits: tf.Tensor, lengths: tf.Tensor) -> tuple[tf.RaggedTensor, tf.Tensor]:
+    """Best-path decoding.
+
+    Args:
+        logits: float [batch, T, C].
+        lengths: int [batch] valid frames.
+
+    Returns:
+        ``(ids, scores)``: int32 ragged [batch, None] class ids (no blanks, repeats
+        merged), and the best path's log-probability [batch].
+    """
+    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+    best = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+    valid = tf.sequence_mask(lengths, tf.shape(best)[1])
+    previous = tf.pad(best[:, :-1], [[0, 0], [1, 0]], constant_values=-1)
+    keep = valid & (best != previous) & (best != BLANK)
+    scores = tf.reduce_sum(tf.where(valid, tf.reduce_max(log_probs, axis=-1), 0.0), axis=1)
+    return tf.ragged.boolean_mask(best, keep), scores
+
+
+def ctc_beam_decode(logits: tf.Tensor, lengths: tf.Tensor, beam_width: int) -> tuple[tf.RaggedTensor, tf.Tensor]:
+    """CTC beam search (``tf.nn.ctc_beam_search_decoder``), the best beam.
+
+    Args:
+        logits: float [batch, T, C].
+        lengths: int [batch] valid frames.
+        beam_width: beams kept.
+
+    Returns:
+        ``(ids, scores)``: int32 ragged [batch, None] class ids, and the beam's log-probability [batch].
+    """
+    rotated = tf.concat([logits[..., 1:], logits[..., :1]], axis=-1)  # the decoder's blank is the last class
+    decoded, log_probs = tf.nn.ctc_beam_search_decoder(tf.transpose(tf.cast(rotated, tf.float32), [1, 0, 2]),
+                                                       tf.cast(lengths, tf.int32), beam_width=beam_width, top_paths=1)
+    sparse = decoded[0]
+    batch = tf.shape(logits, out_type=tf.int64)[0]
+    sparse = tf.SparseTensor(sparse.indices, tf.cast(sparse.values, tf.int32) + 1,
+                             tf.stack([batch, tf.maximum(sparse.dense_shape[1], 0)]))
+    return tf.RaggedTensor.from_sparse(sparse), log_probs[:, 0]
+
+
+def ids_to_text(ids: tf.RaggedTensor, chars: tf.Tensor) -> tf.Tensor:
+    """Joins class ids into strings; ``chars[i]`` is the text of class ``i`` (``chars[0]`` the blank's, "")."""
+    return tf.strings.reduce_join(tf.gather(chars, ids), axis=-1)
+
+
+def ctc_word_spans(logits: tf.Tensor, lengths: tf.Tensor, chars: tf.Tensor, space_id: int,
+                   seconds_per_frame: float) -> dict[str, tf.Tensor]:
+    """The words of the greedy transcript with their times, from the frame posteriors.
+
+    The greedy path is cut into runs of one class. A word is the character runs
+    between space runs (or the ends): it starts at its first run's first frame and
+    ends after its last run's last frame. Its confidence is the mean, over its
+    characters, of the character's mean posterior over its run's frames.
+
+    Args:
+        logits: float [batch, T, C].
+        lengths: int [batch] valid frames.
+        chars: string [C], the text of each class (``chars[0]`` = "").
+        space_id: the class of the word separator.
+        seconds_per_frame: the time between output frames.
+
+    Returns:
+        ``words`` (string [batch, W], "" past the end), ``start`` and ``end``
+        (float32 seconds [batch, W]), ``confidence`` (float32 [batch, W]) and
+        ``num_words`` (int32 [batch]).
+    """
+    probs = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
+    best = tf.argmax(probs, axis=-1, output_type=tf.int32)
+    batch, frames = tf.shape(best)[0], tf.shape(best)[1]
+    lengths = tf.cast(lengths, tf.int32)
+    valid = tf.sequence_mask(lengths, frames)
+    previous = tf.pad(best[:, :-1], [[0, 0], [1, 0]], constant_values=-1)
+    change = valid & (best != previous)
+    times = tf.broadcast_to(tf.range(frames)[None], tf.shape(best))
+    run_start = tf.ragged.boolean_mask(times, change)
+    run_class = tf.ragged.boolean_mask(best, change)
+    run_end = tf.concat([run_start[:, 1:], tf.RaggedTensor.from_tensor(lengths[:, None])], axis=1)
+    # mean posterior of the best class over each run, from a cumulative sum over frames
+    totals = tf.pad(tf.cumsum(tf.where(valid, tf.reduce_max(probs, axis=-1), 0.0), axis=1), [[0, 0], [1, 0]])
+    flat_totals = tf.reshape(totals, [-1])
+    rows = run_start.value_rowids()
+    offsets = tf.cast(rows, tf.int32) * (frames + 1)
+    starts, ends, classes = run_start.flat_values, run_end.flat_values, run_class.flat_values
+    confidence = ((tf.gather(flat_totals, offsets + ends) - tf.gather(flat_totals, offsets + starts))
+                  / tf.cast(tf.maximum(ends - starts, 1), tf.float32))
+    is_char = classes != BLANK
+    rows, starts, ends = rows[is_char], starts[is_char], ends[is_char]
+    classes, confidence = classes[is_char], confidence[is_char]
+    is_space = classes == space_id
+    first_in_row = tf.concat([[True], rows[1:] != rows[:-1]], axis=0)
+    after_space = tf.concat([[True], is_space[:-1]], axis=0)
+    word_start = ~is_space & (first_in_row | after_space)
+    word_ids = tf.cumsum(tf.cast(word_start, tf.int32)) - 1
+    in_word = ~is_space
+    word_ids, rows = word_ids[in_word], rows[in_word]
+    num_words = tf.reduce_sum(tf.cast(word_start, tf.int32))
+    text = tf.strings.unsorted_segment_join(tf.gather(chars, classes[in_word]), word_ids, num_words)
+    word_rows = tf.math.segment_min(rows, word_ids)
+
+    def per_row(values: tf.Tensor, default: Any) -> tf.Tensor:
+        ragged = tf.RaggedTensor.from_value_rowids(values, word_rows, nrows=tf.cast(batch, tf.int64))
+        return ragged.to_tensor(default_value=default)
+
+    seconds = tf.constant(seconds_per_frame, tf.float32)
+    return {
+        "words": per_row(text, ""),
+        "start": per_row(tf.cast(tf.math.segment_min(starts[in_word], word_ids), tf.float32) * seconds, 0.0),
+        "end": per_row(tf.cast(tf.math.segment_max(ends[in_word], word_ids), tf.float32) * seconds, 0.0),
+        "confidence": per_row(tf.math.segment_mean(confidence[in_word], word_ids), 0.0),
+        "num_words": tf.math.bincount(tf.cast(word_rows, tf.int32), minlength=batch, maxlength=batch),
+    }
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+class CTCSpeechModel(keras.Model):
+    """Waveform to per-frame character logits, trained with CTC.
+
+    Args:
+        num_classes: characters plus one (class 0 is the blank).
+        sample_rate: the waveform's rate (Hz).
+        n_fft, hop_length, n_mels: the log-mel front end (window and hop in samples).
+        stride: output frames per ``stride`` feature frames.
+        conv_filters: filters of the strided Conv1D that subsamples time (kernel
+            ``2 * stride + 1``, ReLU); 0 stacks ``stride`` frames instead (no weights).
+            The HRNN encoder always stacks: its lean gradients stop at its inputs.
+        encoder: "birnn" (stacked bidirectional RNNs) or "hrnn" (``DecoupledHRNN``,
+            causal, trained with its memory-lean gradients).
+        cell: "gru" or "lstm".
+        units: units per direction of each bidirectional layer, or per HRNN level.
+        dropout: dropout between layers (birnn only).
+        hrnn_periods: lower-level frames per upper tick (hrnn).
+        hrnn_mode: the ``DecoupledHRNN`` mode (hrnn).
+        **kwargs: ``keras.Model`` arguments (``name``).
+
+    Call arguments:
+        inputs: ``{"waveform": float [batch, samples], "length": int [batch]}``,
+            zero-padded waveforms and their valid samples.
+        training: dropout and the HRNN's auxiliary losses.
+
+    Returns:
+        Logits [batch, frames, num_classes]; ``output_lengths(length)`` gives the valid frames.
+
+    Example:
+    ```python
+    model = CTCSpeechModel(num_classes=28, units=[64])
+    logits = model({"waveform": np.zeros((2, 16000), "float32"), "length": np.array([16000, 8000])})
+    ```
+    """
+
+    def __init__(self, num_classes: int, sample_rate: int = 16000, n_fft: int = 400, hop_length: int = 160,
+                 n_mels: int = 80, stride: int = 2, conv_filters: int = 0, encoder: str = "birnn",
+                 cell: str = "gru", units: list[int] | None = None, dropout: float = 0.0, hrnn_periods: int = 4,
+                 hrnn_mode: str = "decoupled", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if encoder not in ENCODERS:
+            raise ValueError(f"encoder must be one of {ENCODERS}, got encoder={encoder!r}")
+        if cell not in CELLS:
+            raise ValueError(f"cell must be one of {tuple(CELLS)}, got cell={cell!r}")
+        units = list(units or [128, 128])
+        if encoder == "hrnn" and len(units) < 2:
+            raise ValueError(f"the hrnn encoder needs units for at least two levels, got units={units}")
+        self.num_classes, self.sample_rate, self.n_fft, self.hop_length = num_classes, sample_rate, n_fft, hop_length
+        self.n_mels, self.stride, self.conv_filters, self.encoder = n_mels, stride, conv_filters, encoder
+        self.cell, self.units, self.dropout = cell, units, dropout
+        self.hrnn_periods, self.hrnn_mode = hrnn_periods, hrnn_mode
+        self.frontend = LogMelSpectrogram(sample_rate=sample_rate, n_fft=n_fft, hop_length=hop_length, n_mels=n_mels,
+                                          name="log_mel")
+        self.conv = (keras.layers.Conv1D(conv_filters, 2 * stride + 1, strides=stride, padding="same",
+                                         activation="relu", name="subsample")
+                     if conv_filters and encoder == "birnn" else None)
+        if encoder == "birnn":
+            self.rnns = [keras.layers.Bidirectional(CELLS[cell](n, return_sequences=True), name=f"birnn_{i}")
+                         for i, n in enumerate(units)]
+            self.drops = [keras.layers.Dropout(dropout) for _ in units]
+            self.head = keras.layers.Dense(num_classes, name="logits")
+        else:
+            self.hrnn = DecoupledHRNN([CELL_TYPES[cell](n) for n in units], periods=hrnn_periods, mode=hrnn_mode,
+                                      aux_hidden_units=64, aux_loss="mse", output_units=num_classes, name="hrnn")
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+
+    @property
+    def seconds_per_frame(self) -> float:
+        """The time between output frames."""
+        return self.stride * self.hop_length / self.sample_rate
+
+    def output_lengths(self, length: tf.Tensor) -> tf.Tensor:
+        """Valid output frames of waveforms with ``length`` valid samples."""
+        frames = self.frontend.frame_lengths(length)
+        return (frames + self.stride - 1) // self.stride
+
+    def features(self, inputs: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
+        """Normalised, subsampled features [batch, T, F] and their mask [batch, T] (no weights but the conv)."""
+        waveform = tf.cast(inputs["waveform"], tf.float32)
+        length = tf.minimum(tf.cast(tf.reshape(inputs["length"], [-1]), tf.int32), tf.shape(waveform)[1])
+        mel = self.frontend(waveform, lengths=length)
+        frames = self.frontend.frame_lengths(length)
+        mask = tf.sequence_mask(frames, tf.shape(mel)[1], dtype=tf.float32)[..., None]
+        count = tf.maximum(tf.reduce_sum(mask, axis=1, keepdims=True), 1.0)
+        mean = tf.reduce_sum(mel * mask, axis=1, keepdims=True) / count
+        variance = tf.reduce_sum(tf.square(mel - mean) * mask, axis=1, keepdims=True) / count
+        x = (mel - mean) * tf.math.rsqrt(variance + 1e-5) * mask
+        if self.conv is None:
+            pad = (-tf.shape(x)[1]) % self.stride
+            x = tf.pad(x, [[0, 0], [0, pad], [0, 0]])
+            x = tf.reshape(x, [tf.shape(x)[0], tf.shape(x)[1] // self.stride, self.stride * self.n_mels])
+        else:
+            x = self.conv(x)
+        out = self.output_lengths(length)
+        return x, tf.sequence_mask(out, tf.shape(x)[1])
+
+    def build(self, input_shape: Any = None) -> None:
+        self.frontend.build((None, None))
+        width = self.stride * self.n_mels
+        if self.conv is not None:
+            self.conv.build((None, None, self.n_mels))
+            width = self.conv_filters
+        if self.encoder == "hrnn":
+            self.hrnn.build((None, None, width))
+        else:
+            for rnn, units in zip(self.rnns, self.units):
+                rnn.build((None, None, width))
+                width = 2 * units
+            self.head.build((None, None, width))
+        self.built = True
+
+    def call(self, inputs: dict[str, tf.Tensor], training: bool | None = None) -> tf.Tensor:
+        x, mask = self.features(inputs)
+        if self.encoder == "hrnn":
+            return self.hrnn(x, mask=mask, training=training)
+        for rnn, drop in zip(self.rnns, self.drops):
+            x = drop(rnn(x, mask=mask, training=training), training=training)
+        return self.head(x)
+
+    @property
+    def metrics(self) -> list[keras.metrics.Metric]:
+        return [self.loss_tracker]
+
+    def train_step(self, data: tuple) -> dict[str, tf.Tensor]:
+        inputs, labels = data[0], data[1]
+        if self.encoder == "hrnn":
+            loss, grads = self._lean_hrnn_gradients(inputs, labels)
+        else:
+            with tf.GradientTape() as tape:
+                logits = self(inputs, training=True)
+                loss = tf.reduce_mean(ctc_loss(labels, logits, self.output_lengths(inputs["length"])))
+                total = loss + tf.add_n(self.losses) if self.losses else loss
+            grads = tape.gradient(total, self.trainable_variables)
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        if replicas > 1:  # the optimizer sums replicas' gradients of their local mean losses
+            grads = [grad / replicas for grad in grads]
+        self.optimizer.apply(grads, self.trainable_variables)
+        self.loss_tracker.update_state(loss)
+        return {"loss": self.loss_tracker.result()}
+
+    def _lean_hrnn_gradients(self, inputs: dict[str, tf.Tensor], labels: tf.Tensor) -> tuple[tf.Tensor, list]:
+        """CTC gradients through ``DecoupledHRNN.loss_and_gradients``.
+
+        CTC is not a sum of per-frame losses, so the lean path gets a per-frame linear
+        surrogate ``<g_t, logits_t>`` with ``g = dCTC/dlogits`` from a forward pass: its
+        gradient is the CTC gradient, computed with the layer's segment recomputation.
+        """
+        x, mask = self.features(inputs)
+        logits = self.hrnn(x, mask=mask, training=False)
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            loss = tf.reduce_mean(ctc_loss(labels, logits, self.output_lengths(inputs["length"])))
+        steps = tf.maximum(tf.reduce_sum(tf.cast(mask, tf.float32)), 1.0)  # the lean path divides by them
+        targets = tf.stop_gradient(tape.gradient(loss, logits)) * steps
+        _, grads = self.hrnn.loss_and_gradients(x, targets, lambda g, y: tf.reduce_sum(g * y, axis=-1), mask=mask)
+        return loss, grads
+
+    def test_step(self, data: tuple) -> dict[str, tf.Tensor]:
+        inputs, labels = data[0], data[1]
+        logits = self(inputs, training=False)
+        self.loss_tracker.update_state(tf.reduce_mean(ctc_loss(labels, logits, self.output_lengths(inputs["length"]))))
+        return {"loss": self.loss_tracker.result()}
+
+    def get_config(self) -> dict[str, Any]:
+        return {"name": self.name, "num_classes": self.num_classes, "sample_rate": self.sample_rate,
+                "n_fft": self.n_fft, "hop_length": self.hop_length, "n_mels": self.n_mels, "stride": self.stride,
+                "conv_filters": self.conv_filters, "encoder": self.encoder, "cell": self.cell, "units": self.units,
+                "dropout": self.dropout, "hrnn_periods": self.hrnn_periods, "hrnn_mode": self.hrnn_mode}
+

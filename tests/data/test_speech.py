@@ -1,0 +1,142 @@
+"""Tests of the spoken-sentence generator and the transcribed-audio reader (seqapps.data.speech)."""
+import csv
+import json
+
+import numpy as np
+import pytest
+import soundfile
+
+from seqapps.data import speech
+from seqapps.errors import DataError
+
+SENTENCE = "in the beginning god created the heaven and the earth"
+
+
+def test_spoken_sentences_keep_plain_clauses_of_frequent_words():
+    lines = ["The \"if\" statement: use it, often.", "Call f(x) with 3 args; the end", "the cat's hat is red!",
+             "the the the", "the cat is here, and the hat is there"]
+    kept = speech.spoken_sentences(lines, min_words=3, max_words=6, vocabulary_size=None)
+    # digits and symbols drop a clause, quotes are removed, an inner apostrophe stays, duplicates go
+    assert kept == ["the if statement", "the cat's hat is red", "the the the", "the cat is here",
+                    "and the hat is there"]
+    frequent = speech.spoken_sentences(lines, min_words=3, max_words=6, vocabulary_size=3)
+    assert frequent == ["the the the"]  # "the", "is", "hat"/"cat" are the 3 most frequent words
+
+
+def test_normalize_transcript():
+    assert speech.normalize_transcript("  Hello,\tWORLD  ﬁne ") == "hello, world fine"
+
+
+def test_word_spans_group_words_without_events_and_end_at_the_next_onset():
+    onsets = [(0, 0), (7, 4544), (17, 14393)]  # as espeak-ng reports "In the beginning God": "the" has none
+    spans = speech.word_spans("In the beginning God", onsets, speech_start=889, speech_end=20000)
+    assert spans == [("In the", 889, 4544), ("beginning", 4544, 14393), ("God", 14393, 20000)]
+
+
+def test_espeak_reports_word_onsets_in_order_inside_the_audio():
+    audio, onsets = speech.Espeak.get().synthesize(SENTENCE, "en-us+m1", rate=175, pitch=50)
+    seconds = audio.size / speech.Espeak.get().sample_rate
+    starts = [sample for _, sample in onsets]
+    assert audio.dtype == np.int16 and 2.0 < seconds < 4.5
+    assert starts == sorted(starts) and starts[-1] < audio.size
+    words = {SENTENCE[position:].split()[0] for position, _ in onsets}
+    assert {"beginning", "god", "created", "heaven", "earth"} <= words
+
+
+def test_generated_corpus_is_deterministic_and_holds_out_voices(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQAPPS_DATA", str(tmp_path / "a"))
+    sentences = [SENTENCE, "and the earth was without form", "let there be light", "and there was light",
+                 "and god saw the light", "that it was good"]
+    spec = speech.CorpusSpec("test", {"train": 4, "val": 2, "test": 2}, seed=3)
+    root = speech.espeak_corpus(spec, lambda: sentences)
+    monkeypatch.setenv("SEQAPPS_DATA", str(tmp_path / "b"))
+    again = speech.espeak_corpus(spec, lambda: sentences)
+    assert (root / "metadata.csv").read_bytes() == (again / "metadata.csv").read_bytes()
+    assert (root / "wavs/test_00001.wav").read_bytes() == (again / "wavs/test_00001.wav").read_bytes()
+    with open(root / "metadata.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    variants = {split: {row["voice"].split("+")[1] for row in rows if row["split"] == split}
+                for split in ("train", "val", "test")}
+    transcripts = {split: {row["transcript"] for row in rows if row["split"] == split} for split in variants}
+    assert not variants["train"] & (variants["val"] | variants["test"])
+    assert not transcripts["train"] & (transcripts["val"] | transcripts["test"])
+    audio, rate = soundfile.read(root / rows[0]["path"])
+    spans = json.loads((root / "words.json").read_text())[rows[0]["path"]]
+    assert rate == speech.SAMPLE_RATE and " ".join(words for words, _, _ in spans) == rows[0]["transcript"]
+    assert all(0 <= start < end <= audio.size / rate for _, start, end in spans)
+    utterances, _ = speech.read_generated(root)
+    assert [len(utterances[s]) for s in ("train", "val", "test")] == [4, 2, 2]
+
+
+def _write_wav(path, seconds=0.5, amplitude=0.3, rate=22050):
+    t = np.arange(int(seconds * rate)) / rate
+    soundfile.write(path, (amplitude * np.sin(2 * np.pi * 220 * t)).astype(np.float32), rate)
+
+
+def test_read_transcripts_common_voice_and_ljspeech_layouts(tmp_path):
+    (tmp_path / "wavs").mkdir()
+    _write_wav(tmp_path / "wavs" / "a.wav")
+    (tmp_path / "cv.tsv").write_text("client_id\tpath\tsentence\nx\twavs/a.wav\tHello  World\n")
+    (tmp_path / "metadata.csv").write_text('a|Printing, "in" the 1st sense|Printing, "in" the first sense\n')
+    assert [(u.path.name, u.transcript) for u in speech.read_transcripts(tmp_path, "cv.tsv")] == [
+        ("a.wav", "hello world")]
+    assert [u.transcript for u in speech.read_transcripts(tmp_path)] == ['printing, "in" the first sense']
+    waveform, = speech.load_waveforms(speech.read_transcripts(tmp_path), max_seconds=2.0)
+    assert waveform.dtype == np.float32 and waveform.size == 8000  # 0.5 s resampled from 22,050 Hz to 16 kHz
+
+
+@pytest.mark.parametrize("table, message", [
+    ("path,transcript\nwavs/missing.wav,hello\n", "line 2: audio file .*missing.wav not found"),
+    ("path,transcript\nwavs/ok.wav,hello\nwavs/ok.wav,\n", "line 3: the transcript of wavs/ok.wav is empty"),
+    ("file,words\nwavs/ok.wav,hello\n", "expected a header with columns path and transcript"),
+    ("path,caption\nwavs/ok.wav,hello\n", "no transcript column"),
+    ("", "the file is empty"),
+])
+def test_bad_transcript_tables_name_the_row(tmp_path, table, message):
+    (tmp_path / "wavs").mkdir()
+    _write_wav(tmp_path / "wavs" / "ok.wav")
+    (tmp_path / "metadata.csv").write_text(table)
+    with pytest.raises(DataError, match=message) as raised:
+        speech.read_transcripts(tmp_path)
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "the file is empty"),
+    (b"RIFF\x10\x00\x00\x00WAVEfmt garbage", "cannot be read as audio"),
+    ("silent", "is silent"),
+    ("long", "3.0 s long, longer than the limit of 2 s"),
+])
+def test_bad_audio_is_a_data_error_naming_the_row(tmp_path, content, message):
+    (tmp_path / "wavs").mkdir()
+    path = tmp_path / "wavs" / "x.wav"
+    if content == "silent":
+        _write_wav(path, amplitude=0.0)
+    elif content == "long":
+        _write_wav(path, seconds=3.0)
+    else:
+        path.write_bytes(content)
+    (tmp_path / "metadata.csv").write_text("path,transcript\nwavs/x.wav,hello\n")
+    with pytest.raises(DataError, match=message) as raised:
+        speech.load_waveforms(speech.read_transcripts(tmp_path), max_seconds=2.0)
+    assert "metadata.csv line 2" in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_characters_the_model_cannot_emit_are_listed_or_dropped():
+    rows = [speech.Utterance(None, "héllo wörld", "m.csv", 2), speech.Utterance(None, "ok", "m.csv", 3)]
+    with pytest.raises(DataError, match=r"2 transcript character\(s\).*'é' \(m.csv line 2\), 'ö' \(m.csv line 2\)"):
+        speech.apply_charset(rows, "abcdefghijklmnopqrstuvwxyz ")
+    assert [u.transcript for u in speech.apply_charset(rows, "abcdefghijklmnopqrstuvwxyz ", "drop")] == [
+        "hllo wrld", "ok"]
+    with pytest.raises(DataError, match="m.csv line 2: nothing is left"):
+        speech.apply_charset(rows[:1], "xyz ", "drop")
+
+
+def test_long_clips_are_cut_at_the_quietest_moment():
+    rate = 1000
+    tone = np.sin(np.arange(10 * rate) / 3.0).astype(np.float32)
+    tone[6500:6600] = 0.0  # a pause at 6.5-6.6 s, in the last third of the first 9 s window
+    pieces = speech.split_at_silences(tone, max_samples=9 * rate, sample_rate=rate)
+    assert [p.size for p in pieces] == [6525, 3475]  # cut at the centre of the first silent 50 ms frame
+    assert np.array_equal(np.concatenate(pieces), tone)
+    assert len(speech.split_at_silences(tone, 10 * rate, rate)) == 1

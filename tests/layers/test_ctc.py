@@ -1,0 +1,120 @@
+"""Tests of the CTC loss, decoders, word spans and speech model (seqapps.layers.ctc) against brute force."""
+import itertools
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from seqapps.layers import ctc
+
+
+def collapse(path):
+    """The CTC labelling of a frame path: repeats merged, blanks (0) removed."""
+    return tuple(c for c, _ in itertools.groupby(path) if c != ctc.BLANK)
+
+
+def labelling_probabilities(log_probs):
+    """Sums the probability of every frame path of a [T, C] array by labelling (brute force)."""
+    totals = {}
+    for path in itertools.product(range(log_probs.shape[1]), repeat=log_probs.shape[0]):
+        p = np.exp(sum(log_probs[t, c] for t, c in enumerate(path)))
+        totals[collapse(path)] = totals.get(collapse(path), 0.0) + p
+    return totals
+
+
+@pytest.fixture
+def logits():
+    return np.random.default_rng(0).normal(size=(3, 5, 3)).astype(np.float32) * 2.0
+
+
+def log_softmax(x):
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def test_ctc_loss_is_minus_log_of_the_summed_path_probabilities(logits):
+    labels = np.array([[1, 2], [1, 1], [2, 0]], np.int32)
+    lengths = np.array([5, 5, 3], np.int32)
+    loss = ctc.ctc_loss(labels, logits, lengths).numpy()
+    for row, (label, length) in enumerate(zip(labels, lengths)):
+        totals = labelling_probabilities(log_softmax(logits[row, :length].astype(np.float64)))
+        expected = -np.log(totals[tuple(int(c) for c in label if c)])
+        np.testing.assert_allclose(loss[row], expected, rtol=1e-4)  # float32 forward-backward sums
+
+
+def test_greedy_decode_is_the_collapsed_best_path(logits):
+    lengths = np.array([5, 4, 2], np.int32)
+    ids, scores = ctc.ctc_greedy_decode(logits, lengths)
+    for row, length in enumerate(lengths):
+        log_probs = log_softmax(logits[row, :length].astype(np.float64))
+        assert tuple(ids[row].numpy()) == collapse(log_probs.argmax(-1))
+        np.testing.assert_allclose(scores[row], log_probs.max(-1).sum(), rtol=1e-5)
+
+
+def test_beam_search_finds_the_most_probable_labelling_where_greedy_does_not():
+    # two frames: the best path is blank-blank (""), but "1" collects more probability over its paths
+    probs = np.array([[[0.4, 0.35, 0.25], [0.4, 0.35, 0.25]]])
+    logits = np.log(probs).astype(np.float32)
+    totals = labelling_probabilities(np.log(probs[0]))
+    best = max(totals, key=totals.get)
+    greedy, _ = ctc.ctc_greedy_decode(logits, [2])
+    beam, score = ctc.ctc_beam_decode(logits, [2], beam_width=8)
+    assert tuple(greedy[0].numpy()) == () and best == (1,) and tuple(beam[0].numpy()) == best
+    np.testing.assert_allclose(np.exp(score[0]), totals[best], rtol=1e-4)
+
+
+def test_word_spans_recover_known_word_boundaries():
+    # "ab cd e" spoken with words at frames [2, 6), [8, 13), [15, 17); classes: 0 blank, 1 space, 2.. letters
+    chars = ["", " ", "a", "b", "c", "d", "e"]
+    path = [0, 0, 2, 2, 0, 3, 1, 1, 4, 0, 0, 5, 5, 1, 1, 6, 6, 0, 0, 0]
+    frames = np.full((2, len(path), len(chars)), -4.0, np.float32)
+    frames[0, np.arange(len(path)), path] = 4.0
+    frames[1] = frames[0]
+    spans = ctc.ctc_word_spans(frames, np.array([20, 13], np.int32), tf.constant(chars), space_id=1,
+                               seconds_per_frame=0.02)
+    assert spans["words"].numpy().tolist() == [[b"ab", b"cd", b"e"], [b"ab", b"cd", b""]]
+    np.testing.assert_allclose(spans["start"].numpy()[0], [0.04, 0.16, 0.30], atol=1e-6)
+    np.testing.assert_allclose(spans["end"].numpy()[0], [0.12, 0.26, 0.34], atol=1e-6)
+    assert spans["num_words"].numpy().tolist() == [3, 2]
+    top = np.exp(4.0) / (np.exp(4.0) + 6 * np.exp(-4.0))  # every frame's best-class posterior
+    np.testing.assert_allclose(spans["confidence"].numpy()[0], [top] * 3, rtol=1e-5)
+
+
+def test_word_spans_of_an_empty_transcript_are_empty():
+    frames = np.zeros((1, 6, 3), np.float32)
+    frames[..., 0] = 5.0  # blank everywhere
+    spans = ctc.ctc_word_spans(frames, np.array([6]), tf.constant(["", " ", "a"]), 1, 0.02)
+    assert spans["words"].shape == (1, 0) and spans["num_words"].numpy().tolist() == [0]
+
+
+def _inputs():
+    rng = np.random.default_rng(1)
+    return ({"waveform": rng.normal(size=(2, 4000)).astype(np.float32) * 0.1,
+             "length": np.array([4000, 2500], np.int32)}, np.array([[1, 2, 3], [2, 2, 0]], np.int32))
+
+
+@pytest.mark.parametrize("encoder", ["birnn", "hrnn"])
+def test_speech_model_round_trips_through_a_keras_file(tmp_path, encoder):
+    model = ctc.CTCSpeechModel(num_classes=4, n_mels=8, units=[8, 8], conv_filters=6, encoder=encoder, stride=2)
+    model.build()
+    inputs, _ = _inputs()
+    expected = model(inputs)
+    assert expected.shape == (2, 13, 4)  # 1 + 4000 // 160 = 26 centred frames, halved
+    assert model.output_lengths(inputs["length"]).numpy().tolist() == [13, 8]
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    np.testing.assert_allclose(loaded(inputs), expected, atol=1e-5)
+    assert loaded.get_config() == model.get_config()
+
+
+def test_hrnn_lean_ctc_gradients_equal_plain_autodiff():
+    model = ctc.CTCSpeechModel(num_classes=4, n_mels=8, units=[8, 6], encoder="hrnn", hrnn_mode="gr_hrnn",
+                               hrnn_periods=3, stride=2)
+    model.build()
+    inputs, labels = _inputs()
+    _, lean = model._lean_hrnn_gradients(inputs, labels)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(ctc.ctc_loss(labels, model(inputs), model.output_lengths(inputs["length"])))
+    plain = tape.gradient(loss, model.trainable_variables)
+    for a, b in zip(lean, plain):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)  # float32 summation order differs

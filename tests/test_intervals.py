@@ -1,0 +1,30 @@
+import numpy as np
+import pytest
+from sklearn.metrics import mean_pinball_loss
+
+from seqapps.intervals import conformal_offsets, coverage, local_scale, pinball_loss
+
+
+def test_conformal_offsets_take_the_split_conformal_ranks_per_step():
+    rng = np.random.default_rng(0)
+    residuals = np.stack([rng.permutation(99) + 1.0, 10 * (rng.permutation(99) + 1.0)], axis=1)  # [99, 2 steps]
+    offsets = conformal_offsets(residuals, np.zeros_like(residuals), (0.1, 0.9))
+    # n = 99: the upper rank is ceil(100 * 0.9) = 90, the lower floor(100 * 0.1) = 10 (1-based).
+    np.testing.assert_array_equal(offsets, [[10, 100], [90, 900]])
+
+
+def test_pinball_loss_matches_scikit_learn_and_is_half_the_mae_at_the_median():
+    rng = np.random.default_rng(1)
+    truth = rng.normal(size=(50, 4))
+    forecasts = np.stack([truth + rng.normal(size=truth.shape) for _ in range(3)])
+    levels = (0.1, 0.5, 0.9)
+    expected = np.mean([mean_pinball_loss(truth.ravel(), f.ravel(), alpha=q) for f, q in zip(forecasts, levels)])
+    assert pinball_loss(truth, forecasts, levels) == pytest.approx(expected)
+    assert pinball_loss(truth, forecasts[1:2], (0.5,)) == pytest.approx(0.5 * np.mean(np.abs(truth - forecasts[1])))
+
+
+def test_coverage_and_local_scale_against_hand_computed_values():
+    assert coverage(np.array([0.0, 1.0, 2.0, 3.0]), np.full(4, 0.5), np.full(4, 2.0)) == 0.5
+    window = np.array([[1.0, 2.0, 4.0, 8.0], [5.0, 5.0, 5.0, 5.0]])
+    # Changes over 2 steps: |4-1|, |8-2| -> 4.5; a constant window gives the floor alone.
+    np.testing.assert_allclose(np.asarray(local_scale(window, 2, 0.01)), [4.51, 0.01], rtol=1e-6)
