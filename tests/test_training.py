@@ -24,7 +24,10 @@ pytestmark = pytest.mark.large
 # the plateau schedule (patience 1) halves the learning rate after epochs 2 and 3, judged against
 # epoch 1's best. Resumed after epoch 2 without that state, the run does not halve after epoch 3
 # and ends at MAE 654.85 instead of 651.96 (measured), so the test tells the two apart.
-OVERRIDES = ["epochs=5", "steps_per_epoch=3", "learning_rate=0.02", "early_stopping_patience=3", "lr_patience=1"]
+# Dropout is off: its random draws are not part of the backup (a known gap: with dropout on, a resumed
+# run draws other masks, so it ends close to, not equal to, the uninterrupted run).
+OVERRIDES = ["epochs=5", "steps_per_epoch=3", "learning_rate=0.02", "early_stopping_patience=3", "lr_patience=1",
+             "dropout=0"]
 
 SCRIPT = """
 import json, os, sys

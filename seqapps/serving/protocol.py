@@ -50,10 +50,16 @@ class RequestBounds:
         """These bounds with the ones an export's ``limits.json`` sets taking their place.
 
         ``max_audio_samples`` bounds a free dimension too, so it raises ``max_sequence_length``.
+        The server's generated-length bound applies only to exports that set one or carry no
+        ``limits.json``.
         """
         changes = {key: export_limits[key] for key in ("max_batch_size", "max_string_bytes",
                                                         "max_generated_length", "max_sequence_length")
                    if key in export_limits}
+        if export_limits and "max_generated_length" not in export_limits:
+            # An export whose limits.json leaves it null generates nothing: an input named
+            # ``length`` there is a size (speech's waveform length), not a generation budget.
+            changes["max_generated_length"] = None
         if "max_audio_samples" in export_limits:
             changes["max_sequence_length"] = max(export_limits["max_audio_samples"],
                                                  changes.get("max_sequence_length") or 0)
