@@ -40,7 +40,7 @@ from seqapps.data.speech import data_home
 from seqapps.errors import DataError
 
 SAMPLE_RATE = 16000
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 SOUNDFONT_DIR = Path("/usr/share/sounds/sf2")
 SOUNDFONTS = ("TimGM6mb.sf2", "FluidR3_GM.sf2", "default-GM.sf2")
 RENDERERS = ("auto", "synth", "fluidsynth")
@@ -184,15 +184,30 @@ class CorpusSpec:
         return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
-def _piece_splits(count: int, spec: CorpusSpec) -> list[str]:
-    """The split of each piece: a seeded permutation cut into test, val and train (each non-empty)."""
-    order = np.random.default_rng(spec.seed).permutation(count)
-    n_test = max(1, round(count * spec.test_fraction))
-    n_val = max(1, round(count * spec.val_fraction))
-    splits = ["train"] * count
-    for rank, index in enumerate(order):
-        splits[index] = "test" if rank < n_test else "val" if rank < n_test + n_val else "train"
-    return splits
+def split_groups(groups: Sequence[str], val_fraction: float, test_fraction: float, seed: int) -> list[str]:
+    """The split of each item, by group: a seeded permutation of the distinct groups cut into test, val and train.
+
+    Args:
+        groups: each item's group (a piece); a group's items share a split.
+        val_fraction, test_fraction: shares of the groups held out (each at least one group).
+        seed: the seed of the permutation.
+
+    Returns:
+        ``"train"``, ``"val"`` or ``"test"`` for each item.
+
+    Raises:
+        DataError: fewer than 3 groups, so a split would be empty.
+    """
+    distinct = list(dict.fromkeys(groups))
+    if len(distinct) < 3:
+        raise DataError(f"{len(distinct)} clip(s) or piece(s) cannot fill train, validation and test; give at "
+                        "least 3 (better dozens)")
+    order = np.random.default_rng(seed).permutation(len(distinct))
+    n_test = max(1, round(len(distinct) * test_fraction))
+    n_val = max(1, min(round(len(distinct) * val_fraction), len(distinct) - n_test - 1))
+    split_of = {distinct[index]: "test" if rank < n_test else "val" if rank < n_test + n_val else "train"
+                for rank, index in enumerate(order)}
+    return [split_of[group] for group in groups]
 
 
 def _generate(folder: Path, spec: CorpusSpec) -> None:
@@ -214,13 +229,10 @@ def _generate(folder: Path, spec: CorpusSpec) -> None:
             continue
         parsed.append((collection, path, tags, midi_bytes))
     (folder / "piece.mid").unlink(missing_ok=True)
-    if len(parsed) < 3:
-        raise DataError(f"only {len(parsed)} of the chosen music21 pieces parsed ({'; '.join(failed)}); "
-                        "take more pieces per collection")
     rows = []
     (folder / "clips").mkdir()
-    for number, ((collection, path, tags, midi_bytes), split) in enumerate(zip(parsed, _piece_splits(
-            len(parsed), spec))):
+    splits = split_groups([str(path) for _, path, _, _ in parsed], spec.val_fraction, spec.test_fraction, spec.seed)
+    for number, ((collection, path, tags, midi_bytes), split) in enumerate(zip(parsed, splits)):
         for take in range(spec.renderings):
             rng = np.random.default_rng([spec.seed, number, take])
             midi = pretty_midi.PrettyMIDI(io.BytesIO(midi_bytes))
@@ -306,6 +318,8 @@ def read_generated(root: Path) -> list[TaggedClip]:
 def read_tagged_folder(folder: str | Path, csv_name: str = "tags.csv") -> list[TaggedClip]:
     """Reads the user's tagged audio: ``folder/csv_name`` with columns ``path,tags``, else one sub-folder per tag.
 
+    In the folder layout, files of the same name in several tag folders are one clip with all those tags.
+
     Args:
         folder: the ``--data`` folder.
         csv_name: the table inside it; paths in it are relative to the folder.
@@ -347,12 +361,12 @@ def read_tagged_folder(folder: str | Path, csv_name: str = "tags.csv") -> list[T
         if not clips:
             raise DataError(f"{table}: no rows; expected one row path,tags per clip")
         return clips
-    by_file: dict[Path, list[str]] = {}
+    by_name: dict[str, tuple[Path, list[str]]] = {}  # a clip with several tags sits in each tag's folder
     for tag_folder in sorted(p for p in folder.iterdir() if p.is_dir()):
         for path in sorted(tag_folder.iterdir()):
             if path.suffix.lower() in AUDIO_SUFFIXES:
-                by_file.setdefault(path.resolve(), []).append(tag_folder.name)
-    if not by_file:
+                by_name.setdefault(path.name, (path, []))[1].append(tag_folder.name)
+    if not by_name:
         raise DataError(f"{folder}: found neither {csv_name} (columns path,tags) nor tag sub-folders holding "
                         f"audio ({', '.join(AUDIO_SUFFIXES)})")
-    return [TaggedClip(path, tags, str(path), str(path)) for path, tags in by_file.items()]
+    return [TaggedClip(path, tags, str(path), name) for name, (path, tags) in by_name.items()]
