@@ -3,8 +3,8 @@
 Model: log-mel features computed in the graph (``seqapps.data.audio.LogMelSpectrogram``)
 over a fixed-length window, 2D convolution blocks (convolution, batch normalisation,
 ReLU, 2x2 max pooling), stacked (optionally bidirectional) GRU or LSTM layers over
-time, and one sigmoid per tag, trained with binary cross-entropy (``class_alpha`` > 0:
-class-balanced, positives weighted by ``class_alpha`` and negatives by ``1 - class_alpha``).
+time (``--set rnn=hrnn``: a ``DecoupledHRNN``), and one sigmoid per tag, trained with
+binary cross-entropy (``class_alpha`` > 0: class-balanced, positives weighted by ``class_alpha`` and negatives by ``1 - class_alpha``).
 A track is cut into non-overlapping windows (the last one, or a track shorter than one
 window, zero-padded); its scores are the windows' scores aggregated by ``mean`` or ``max``.
 
@@ -43,6 +43,7 @@ from seqapps.config import TrainingConfig, require
 from seqapps.data import music
 from seqapps.data.audio import LogMelSpectrogram
 from seqapps.errors import DataError
+from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 from seqapps.metrics import pr_auc, roc_auc
 from pipelines.speech_recognition import _wav_bytes
 from seqapps.pipeline import Pipeline, Splits
@@ -50,6 +51,8 @@ from seqapps.pipeline import Pipeline, Splits
 SPLITS = ("train", "val", "test")
 AGGREGATES = ("mean", "max")
 CELLS = {"gru": keras.layers.GRU, "lstm": keras.layers.LSTM}
+RNN_CELLS = {"gru": keras.layers.GRUCell, "lstm": keras.layers.LSTMCell}
+RNNS = ("rnn", "hrnn")
 
 
 @dataclasses.dataclass
@@ -69,9 +72,13 @@ class MusicTaggingConfig(TrainingConfig):
         max_seconds: the longest track accepted (training files and serving).
         n_mels, n_fft, hop_length: the log-mel front end (samples at 16 kHz).
         conv_filters: filters of each 2D convolution block.
+        rnn: "rnn" (stacked GRU/LSTM layers) or "hrnn" (a ``DecoupledHRNN`` over the frames: one level per
+            ``units`` entry, the upper ones ticking every ``hrnn_periods`` steps; the clip is read from the last
+            step, whose lower state has just read the upper level's summary; ``bidirectional`` does not apply).
         cell: "gru" or "lstm".
-        units: units of each recurrent layer (per direction).
+        units: units of each recurrent layer (per direction), or of each HRNN level.
         bidirectional: run each recurrent layer both ways.
+        hrnn_periods, hrnn_mode: the HRNN's ticks and training mode (``DecoupledHRNN``).
         dropout: before the output layer.
         class_alpha: 0 for plain binary cross-entropy, else the positives' weight in (0, 1).
     """
@@ -91,9 +98,12 @@ class MusicTaggingConfig(TrainingConfig):
     n_fft: int = 512
     hop_length: int = 256
     conv_filters: list[int] = dataclasses.field(default_factory=lambda: [32, 32, 64])
+    rnn: str = "rnn"
     cell: str = "gru"
     units: list[int] = dataclasses.field(default_factory=lambda: [64])
     bidirectional: bool = True
+    hrnn_periods: int = 4
+    hrnn_mode: str = "decoupled"
     dropout: float = 0.2
     class_alpha: float = 0.0
     batch_size: int = 32
@@ -123,6 +133,10 @@ class MusicTaggingConfig(TrainingConfig):
                 f"a number >= window_seconds ({self.window_seconds})")
         require(self.max_seconds >= self.window_seconds, "max_seconds", self.max_seconds, "a number >= window_seconds")
         require(self.aggregate in AGGREGATES, "aggregate", self.aggregate, f"one of {', '.join(AGGREGATES)}")
+        require(self.rnn in RNNS, "rnn", self.rnn, f"one of {', '.join(RNNS)}")
+        require(self.rnn != "hrnn" or len(self.units) >= 2, "units", self.units,
+                "at least two integers (one per HRNN level) with rnn=hrnn")
+        require(self.hrnn_periods >= 1, "hrnn_periods", self.hrnn_periods, "an integer >= 1")
         require(self.cell in CELLS, "cell", self.cell, f"one of {', '.join(CELLS)}")
         require(bool(self.units) and min(self.units) >= 1, "units", self.units, "a list of integers >= 1")
         require(min(self.conv_filters, default=1) >= 1, "conv_filters", self.conv_filters, "a list of integers >= 1")
@@ -292,7 +306,10 @@ class MusicTagging(Pipeline):
             x = keras.layers.ReLU()(keras.layers.BatchNormalization()(x))
             x = keras.layers.MaxPooling2D((2, 2), padding="same")(x)
         x = keras.layers.Reshape((x.shape[1], x.shape[2] * x.shape[3]))(x)
-        for i, units in enumerate(config.units):
+        if config.rnn == "hrnn":
+            x = DecoupledHRNN([RNN_CELLS[config.cell](units) for units in config.units], periods=config.hrnn_periods,
+                              mode=config.hrnn_mode, allow_padding=True, name="hrnn")(x)[:, -1, :]
+        for i, units in enumerate(config.units if config.rnn == "rnn" else []):
             layer = CELLS[config.cell](units, return_sequences=i < len(config.units) - 1)
             x = keras.layers.Bidirectional(layer)(x) if config.bidirectional else layer(x)
         x = keras.layers.Dropout(config.dropout)(x)

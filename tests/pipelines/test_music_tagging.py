@@ -149,3 +149,18 @@ def test_f1_thresholds_on_a_worked_case():
     scores = np.array([[0.9, 0.1], [0.6, 0.2], [0.55, 0.3], [0.1, 0.4]])
     # tag 0: threshold 0.6 keeps both positives and no negative (F1 = 1); tag 1 has no positive: 0.5
     np.testing.assert_allclose(f1_thresholds(truth, scores), [0.6, 0.5])
+
+
+def test_hrnn_model_scores_every_tag_and_needs_two_levels(tmp_path):
+    from seqapps.errors import ConfigError
+
+    pipeline = MusicTagging()
+    config = resolve_config(MusicTagging.Config, "tiny", overrides=["rnn=hrnn", "units=[8,8]"])
+    data = pipeline.load_data(config, str(_user_folder(tmp_path)))
+    model = pipeline.build_model(config, data)
+    window = data.state["window_samples"]
+    scores = model(np.zeros((3, window), np.float32)).numpy()
+    assert scores.shape == (3, 3) and np.all((scores > 0) & (scores < 1))
+    assert any(layer.name == "hrnn" for layer in model.layers)
+    with pytest.raises(ConfigError, match="units"):
+        resolve_config(MusicTagging.Config, "tiny", overrides=["rnn=hrnn", "units=[8]"])
