@@ -13,7 +13,8 @@ Monteverdi, Ryan's Mammoth fiddle tunes; no Essen) rendered by FluidSynth or pre
 (``seqapps.data.music``; ``renderer`` is recorded in the report). ``--data folder/``
 reads ``folder/tags.csv`` (``path,tags``, tags separated by ``;`` or ``|``) or one
 sub-folder per tag; ``val_fraction``/``test_fraction`` of the clips (seeded) are held out.
-Fine-tuning keeps the exported tag set: a tag outside it is a DataError naming the row.
+Fine-tuning on new tag names extends the output layer (``adapt_model``): the old tags keep
+their weights and order, the new ones (from the training clips) start fresh.
 
 Metrics: macro and micro ROC-AUC and PR-AUC and the ROC-AUC of each tag on the test
 clips, beside two baselines, tag priors (training frequencies) and a logistic regression
@@ -260,8 +261,10 @@ class MusicTagging(Pipeline):
                 raise DataError(f"{root}: a split has no clips; take more pieces_per_collection")
             source = {"source": f"music21 corpus rendered ({root})", "renderer": spec.renderer,
                       "licence": "; ".join(f"{name}: {music.COLLECTIONS[name][4]}" for name in spec.collections)}
-        fine_tuning = state is not None
-        if state is None:
+        if state is not None:  # fine-tuning: new training tags extend the exported ones, which keep their order
+            new = sorted({tag for clip in parts["train"] for tag in clip.tags} - set(state["tags"]))
+            state = {**state, "tags": [*state["tags"], *new], "thresholds": [*state["thresholds"], *[0.5] * len(new)]}
+        else:
             tags = sorted({tag for clip in parts["train"] for tag in clip.tags})
             state = {"tags": tags, "sample_rate": rate, "window_samples": int(config.window_seconds * rate),
                      "aggregate": config.aggregate, "max_seconds": config.max_seconds,
@@ -272,10 +275,7 @@ class MusicTagging(Pipeline):
         for split in SPLITS:
             waveforms, targets = [], np.zeros((len(parts[split]), len(index)), np.float32)
             for row, clip in enumerate(parts[split]):
-                unknown = [tag for tag in clip.tags if tag not in index]
-                if fine_tuning and unknown:  # a fresh model ignores val/test tags that training never saw
-                    raise DataError(f"{clip.where}: tag(s) {', '.join(unknown)} are not among the model's "
-                                    f"{len(index)} tags; fine-tuning keeps the exported tag set")
+                # a validation or test tag that training never saw has no output: it is ignored
                 targets[row, [index[tag] for tag in clip.tags if tag in index]] = 1.0
                 waveforms.append(audio.read_audio(clip.path, rate, config.max_seconds))
             arrays[split] = {"waveforms": waveforms, "targets": targets, "paths": [str(c.path) for c in parts[split]]}
@@ -316,6 +316,24 @@ class MusicTagging(Pipeline):
         outputs = keras.layers.Dense(len(data.state["tags"]), activation="sigmoid", name="scores")(x)
         return keras.Model(inputs, outputs, name=self.name)
 
+    def adapt_model(self, model: keras.Model, config: MusicTaggingConfig, data: Splits) -> keras.Model:
+        """Adds outputs for new tags: every layer keeps its weights, the new tags' output units start fresh."""
+        old_tags = model.output_shape[-1]
+        if old_tags == len(data.state["tags"]):
+            return model
+        grown = self.build_model(config, data)
+        if len(grown.layers) != len(model.layers):
+            raise DataError(f"the exported model has {len(model.layers)} layers, the config builds "
+                            f"{len(grown.layers)}: fine-tune with the exported architecture")
+        for old, new in zip(model.layers, grown.layers):
+            if new.name != "scores":
+                new.set_weights(old.get_weights())
+        kernel, bias = grown.get_layer("scores").get_weights()
+        old_kernel, old_bias = model.get_layer("scores").get_weights()
+        kernel[:, :old_tags], bias[:old_tags] = old_kernel, old_bias
+        grown.get_layer("scores").set_weights([kernel, bias])
+        return grown
+
     def compile_args(self, config: MusicTaggingConfig, data: Splits) -> dict[str, Any]:
         if config.class_alpha > 0:
             loss = keras.losses.BinaryFocalCrossentropy(apply_class_balancing=True, alpha=config.class_alpha,
@@ -329,7 +347,7 @@ class MusicTagging(Pipeline):
     def clip_scores(self, model: keras.Model, waveforms: list[np.ndarray], state: dict[str, Any]) -> np.ndarray:
         """Track-level scores [clips, tags] of each waveform alone (no padding shared between clips)."""
         score = tf.function(lambda w: track_scores(model, w, state["window_samples"], state["aggregate"]),
-                            reduce_retracing=True)
+                            input_signature=[tf.TensorSpec([1, None], tf.float32)])  # one trace for every length
         return np.concatenate([score(tf.constant(w[None, :])).numpy() for w in waveforms])
 
     def calibrate(self, model: keras.Model, data: Splits) -> np.ndarray:

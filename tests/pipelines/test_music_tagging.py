@@ -1,5 +1,6 @@
 """Checks of the music_tagging pipeline: its tiny run (the shared session export), bad input, the baselines."""
 import csv
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -115,15 +116,32 @@ def _user_folder(tmp_path: Path, count: int = 20) -> Path:
     return tmp_path
 
 
-def test_corrupt_or_empty_audio_and_unknown_fine_tuning_tags_are_data_errors(tmp_path):
+def test_fine_tuning_on_a_new_tag_extends_the_outputs_keeping_the_old_weights(tmp_path):
     pipeline = MusicTagging()
     config = resolve_config(MusicTagging.Config, "tiny")
     folder = _user_folder(tmp_path)
     data = pipeline.load_data(config, str(folder))
     assert data.state["tags"] == ["high", "low", "tone"] and data.report["clips"]["train"] > 0
-    state = {**data.state, "tags": ["high", "tone"]}
-    with pytest.raises(DataError, match=r"tags.csv line \d+: .*tag\(s\) low are not among the model's 2 tags"):
-        pipeline.load_data(config, str(folder), state=state)
+    old_state = {**data.state, "tags": ["tone", "high"], "thresholds": [0.3, 0.4]}
+    old_model = pipeline.build_model(config, dataclasses.replace(data, state=old_state))
+    grown_data = pipeline.load_data(config, str(folder), state=old_state)
+    assert grown_data.state["tags"] == ["tone", "high", "low"] and grown_data.state["thresholds"] == [0.3, 0.4, 0.5]
+    grown = pipeline.adapt_model(old_model, config, grown_data)
+    assert grown.output_shape == (None, 3)
+    kernel, bias = grown.get_layer("scores").get_weights()
+    old_kernel, old_bias = old_model.get_layer("scores").get_weights()
+    np.testing.assert_array_equal(kernel[:, :2], old_kernel)
+    np.testing.assert_array_equal(bias[:2], old_bias)
+    for old, new in zip(old_model.layers, grown.layers):
+        if old.name != "scores":
+            for a, b in zip(old.get_weights(), new.get_weights()):
+                np.testing.assert_array_equal(a, b)
+
+
+def test_corrupt_or_empty_audio_is_a_data_error_naming_the_file(tmp_path):
+    pipeline = MusicTagging()
+    config = resolve_config(MusicTagging.Config, "tiny")
+    folder = _user_folder(tmp_path)
     (folder / "3.wav").write_bytes(b"")
     with pytest.raises(DataError, match="3.wav: the file is empty"):
         pipeline.load_data(config, str(folder))
