@@ -58,9 +58,15 @@ class CopyTaskConfig(HRNNConfig):
                  "steps_per_epoch": 3, "batch_size": 16},
         "default": {"string_length": 10, "train_sequences": 16000, "epochs": 40, "steps_per_epoch": 100,
                     "batch_size": 32, "learning_rate": 2e-3, "early_stopping_patience": 40, "lr_patience": 3},
-        "full": {"string_length": 100, "units": [256, 256], "aux_hidden_units": 256, "train_sequences": 100000,
-                 "epochs": 200, "steps_per_epoch": 500, "batch_size": 64, "early_stopping_patience": 20,
-                 "lr_patience": 8},
+        # The paper's settings, for a GPU or a long CPU run. 2 levels: T=200, k=10, L=100.
+        "full": {"length": 200, "periods": 10, "string_length": 100, "units": [256, 256], "aux_hidden_units": 256,
+                 "train_sequences": 100000, "epochs": 200, "steps_per_epoch": 500, "batch_size": 64,
+                 "early_stopping_patience": 20, "lr_patience": 8},
+        # 3 levels: k=5 then 25, T=1000, L=500; --set beta=0.1,0 drops the middle (level-2) decoder.
+        "three_level": {"length": 1000, "periods": [5, 5], "string_length": 500, "units": [64, 256, 1024],
+                        "aux_hidden_units": 256, "beta": [0.1, 1.0], "train_sequences": 100000, "epochs": 200,
+                        "steps_per_epoch": 500, "batch_size": 64, "early_stopping_patience": 20,
+                        "lr_patience": 8},
     }
 
     def validate(self) -> None:
@@ -101,6 +107,7 @@ class CopyTask(Pipeline):
     """Copy a binary string after reading it, through a (decoupled) hierarchical RNN."""
 
     Config = CopyTaskConfig
+    predict_input = "strings of 0s and 1s, one per row"
 
     def load_data(self, config: CopyTaskConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:

@@ -36,7 +36,8 @@ from seqapps import baselines, intervals
 from seqapps import metrics as forecast_metrics_lib
 from seqapps.config import TrainingConfig, require
 from seqapps.data import datasets
-from seqapps.data.tables import FILL_METHODS, parse_duration, read_csv, to_time_series
+from seqapps.data.tables import (DECIMAL_MARKS, FILL_METHODS, check_timezone, local_times, parse_duration,
+                                 read_csv, to_time_series)
 from seqapps.errors import DataError
 from seqapps.export import Signature
 from seqapps.losses import ScaledMeanAbsoluteError
@@ -87,6 +88,9 @@ class ForecastingConfig(TrainingConfig):
             validation loss, then in-sample, still drives early stopping).
         fill_gaps: "none" (gaps and empty cells are errors), "interpolate" or "ffill".
         val_fraction, test_fraction: chronological split sizes.
+        timezone: the series' IANA time zone (e.g. Europe/London) for calendar features
+            and printed forecasts; None: the file's UTC offsets, or wall-clock time.
+        decimal: the CSV's decimal mark, "." or "," (the separator is detected).
     """
 
     timestamp_col: str = "timestamp"
@@ -109,9 +113,13 @@ class ForecastingConfig(TrainingConfig):
     fill_gaps: str = "none"
     val_fraction: float = 0.1
     test_fraction: float = 0.2
+    timezone: str | None = None
+    decimal: str = "."
 
     def validate(self) -> None:
         super().validate()
+        check_timezone(self.timezone)
+        require(self.decimal in DECIMAL_MARKS, "decimal", self.decimal, f"one of {' '.join(DECIMAL_MARKS)}")
         require(bool(self.target_cols), "target_cols", self.target_cols, "at least one column name")
         require(self.cell in ("gru", "lstm"), "cell", self.cell, "gru or lstm")
         require(self.units >= 1 and self.layers >= 1, "units/layers", (self.units, self.layers), "integers >= 1")
@@ -171,6 +179,7 @@ class Forecasting(Pipeline):
     """Shared implementation; subclasses name the default data and defaults."""
 
     Config = ForecastingConfig
+    predict_input = "a CSV file holding the last lookback rows (or more) of the training columns"
 
     def default_data(self) -> pd.DataFrame:
         """Returns the embedded default table."""
@@ -180,7 +189,7 @@ class Forecasting(Pipeline):
 
     def load_data(self, config: ForecastingConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
-        frame = read_csv(data_path) if data_path else self.default_data()
+        frame = read_csv(data_path, decimal=config.decimal) if data_path else self.default_data()
         source = frame.attrs.get("source", "data")
         if state is not None:
             input_cols, targets = state["input_cols"], state["target_cols"]
@@ -188,7 +197,7 @@ class Forecasting(Pipeline):
         else:
             targets = list(config.target_cols)
             input_cols = targets + [c for c in self._feature_columns(frame, config) if c not in targets]
-        series = to_time_series(frame, config.timestamp_col, input_cols, config.fill_gaps)
+        series = to_time_series(frame, config.timestamp_col, input_cols, config.fill_gaps, config.timezone)
         step_seconds = int(series.step.total_seconds())
         if state is not None and step_seconds != state["step_seconds"]:
             raise DataError(f"{source}: sampling interval is {series.step}, but the model was trained on "
@@ -219,13 +228,18 @@ class Forecasting(Pipeline):
                 "step_seconds": step_seconds, **steps,
                 "mean": train_values.mean(axis=0).tolist(),
                 "std": np.maximum(train_values.std(axis=0), 1e-6).tolist(),
+                "timezone": series.timezone, "utc_offsets": series.utc_offsets, "decimal": config.decimal,
             }
         times = series.frame.index.to_numpy().astype("datetime64[s]").astype("int64")
         target_index = [input_cols.index(c) for c in targets]
         report = {"source": source, "rows": n, "step": str(series.step), "input_cols": input_cols,
-                  "target_cols": targets, "filled_values": series.filled,
+                  "target_cols": targets, "filled_values": series.filled, "timezone": series.timezone,
+                  **({"csv": frame.attrs["csv"]} if "csv" in frame.attrs else {}),
                   "windows": {name: int(len(found)) for name, found in origins.items()}}
-        datasets_ = {name: self._windows(values, times, found, state) for name, found in origins.items()}
+        # The ridge baseline, the frozen ridge in the model and the interval calibration read
+        # every window, so the windows are materialised here (see docs/results.md, memory).
+        datasets_ = {name: self._window_arrays(self._windows(values, times, found, state))
+                     for name, found in origins.items()}
         arrays = {"values": values[:, target_index], "times": times, "test_origins": origins["test"],
                   "fit_end": bounds["val"][1], "seasonal_baseline": seasonal, "interval": config.interval,
                   "mase_scale": forecast_metrics_lib.mase_scale(train_values[:, target_index], steps["daily_lag"]),
@@ -275,15 +289,31 @@ class Forecasting(Pipeline):
         return np.arange(first, stop - horizon, dtype="int64")
 
     @staticmethod
-    def _windows(values: np.ndarray, times: np.ndarray, origins: np.ndarray,
-                 state: dict[str, Any]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    def _windows(values: np.ndarray, times: np.ndarray, origins: np.ndarray, state: dict[str, Any]) -> tf.data.Dataset:
+        """Windows ``(inputs, targets)`` cut from the series as they are read.
+
+        Only the series and the window origins are held, so memory grows with the
+        series, not with the number of windows times the lookback.
+        """
         lookback, horizon = state["lookback"], state["horizon"]
-        past = origins[:, None] + np.arange(-(lookback - 1), 1)[None, :]
-        future = origins[:, None] + np.arange(1, horizon + 1)[None, :]
-        inputs = {name: values[past, i].astype("float32") for i, name in enumerate(state["input_cols"])}
-        inputs[END_TIME] = times[origins]
+        series, stamps = tf.constant(values.astype("float32")), tf.constant(times)
         target_index = [state["input_cols"].index(c) for c in state["target_cols"]]
-        return inputs, values[future][:, :, target_index].astype("float32")
+
+        def cut(origin: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+            past = tf.ensure_shape(series[origin - lookback + 1: origin + 1], [lookback, values.shape[1]])
+            inputs = {name: past[:, i] for i, name in enumerate(state["input_cols"])}
+            inputs[END_TIME] = stamps[origin]
+            future = tf.ensure_shape(series[origin + 1: origin + 1 + horizon], [horizon, values.shape[1]])
+            return inputs, tf.gather(future, target_index, axis=1)
+
+        return tf.data.Dataset.from_tensor_slices(origins).map(cut, num_parallel_calls=tf.data.AUTOTUNE)
+
+    @staticmethod
+    def _window_arrays(windows: tf.data.Dataset) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """All windows of a split as NumPy ``(inputs, targets)``."""
+        inputs, targets = zip(*windows.batch(4096).as_numpy_iterator())
+        return ({name: np.concatenate([batch[name] for batch in inputs]) for name in inputs[0]},
+                np.concatenate(targets))
 
     # --- model ----------------------------------------------------------------------------
 
@@ -360,6 +390,7 @@ class Forecasting(Pipeline):
             sequence = SeasonalDifference(period, name="seasonal_difference")(scaled)
         if config.calendar_features:
             past_calendar, future_calendar = CalendarFeatures(state["step_seconds"], sequence.shape[1], horizon,
+                                                              state.get("utc_offsets"),
                                                               name="calendar")(inputs[END_TIME])
             sequence = keras.layers.Concatenate()([sequence, past_calendar])
             future = keras.layers.Flatten()(future_calendar)
@@ -500,8 +531,14 @@ class Forecasting(Pipeline):
         if len(inputs) != 1:
             raise DataError(f"expected one INPUT, a CSV file with the last {state['lookback']} rows or more "
                             f"of columns {', '.join([state['timestamp_col'], *state['input_cols']])}")
-        frame = read_csv(inputs[0])
-        series = to_time_series(frame, state["timestamp_col"], state["input_cols"])
+        frame = read_csv(inputs[0], decimal=state.get("decimal", "."))
+        zone = state.get("timezone")
+        series = to_time_series(frame, state["timestamp_col"], state["input_cols"],
+                                timezone=None if zone in (None, "file offsets") else zone)
+        if (series.utc_offsets is None) != (state.get("utc_offsets") is None):
+            raise DataError(f"{inputs[0]}: timestamps {'have' if series.utc_offsets else 'lack'} UTC offsets; "
+                            f"the model was trained on timestamps {'with' if state.get('utc_offsets') else 'without'} "
+                            "them")
         if int(series.step.total_seconds()) != state["step_seconds"]:
             raise DataError(f"{inputs[0]}: sampling interval is {series.step}, the model expects "
                             f"{pd.Timedelta(seconds=state['step_seconds'])}")
@@ -515,7 +552,9 @@ class Forecasting(Pipeline):
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
-        times = pd.to_datetime(outputs[FORECAST_TIME][0], unit="s")
+        seconds = outputs[FORECAST_TIME][0]
+        times = (local_times(seconds, state["utc_offsets"]) if state.get("utc_offsets")
+                 else pd.to_datetime(seconds, unit="s"))  # in the input's offsets, or wall-clock time
         low, high = state["interval"]["levels"]
         columns = [name for target in state["target_cols"]
                    for name in (quantile_name(target, low), target, quantile_name(target, high))]

@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from seqapps import metrics
 from seqapps.config import HRNNConfig, require
+from seqapps.data import datasets
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
@@ -77,6 +78,9 @@ class HRNNCharLMConfig(HRNNConfig):
     def validate(self) -> None:
         super().validate()
         require(len(self.units) == 2, "units", self.units, "two integers (lower and upper level)")
+        require(self.mode != "mr_hrnn", "mode", self.mode,
+                "hrnn, gr_hrnn or decoupled (mr_hrnn truncates to windows of periodic segments, "
+                "which word-boundary ticks do not have)")
         require(self.corpus in CORPORA, "corpus", self.corpus, f"one of {', '.join(CORPORA)}")
         require(self.seq_len >= 2, "seq_len", self.seq_len, "an integer >= 2")
         require(self.max_chars is None or self.max_chars >= 1000, "max_chars", self.max_chars,
@@ -100,10 +104,11 @@ class HRNNCharLM(Pipeline):
     """Next-character prediction with an upper RNN that ticks at word ends."""
 
     Config = HRNNCharLMConfig
+    predict_input = "texts, one per row: bits per character and the likeliest next characters"
 
     def load_data(self, config: HRNNCharLMConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
-        corpus = (text_data.read_text_file(data_path) if data_path else CORPORA[config.corpus]()).head(config.max_chars)
+        corpus = (datasets.read_corpus(data_path) if data_path else CORPORA[config.corpus]()).head(config.max_chars)
         parts = text_data.joined_splits(corpus, config.val_fraction, config.test_fraction, START)
         if state is None:
             state = {"vocabulary": text_data.build_vocabulary(TOKENIZER.tokenize(parts["train"]),

@@ -16,9 +16,14 @@ negative log-likelihood otherwise, so the validation loss that drives the
 learning-rate halving is log PPL^f whatever the training loss.
 
 Data: the text is one token stream (lines end with ``</s>``), cut into
-windows of ``seq_len`` targets; a step trains on ``batch_size x seq_len``
-targets (400 by default, the paper's batch), which are the B-NCE noise set.
-Recurrent windows start from a zero state. Default data: the WordNet 3.0
+windows of ``seq_len`` targets; a step trains on ``batch_size`` windows.
+B-NCE's batch (``noise_scope``) is, as in the paper, the ``batch_size`` targets
+of one time step (400 by default, the paper's B: ``K = 399`` noise words, the
+other sequences' targets at that step), or with ``noise_scope=batch`` all
+``batch_size x seq_len`` targets of the step pooled (each row's noise then holds
+the other words of its own window). Duplicated targets stay noise samples
+(the paper's unigram noise) unless ``remove_accidental_hits``. Recurrent
+windows start from a zero state. Default data: the WordNet 3.0
 glosses (apt ``wordnet-base``; WordNet 3.0 licence), 1.7M tokens, 57k types.
 
 The output bias starts at ``log p_unigram + log Z``, so that both
@@ -42,13 +47,15 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps.config import TrainingConfig, require
+from seqapps.data import datasets
 from seqapps.data import text as text_data
 from seqapps.export import Signature
-from seqapps.layers.batch_nce import LOSSES, BatchNCE, unigram_distribution
+from seqapps.layers.batch_nce import LOSSES, NOISE_SCOPES, BatchNCE, unigram_distribution
 from seqapps.layers.ngram_context import NGramContext
 from seqapps.losses import per_token_training_loss
 from seqapps.metrics import perplexity, unigram_log_probs
 from seqapps.pipeline import Pipeline, Splits
+from seqapps.training import make_optimizer
 
 ARCHITECTURES = ("ffnn", "ffnn_relu", "rnn", "rnn_relu", "lstm", "lstm_relu")
 CORPORA = {"wordnet": text_data.wordnet_glosses, "pydoc": text_data.pydoc_topics}
@@ -72,6 +79,10 @@ class LanguageModelConfig(TrainingConfig):
         log_z: the fixed log normaliser of the NCE losses.
         num_noise: S-NCE noise samples per batch.
         extra_noise: extra unigram noise samples of adaptive B-NCE (for small batches).
+        noise_scope: B-NCE's batch: "time_step" (the paper's: the batch's targets at one
+            step) or "batch" (all the step's targets pooled).
+        remove_accidental_hits: drop a row's own word from its noise (default False, the
+            paper's: duplicates stay noise samples).
         max_vocab: the most words, ``<unk>`` and ``</s>`` included (None: all).
         min_count: rarer training words map to ``<unk>``.
         max_words: use only the first lines up to this many tokens (None: all).
@@ -94,6 +105,8 @@ class LanguageModelConfig(TrainingConfig):
     log_z: float = 9.0
     num_noise: int = 100
     extra_noise: int = 0
+    noise_scope: str = "time_step"
+    remove_accidental_hits: bool = False
     max_vocab: int | None = None
     min_count: int = 1
     max_words: int | None = None
@@ -103,7 +116,7 @@ class LanguageModelConfig(TrainingConfig):
     top_k: int = 5
     timing_steps: int = 20
     jit_compile: bool = True
-    batch_size: int = 20
+    batch_size: int = 400
     learning_rate: float = 0.4
     optimizer: str = "sgd"
     clipnorm: float = 5.0
@@ -115,7 +128,7 @@ class LanguageModelConfig(TrainingConfig):
                  "projection_units": 16, "bottleneck_units": 16, "max_vocab": 2000, "seq_len": 10,
                  "batch_size": 8, "epochs": 1, "steps_per_epoch": 5, "max_eval_tokens": 2000,
                  "timing_steps": 2, "jit_compile": False},
-        "default": {"epochs": 2, "steps_per_epoch": 1200},
+        "default": {"epochs": 2, "steps_per_epoch": 60},  # 0.96M training tokens
         "full": {"epochs": 30, "early_stopping_patience": 3, "max_eval_tokens": None},
     }
 
@@ -131,9 +144,10 @@ class LanguageModelConfig(TrainingConfig):
         require(self.ngram_order >= 2, "ngram_order", self.ngram_order, "an integer >= 2")
         require(self.extra_noise >= 0 and self.timing_steps >= 0, "extra_noise/timing_steps",
                 (self.extra_noise, self.timing_steps), "integers >= 0")
-        require(self.loss != "bnce" or self.batch_size * self.seq_len >= 2 or self.extra_noise >= 1,
-                "extra_noise", self.extra_noise,
-                "an integer >= 1 with loss=bnce and one target per batch (batch_size x seq_len = 1): "
+        require(self.noise_scope in NOISE_SCOPES, "noise_scope", self.noise_scope, f"one of {', '.join(NOISE_SCOPES)}")
+        targets = self.batch_size * (self.seq_len if self.noise_scope == "batch" else 1)
+        require(self.loss != "bnce" or targets >= 2 or self.extra_noise >= 1, "extra_noise", self.extra_noise,
+                f"an integer >= 1 with loss=bnce and one target per B-NCE batch ({targets}): "
                 "B-NCE's noise samples are the batch's other targets; set extra_noise (adaptive B-NCE)")
         require(self.max_vocab is None or self.max_vocab >= 3, "max_vocab", self.max_vocab, "null or >= 3")
         require(self.max_words is None or self.max_words >= 1, "max_words", self.max_words, "null or >= 1")
@@ -158,7 +172,7 @@ class LanguageModel(Pipeline):
     def load_data(self, config: LanguageModelConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
         self.config = config
-        corpus = text_data.read_text_file(data_path) if data_path else CORPORA[config.corpus]()
+        corpus = datasets.read_corpus(data_path) if data_path else CORPORA[config.corpus]()
         lines = [TOKENIZER.tokenize(line) for line in corpus.lines]
         if config.max_words is not None:
             lines = text_data.first_lines_up_to(lines, config.max_words)
@@ -209,7 +223,8 @@ class LanguageModel(Pipeline):
             hidden = keras.layers.Dense(config.bottleneck_units, activation="relu", name="bottleneck")(hidden)
         hidden = keras.layers.Identity(name="hidden")(hidden)
         output = BatchNCE(vocab_size, loss=config.loss, log_z=config.log_z, num_noise=config.num_noise,
-                          extra_noise=config.extra_noise, seed=config.seed, name="output")
+                          extra_noise=config.extra_noise, remove_accidental_hits=config.remove_accidental_hits,
+                          noise_scope=config.noise_scope, seed=config.seed, name="output")
         per_token = output([hidden, targets])
         unigram = unigram_distribution(data.arrays["train_counts"])
         output.set_noise_distribution(unigram)
@@ -259,7 +274,7 @@ class LanguageModel(Pipeline):
         if config.timing_steps == 0:
             return {}
         copy = keras.Model.from_config(model.get_config())
-        copy.compile(optimizer=keras.optimizers.SGD(config.learning_rate, global_clipnorm=config.clipnorm),
+        copy.compile(optimizer=make_optimizer(config),
                      **self.compile_args(config, data))
         batches = iter(data.train.repeat().batch(config.batch_size, drop_remainder=True))
         copy.train_on_batch(*next(batches))  # trace and compile

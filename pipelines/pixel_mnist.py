@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps.config import HRNNConfig, require
+from seqapps.data import datasets
 from seqapps.data.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_images, read_image_bytes
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
@@ -34,7 +35,6 @@ from seqapps.pipeline import Pipeline, Splits
 
 CLASSES = 10
 PERMUTATION_SEED = 1234  # the permutation is fixed: the same for every run of an image size
-TFDS_PREFIX = "tfds:"
 
 
 @dataclasses.dataclass
@@ -80,32 +80,6 @@ def digits_images() -> tuple[np.ndarray, np.ndarray]:
     return (digits.images * (255.0 / 16.0)).astype(np.float32), digits.target.astype(np.int64)
 
 
-def tfds_images(name: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Reads a tfds image classification set already in the local tfds data folder.
-
-    Args:
-        name: the tfds name (e.g. "mnist").
-
-    Returns:
-        ``{"train", "test"}`` -> (float32 (n, h, w) in 0..255, int64 labels).
-
-    Raises:
-        DataError: tensorflow_datasets is missing or the data is not downloaded.
-    """
-    try:
-        import tensorflow_datasets as tfds
-    except ImportError:
-        raise DataError(f"--data tfds:{name} needs tensorflow_datasets (pip install tensorflow-datasets) and the "
-                        "data in its data folder; without --data the bundled scikit-learn digits are used") from None
-    try:
-        loaded = tfds.load(name, split=["train", "test"], as_supervised=True, batch_size=-1, download=False)
-    except Exception as error:  # tfds raises several types for missing or unknown data sets
-        raise DataError(f"--data tfds:{name}: not available in the local tensorflow_datasets folder "
-                        f"({error.__class__.__name__}); download it first with tfds, offline runs cannot") from None
-    return {split: (tfds.as_numpy(images)[..., 0].astype(np.float32), tfds.as_numpy(labels).astype(np.int64))
-            for split, (images, labels) in zip(("train", "test"), loaded)}
-
-
 def pixel_order(image_size: int, permute: bool) -> np.ndarray:
     """Returns the order in which pixels are read: identity or a fixed permutation."""
     steps = image_size * image_size
@@ -118,6 +92,7 @@ class PixelMnist(Pipeline):
     """Classify a digit read one pixel per step (plain or permuted order)."""
 
     Config = PixelMnistConfig
+    predict_input = "PNG or JPEG image files of digits, one per row"
 
     def load_data(self, config: PixelMnistConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
@@ -129,13 +104,16 @@ class PixelMnist(Pipeline):
             parts = {"val": order[:n_val], "test": order[n_val:n_val + n_test], "train": order[n_val + n_test:]}
             raw = {name: (images[index], labels[index]) for name, index in parts.items()}
             source = "sklearn.datasets.load_digits (8x8, BSD-3)"
-        elif data_path.startswith(TFDS_PREFIX):
-            loaded = tfds_images(data_path[len(TFDS_PREFIX):])
+        elif datasets.is_tfds(data_path):
+            loaded = datasets.tfds_images(data_path)  # train and test, or the one split named
             images, labels = loaded["train"]
             order = rng.permutation(len(labels))
             n_val = round(len(order) * config.val_fraction)
+            n_test = 0 if "test" in loaded else round(len(order) * config.test_fraction)
+            held_out = order[n_val:n_val + n_test]
             raw = {"val": (images[order[:n_val]], labels[order[:n_val]]),
-                   "train": (images[order[n_val:]], labels[order[n_val:]]), "test": loaded["test"]}
+                   "test": loaded.get("test", (images[held_out], labels[held_out])),
+                   "train": (images[order[n_val + n_test:]], labels[order[n_val + n_test:]])}
             source = data_path
         else:
             raise DataError(f"--data {data_path}: expected tfds:mnist (a local tensorflow_datasets copy) or no --data "

@@ -35,6 +35,7 @@ import tensorflow as tf
 
 from seqapps import metrics
 from seqapps.config import TrainingConfig, require
+from seqapps.data import datasets
 from seqapps.data import text as text_data
 from seqapps.export import Limits, Signature
 from seqapps.layers import decoding
@@ -111,12 +112,13 @@ class TextGeneration(Pipeline):
     """Char-RNN: a stacked LSTM over characters; the export samples text from a prompt."""
 
     Config = TextGenerationConfig
+    predict_input = "prompts, one per row; --set length=N --set temperature=T (default 200, 0.8)"
 
     # --- data -------------------------------------------------------------------------------
 
     def load_data(self, config: TextGenerationConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
-        corpus = (text_data.read_text_file(data_path) if data_path else CORPORA[config.corpus]()).head(config.max_chars)
+        corpus = (datasets.read_corpus(data_path) if data_path else CORPORA[config.corpus]()).head(config.max_chars)
         parts = text_data.joined_splits(corpus, config.val_fraction, config.test_fraction, START)
         if state is None:  # a fine-tuned model keeps its vocabulary; its serving settings come from the config
             state = {"vocabulary": text_data.build_vocabulary(TOKENIZER.tokenize(parts["train"])).state()}

@@ -41,9 +41,7 @@ does; the server refuses texts over ``max_string_bytes`` (the export's limits).
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
-from pathlib import Path
 from typing import Any, Sequence
 
 import keras

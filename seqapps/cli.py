@@ -2,21 +2,40 @@
 
 Exit codes: 0 ok; 2 bad usage or bad input (one line naming what and where);
 1 other failures. With ``--json`` the last line of stdout is one JSON object.
-TensorFlow is imported only by the commands that need it.
+TensorFlow is imported only by the commands that need it, after the names and
+files they were given are checked. Its C++ start-up messages are kept out of the
+terminal unless ``--verbose`` (or a crash) asks for them.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
 import json
 import os
 import sys
-from typing import Any, Sequence
+import tempfile
+import warnings
+from typing import Any, Iterator, Sequence
 
 from seqapps import __version__
 from seqapps.errors import SeqappsError, TrainingError
 
-BENCHMARKS = {"bnce": "seqapps.bench.bnce", "hrnn": "seqapps.bench.hrnn", "serve": "seqapps.bench.serve"}
+BENCHMARKS = {"bnce": "seqapps.bench.bnce", "hrnn": "seqapps.bench.hrnn", "serve": "seqapps.bench.serve",
+              "rows": "seqapps.bench.rows"}
+NATIVE_LOG_COMMANDS = ("run", "finetune", "predict")  # the commands whose TensorFlow start-up noise is held back
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (and a JSON line with ``--json``)."""
+
+    #: set by ``build_parser``: usage errors come before the parsed ``--json`` exists.
+    json_errors = False
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        _fail(f"{self.prog}: error", f"{message} (see {self.prog} --help)", 2, _Parser.json_errors)
+        raise SystemExit(2)
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -25,11 +44,14 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategy", default="auto", choices=["auto", "mirrored", "multiworker"],
                         help="tf.distribute strategy (multiworker reads TF_CONFIG)")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's own start-up and warning messages")
 
 
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     """Returns the argument parser for all subcommands; ``argv`` selects which benchmark's options to load."""
-    parser = argparse.ArgumentParser(prog="seqapps", description=__doc__.splitlines()[0])
+    _Parser.json_errors = "--json" in argv
+    parser = _Parser(prog="seqapps", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"seqapps {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -38,7 +60,7 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="train, evaluate and export a pipeline")
     run.add_argument("name", metavar="NAME", help="pipeline name (see `seqapps list`)")
-    run.add_argument("--preset", default="default", choices=["tiny", "default", "full"])
+    run.add_argument("--preset", default="default", help="tiny, default, full, or one of the pipeline's own")
     run.add_argument("--data", default=None, help="your data (default: the embedded data set)")
     run.add_argument("--config", default=None, help="YAML file of config fields")
     run.add_argument("--out", default="saved_models", help="export root (default: saved_models)")
@@ -50,10 +72,17 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     finetune.add_argument("--data", required=True)
     _add_run_options(finetune)
 
-    predict = commands.add_parser("predict", help="run an export's serving signature on raw input")
+    predict = commands.add_parser("predict", help="run an export's serving signature on raw input",
+                                  formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  epilog=_predict_inputs_help() if argv[:1] == ["predict"] else None)
     predict.add_argument("model", metavar="MODEL_DIR", help="saved_models/NAME[/VERSION]")
     predict.add_argument("inputs", nargs="+", metavar="INPUT")
+    predict.add_argument("--signature", default="serving_default", metavar="NAME",
+                         help="the signature to call (default: serving_default)")
+    predict.add_argument("--set", dest="overrides", action="append", default=[], metavar="INPUT=VALUE",
+                         help="set one signature input for every row, e.g. temperature=0.5 (repeatable)")
     predict.add_argument("--json", action="store_true")
+    predict.add_argument("--verbose", action="store_true", help="show TensorFlow's own messages")
 
     serve = commands.add_parser("serve", help="serve saved_models/NAME/VERSION over TF Serving's REST API")
     serve.add_argument("model_root", nargs="?", default="saved_models", metavar="saved_models",
@@ -67,6 +96,25 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
                             "while the model was busy)")
     serve.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024,
                        help="refuse larger request bodies with 400 (default: 32 MiB)")
+    serve.add_argument("--request-timeout-s", type=float, default=60.0,
+                       help="deadline of one request; past it the model call is stopped and 504 answered "
+                            "(default: 60)")
+    serve.add_argument("--max-request-rows", type=int, default=1024,
+                       help="rows per request, for exports whose limits.json sets none (default: 1024)")
+    serve.add_argument("--max-string-bytes", type=int, default=64 * 1024,
+                       help="bytes per string element, for exports whose limits.json sets none (default: 64 KiB)")
+    serve.add_argument("--max-generated-length", type=int, default=4096,
+                       help="largest 'length' input, for exports whose limits.json sets none (default: 4096)")
+    serve.add_argument("--header-timeout-s", type=float, default=10.0,
+                       help="close connections that do not finish their headers in time (default: 10)")
+    serve.add_argument("--idle-timeout-s", type=float, default=30.0,
+                       help="close idle keep-alive connections after this (default: 30)")
+    serve.add_argument("--drain-seconds", type=float, default=10.0,
+                       help="on SIGTERM/Ctrl-C, let requests in flight finish this long (default: 10)")
+    serve.add_argument("--version-labels", default=None, metavar="FILE",
+                       help="YAML/JSON file MODEL: {LABEL: VERSION} for /labels/LABEL (reread on every poll)")
+    serve.add_argument("--grpc-port", type=int, default=None,
+                       help="also serve TF Serving's gRPC API on this port (TF Serving uses 8500; 0: a free one)")
 
     bench = commands.add_parser("bench", help="speed and memory benchmarks")
     benches = bench.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
@@ -79,13 +127,88 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def _predict_inputs_help() -> str:
+    """What INPUT is for each registered pipeline (read from the registry, without importing TensorFlow)."""
+    from seqapps.pipeline import REGISTRY
+
+    names = REGISTRY.names()
+    width = max(map(len, names), default=0)
+    return "INPUT, by the export's pipeline:\n" + "\n".join(
+        f"  {name:<{width}}  {REGISTRY.predict_input(name)}" for name in names)
+
+
 def _print_result(result: Any, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(result, default=str))
-    elif isinstance(result, str):
+    if isinstance(result, str):
         print(result)
-    else:
-        print(json.dumps(result, indent=2, default=str))
+        return
+    from seqapps.runner import json_safe
+
+    nulls: dict[str, str] = {}
+    safe = json_safe(result, nulls)
+    if nulls and isinstance(safe, dict):
+        safe["nulls"] = {**safe.get("nulls", {}), **nulls}
+    print(json.dumps(safe, default=str, allow_nan=False, indent=None if as_json else 2))
+
+
+def _fail(prefix: str, message: str, exit_code: int, as_json: bool) -> int:
+    """Prints a failure as one stderr line and, with ``--json``, as the last stdout line; returns the code."""
+    print(f"{prefix}: {message}", file=sys.stderr)
+    if as_json:
+        print(json.dumps({"error": message, "exit_code": exit_code}), flush=True)
+    return exit_code
+
+
+@contextlib.contextmanager
+def native_stderr_to_file(enabled: bool) -> Iterator[io.BufferedRandom | None]:
+    """Sends what C++ libraries write to file descriptor 2 into a temporary file.
+
+    TensorFlow prints start-up messages from C++ at import and at its first ops
+    (absl's "All log messages before absl::InitializeLog()", oneDNN notices), which
+    no environment variable silences in TF 2.21. Python's ``sys.stderr`` keeps
+    writing to the terminal, and Python warnings go to the file as well.
+
+    Args:
+        enabled: when False, nothing is redirected.
+
+    Yields:
+        The temporary file (None when disabled); ``replay_native_stderr`` prints it.
+    """
+    if not enabled:
+        yield None
+        return
+    sys.stderr.flush()
+    log = tempfile.TemporaryFile()
+    saved_fd = os.dup(2)
+    python_stderr, show_warning = sys.stderr, warnings.showwarning
+    try:
+        uses_fd2 = sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # a test's capture object, not a real file
+        uses_fd2 = False
+    os.dup2(log.fileno(), 2)
+    if uses_fd2:
+        sys.stderr = io.TextIOWrapper(os.fdopen(os.dup(saved_fd), "wb", buffering=0), encoding=python_stderr.encoding,
+                                      errors="backslashreplace", line_buffering=True)
+    warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: log.write(
+        warnings.formatwarning(message, category, filename, lineno, line).encode())
+    try:
+        yield log
+    finally:
+        warnings.showwarning = show_warning
+        if uses_fd2:
+            sys.stderr.flush()
+            sys.stderr = python_stderr
+        os.dup2(saved_fd, 2)
+        os.close(saved_fd)
+
+
+def replay_native_stderr(log: io.BufferedRandom | None) -> None:
+    """Writes what ``native_stderr_to_file`` held back to stderr (after a crash)."""
+    if log is None:
+        return
+    log.flush()
+    log.seek(0)
+    sys.stderr.write(log.read().decode("utf-8", "replace"))
+    sys.stderr.flush()
 
 
 def _summary(result: dict[str, Any]) -> str:
@@ -97,8 +220,14 @@ def _summary(result: dict[str, Any]) -> str:
     width = max(len(name) for name in rows)
     lines = [f"{result['pipeline']} ({result['preset']} preset) in {result['seconds']} s",
              " " * width + "".join(f"{k:>12}" for k in keys)]
-    lines += [f"{name:<{width}}" + "".join(f"{values.get(k, float('nan')):>12.4g}" for k in keys)
+    lines += [f"{name:<{width}}" + "".join(f"{values[k]:>12.4g}" if values.get(k) is not None else f"{'n/a':>12}"
+                                           for k in keys)
               for name, values in rows.items()]
+    data = result.get("data", {})
+    if "csv" in data or data.get("timezone"):
+        read = [f"separator {data['csv']['separator']!r}, decimal {data['csv']['decimal']!r}"] if "csv" in data else []
+        read += [f"time zone {data['timezone']}"] if data.get("timezone") else []
+        lines.append(f"data: {data.get('source', '')} ({'; '.join(read)})")
     lines.append(f"export: {result['export']}")
     return "\n".join(lines)
 
@@ -120,7 +249,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(argv).parse_args(argv)
-    interactive = sys.stdout.isatty() and not getattr(args, "json", False)
+    as_json = getattr(args, "json", False)
+    quiet = args.command in NATIVE_LOG_COMMANDS and not args.verbose
+    with native_stderr_to_file(quiet) as native_log:
+        try:
+            code = _command(args)
+        except BaseException:
+            replay_native_stderr(native_log)
+            if as_json:
+                print(json.dumps({"error": f"crashed: {sys.exc_info()[0].__name__}", "exit_code": 1}), flush=True)
+            raise
+    return code
+
+
+def _progress(args: argparse.Namespace) -> str:
+    """How training shows progress: a bar on a terminal, a line per epoch otherwise, nothing with --json."""
+    if getattr(args, "json", False):
+        return "none"
+    return "bar" if sys.stdout.isatty() else "lines"
+
+
+def _command(args: argparse.Namespace) -> int:
+    """Runs the parsed command; returns its exit code."""
+    as_json = getattr(args, "json", False)
     try:
         if args.command == "list":
             _list(args.json)
@@ -128,39 +279,41 @@ def main(argv: Sequence[str] | None = None) -> int:
             from seqapps import runner
 
             result = runner.run(args.name, args.preset, args.data, args.config, args.overrides, args.out,
-                                args.strategy, verbose=interactive)
+                                args.strategy, progress=_progress(args))
             _print_result(result if args.json else _summary(result), args.json)
         elif args.command == "finetune":
             from seqapps import runner
 
             result = runner.finetune(args.name, args.from_path, args.data, args.overrides, args.strategy,
-                                     verbose=interactive)
+                                     progress=_progress(args))
             _print_result(result if args.json else _summary(result), args.json)
         elif args.command == "predict":
             from seqapps import runner
 
-            text, value = runner.predict(args.model, args.inputs)
+            text, value = runner.predict(args.model, args.inputs, args.signature, args.overrides)
             _print_result(value if args.json else text, args.json)
         elif args.command == "serve":
             from seqapps import serving
 
             serving.serve(args.model_root, args.host, args.port,
-                          serving.ServingOptions(max_batch_size=args.max_batch_size,
-                                                 batch_timeout_ms=args.batch_timeout_ms,
-                                                 max_body_bytes=args.max_body_bytes))
+                          serving.ServingOptions(
+                              max_batch_size=args.max_batch_size, batch_timeout_ms=args.batch_timeout_ms,
+                              max_body_bytes=args.max_body_bytes, request_timeout_s=args.request_timeout_s,
+                              max_request_rows=args.max_request_rows, max_string_bytes=args.max_string_bytes,
+                              max_generated_length=args.max_generated_length,
+                              header_timeout_s=args.header_timeout_s, idle_timeout_s=args.idle_timeout_s,
+                              drain_seconds=args.drain_seconds, labels_file=args.version_labels,
+                              grpc_port=args.grpc_port))
         elif args.command == "bench":
             result = importlib.import_module(args.bench_module).run(args)
             _print_result(result, args.json)
     except SeqappsError as error:
-        print(f"seqapps: error: {error}", file=sys.stderr)
-        return 2
+        return _fail("seqapps: error", str(error), 2, as_json)
     except TrainingError as error:
-        print(f"seqapps: training failed: {error}", file=sys.stderr)
-        return 1
+        return _fail("seqapps: training failed", str(error), 1, as_json)
     except KeyboardInterrupt:
-        print("seqapps: interrupted; run the same command again to resume from the last checkpoint",
-              file=sys.stderr)
-        return 130
+        return _fail("seqapps", "interrupted; run the same command again to resume from the last checkpoint",
+                     130, as_json)
     return 0
 
 

@@ -81,7 +81,8 @@ class HRNNConfig(TrainingConfig):
         periods: ticks of each level per tick of the level above (an int for all, or one per
             upper level); with word boundaries, the longest span a decoder is asked about.
         beta: decoder loss weight, >= 0 (a number, or one per upper level; 0 switches a
-            level's decoder off).
+            level's decoder off). None: 1 for "decoupled", 0 otherwise; "hrnn" takes any
+            (the paper's hrnn baseline with decoders), "gr_hrnn" and "mr_hrnn" only 0.
         aux_hidden_units: width of each decoder's hidden layer.
     """
 
@@ -89,7 +90,7 @@ class HRNNConfig(TrainingConfig):
     cell: str = "lstm"
     units: list[int] = dataclasses.field(default_factory=lambda: [64, 64])
     periods: int | list[int] = 10
-    beta: float | list[float] = 1.0
+    beta: float | list[float] | None = None
     aux_hidden_units: int = 64
 
     def validate(self) -> None:
@@ -101,9 +102,11 @@ class HRNNConfig(TrainingConfig):
         uppers = len(self.units) - 1
         require(len(self.period_list()) == uppers and min(self.period_list()) >= 1, "periods", self.periods,
                 f"an integer >= 1 or {uppers} of them (one per upper level)")
-        betas = self.beta if isinstance(self.beta, list) else [self.beta]
+        betas = self.beta if isinstance(self.beta, list) else [0.0 if self.beta is None else self.beta]
         require(len(betas) in (1, uppers) and min(betas) >= 0, "beta", self.beta,
                 f"a number >= 0 or {uppers} of them (one per upper level)")
+        require(self.mode not in ("gr_hrnn", "mr_hrnn") or max(betas) == 0, "beta", self.beta,
+                f"0 with mode={self.mode} (it has no decoders; mode=decoupled or hrnn has them)")
         require(self.aux_hidden_units >= 1, "aux_hidden_units", self.aux_hidden_units, "an integer >= 1")
 
     def period_list(self) -> list[int]:

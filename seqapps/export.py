@@ -43,6 +43,7 @@ from seqapps.errors import ExportError
 
 ASSETS_EXTRA = "assets.extra"
 WARMUP_FILE = "tf_serving_warmup_requests"
+STAGING_PREFIX = ".tmp-"  # hidden folder an export is written to before it is renamed into place
 LIMITS_FILE = "limits.json"
 DEFAULT_SIGNATURE = "serving_default"
 
@@ -125,10 +126,12 @@ def _check_batch_leading(name: str, signature: Signature) -> None:
 
 
 def version_dirs(model_root: Path) -> dict[int, Path]:
-    """Returns ``{version: folder}`` for the integer-named folders under ``model_root``."""
+    """Returns ``{version: folder}`` for the folders named by 1 to 18 ASCII digits under ``model_root``
+    (others, such as ``²``, are ignored: an export never depends on other folders' names)."""
     if not model_root.is_dir():
         return {}
-    return {int(p.name): p for p in model_root.iterdir() if p.is_dir() and p.name.isdigit()}
+    return {int(p.name): p for p in model_root.iterdir()
+            if p.is_dir() and p.name.isascii() and p.name.isdigit() and len(p.name) <= 18}
 
 
 @contextlib.contextmanager
@@ -200,7 +203,8 @@ def write_export(
     for name, signature in signatures.items():
         _check_batch_leading(name, signature)
     model_root.mkdir(parents=True, exist_ok=True)
-    staging = model_root / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    remove_abandoned_staging(model_root)
+    staging = model_root / f"{STAGING_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         archive = keras.export.ExportArchive()
         archive.track(model)
@@ -222,6 +226,38 @@ def write_export(
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def remove_abandoned_staging(model_root: Path) -> list[Path]:
+    """Deletes the hidden ``.tmp-PID-*`` folders of exports whose process is gone (killed mid-export).
+
+    A folder whose process still runs on this machine is another export in progress
+    and is left alone.
+
+    Args:
+        model_root: ``saved_models/<pipeline>``.
+
+    Returns:
+        The folders removed.
+    """
+    removed = []
+    for folder in model_root.glob(f"{STAGING_PREFIX}*"):
+        pid = folder.name[len(STAGING_PREFIX):].partition("-")[0]
+        if pid.isdigit() and pid.isascii() and _process_alive(int(pid)):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def call_signature(function: Any, example: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -1,6 +1,7 @@
 """Task metrics, each a thin, tested wrapper of a well-kept library.
 
-- Forecasting: MAE, RMSE, sMAPE and MASE, and seasonal-naive forecasts.
+- Forecasting: MAE, RMSE, sMAPE and MASE (plain NumPy, in place: a long series' test split holds
+  millions of values), and seasonal-naive forecasts.
 - Translation: corpus BLEU and chrF (sacrebleu), with sacrebleu's signature string.
 - Speech recognition: corpus WER and CER (jiwer).
 - Tagging: ROC-AUC and PR-AUC, macro, micro and per label (scikit-learn).
@@ -16,7 +17,6 @@ import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
-from sklearn.metrics import mean_absolute_error, root_mean_squared_error
 
 
 def seasonal_naive(series: np.ndarray, origins: np.ndarray, horizon: int, period: int) -> np.ndarray:
@@ -65,13 +65,17 @@ def forecast_metrics(y_true: np.ndarray, y_pred: np.ndarray, scale: float) -> di
     Returns:
         ``{"mae", "rmse", "smape", "mase"}`` as floats.
     """
+    # In float64 with two work arrays reused in place: the test split of a long series holds
+    # millions of values, and sklearn's MAE/RMSE would copy both inputs several times over.
     truth, forecast = y_true.reshape(-1), y_pred.reshape(-1)
-    denominator = np.abs(truth) + np.abs(forecast)
-    ratio = np.divide(2 * np.abs(truth - forecast), denominator, out=np.zeros_like(denominator),
-                      where=denominator > 0)
-    mae = float(mean_absolute_error(truth, forecast))
-    return {"mae": mae, "rmse": float(root_mean_squared_error(truth, forecast)),
-            "smape": float(100 * ratio.mean()), "mase": mae / float(scale) if scale > 0 else float("nan")}
+    error = np.subtract(truth, forecast, dtype=np.float64)
+    np.abs(error, out=error)
+    scale_sum = np.abs(truth, dtype=np.float64)
+    scale_sum += np.abs(forecast)
+    mae = float(error.mean())
+    smape = float(200 * np.divide(error, scale_sum, out=scale_sum, where=scale_sum > 0).mean())  # 0 where both are 0
+    rmse = float(np.sqrt(np.square(error, out=error).mean()))
+    return {"mae": mae, "rmse": rmse, "smape": smape, "mase": mae / float(scale) if scale > 0 else float("nan")}
 
 
 # --- Translation: BLEU and chrF (sacrebleu) -------------------------------------------------------------------------

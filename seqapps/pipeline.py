@@ -64,6 +64,8 @@ class Pipeline:
 
     name: ClassVar[str] = ""
     Config: ClassVar[type[TrainingConfig]] = TrainingConfig
+    #: what ``seqapps predict`` takes as INPUT (shown by ``seqapps predict --help``; a string literal).
+    predict_input: ClassVar[str] = "one text per row for the signature's string input"
 
     def load_data(self, config: TrainingConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
@@ -189,16 +191,47 @@ class PipelineRegistry:
 
     def summary(self, name: str) -> str:
         """Returns the first line of the pipeline class's docstring, read without importing it."""
+        classes = self._class_nodes(name)
+        docstring = ast.get_docstring(classes[0]) if classes else None
+        return docstring.strip().splitlines()[0] if docstring else ""
+
+    def predict_input(self, name: str) -> str:
+        """Returns what ``seqapps predict`` takes as INPUT for this pipeline, read without importing it.
+
+        It is the class's (or a base class's, in the same module) ``predict_input``
+        string, else ``Pipeline.predict_input``.
+        """
+        for node in self._class_nodes(name):
+            for statement in node.body:
+                targets = statement.targets if isinstance(statement, ast.Assign) else [
+                    statement.target] if isinstance(statement, ast.AnnAssign) else []
+                if (any(isinstance(t, ast.Name) and t.id == "predict_input" for t in targets)
+                        and isinstance(statement.value, ast.Constant)):
+                    return str(statement.value.value)
+        return Pipeline.predict_input
+
+    def _class_nodes(self, name: str) -> list[ast.ClassDef]:
+        """The pipeline's class definition and its bases defined in the same module, from the source."""
         self._load_entry_points()
         module_name, _, class_name = self._targets[name].partition(":")
         spec = importlib.util.find_spec(module_name)
         if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-            return ""
+            return []
         tree = ast.parse(open(spec.origin, encoding="utf-8").read())
-        for node in tree.body:
-            if isinstance(node, ast.ClassDef) and node.name == class_name:
-                return (ast.get_docstring(node) or "").strip().splitlines()[0] if ast.get_docstring(node) else ""
-        return ""
+        defined = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+        chain, pending = [], [class_name]
+        while pending:
+            node = defined.get(pending.pop(0))
+            if node is not None and node not in chain:
+                chain.append(node)
+                pending.extend(base.id for base in node.bases if isinstance(base, ast.Name))
+        return chain
+
+    def check(self, name: str) -> None:
+        """Raises ConfigError unless ``name`` is declared; imports no pipeline module (nor TensorFlow)."""
+        names = self.names()
+        if name not in self._targets:
+            raise ConfigError(f"unknown pipeline {name!r}; choose one of {', '.join(names)}")
 
     def get(self, name: str) -> type[Pipeline]:
         """Imports and returns the pipeline class registered as ``name``.
@@ -206,9 +239,7 @@ class PipelineRegistry:
         Raises:
             ConfigError: no pipeline has that name.
         """
-        names = self.names()
-        if name not in self._targets:
-            raise ConfigError(f"unknown pipeline {name!r}; choose one of {', '.join(names)}")
+        self.check(name)
         if name not in self._classes:
             module_name, _, class_name = self._targets[name].partition(":")
             cls = getattr(importlib.import_module(module_name), class_name)

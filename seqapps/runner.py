@@ -5,9 +5,9 @@ pipeline is run, fine-tuned and predicted the same way.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,43 @@ from typing import Any
 from seqapps.config import TrainingConfig, dump_config, resolve_config
 from seqapps.errors import DataError, ExportError
 from seqapps.pipeline import REGISTRY, Pipeline, Splits
+
+TFDS_PREFIX = "tfds:"
+
+
+def check_data_path(data_path: str | None) -> None:
+    """Checks, before TensorFlow is imported, that ``--data`` names something that exists.
+
+    Raises:
+        DataError: the path is neither a ``tfds:NAME`` nor an existing file or folder.
+    """
+    if data_path and not data_path.startswith(TFDS_PREFIX) and not Path(data_path).exists():
+        raise DataError(f"{data_path}: file not found")
+
+
+# seqapps.metrics.forecast_metrics returns NaN for MASE exactly when its scale is 0.
+MASE_UNDEFINED = ("undefined: the seasonal-naive forecast has zero error on the training split (a perfectly "
+                  "periodic series), and MASE divides by that error")
+
+
+def json_safe(value: Any, nulls: dict[str, str], path: str = "") -> Any:
+    """Returns ``value`` with every NaN or infinite float replaced by None, so that it is valid JSON.
+
+    Args:
+        value: a JSON-able structure (NumPy scalars are converted).
+        nulls: filled with ``{dotted.path: reason}`` for each value replaced.
+        path: the dotted path of ``value`` (for the reasons).
+    """
+    if isinstance(value, dict):
+        return {key: json_safe(item, nulls, f"{path}.{key}" if path else str(key)) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item, nulls, f"{path}[{i}]") for i, item in enumerate(value)]
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", None) == 0:
+        value = value.item()  # a NumPy scalar
+    if isinstance(value, float) and not math.isfinite(value):
+        nulls[path] = (MASE_UNDEFINED if path.endswith("mase") else f"could not be computed ({value})")
+        return None
+    return value
 
 
 def _checkpoint_dir(model_root: Path, key: dict[str, Any]) -> Path:
@@ -25,8 +62,12 @@ def _checkpoint_dir(model_root: Path, key: dict[str, Any]) -> Path:
 
 def _train_evaluate_export(pipeline: Pipeline, config: TrainingConfig, preset: str, data: Splits,
                            model_root: Path, checkpoint_key: dict[str, Any], strategy: Any,
-                           verbose: bool, load_model: Any = None) -> dict[str, Any]:
-    """Builds (or loads), trains, evaluates and, on the chief, exports; returns the result fields."""
+                           progress: str, load_model: Any = None) -> dict[str, Any]:
+    """Builds (or loads), trains, evaluates and, on the chief, exports; returns the result fields.
+
+    The training backup is removed only once the export is in place: a run killed
+    during evaluation or export resumes after its last epoch instead of training again.
+    """
     import keras
 
     from seqapps import export, training
@@ -35,27 +76,31 @@ def _train_evaluate_export(pipeline: Pipeline, config: TrainingConfig, preset: s
     model = training.build_and_compile(pipeline, config, data, strategy, load_model=load_model)
     before = pipeline.evaluate(model, data)[0] if load_model else None
     checkpoint_dir = _checkpoint_dir(model_root, checkpoint_key)
-    report = training.fit(model, data, config, checkpoint_dir, verbose=verbose)
-    with contextlib.suppress(OSError):  # the backup is gone once training completes; drop empty parents
-        checkpoint_dir.parent.rmdir()
+    report = training.fit(model, data, config, checkpoint_dir, progress=progress)
     metrics, baseline = pipeline.evaluate(model, data)
     result: dict[str, Any] = {"metrics": metrics, "baseline": baseline}
     if before is not None:
         result["metrics_before"] = before
     result.update(training=report, data=data.report)
+    nulls: dict[str, str] = {}
+    result = json_safe(result, nulls)  # the export's metrics.json and --json are standard JSON
+    if nulls:
+        result["nulls"] = nulls
     if not training.is_chief(strategy):
+        training.remove_backup(checkpoint_dir, strategy)
         result["export"] = None
         return result
     path = export.write_export(model, pipeline.signatures(model, data), model_root,
                                dump_config(config, pipeline.name, preset), result, data.state,
                                limits=pipeline.limits(config, data))
+    training.remove_backup(checkpoint_dir, strategy)
     result["export"] = str(path)
     return result
 
 
 def run(name: str, preset: str = "default", data_path: str | None = None, config_file: str | None = None,
         overrides: tuple[str, ...] | list[str] = (), out: str | Path = "saved_models", strategy: str = "auto",
-        verbose: bool = False) -> dict[str, Any]:
+        progress: str = "none") -> dict[str, Any]:
     """Trains, evaluates and exports a named pipeline.
 
     Args:
@@ -66,26 +111,28 @@ def run(name: str, preset: str = "default", data_path: str | None = None, config
         overrides: ``key=value`` config overrides.
         out: the export root; the export goes to ``out/name/<version>``.
         strategy: "auto", "mirrored" or "multiworker".
-        verbose: show progress bars.
+        progress: "bar", "lines" or "none" (see ``seqapps.training.fit``).
 
     Returns:
         ``{"pipeline", "preset", "metrics", "baseline", "export", "seconds", ...}``.
     """
+    start = time.perf_counter()
+    REGISTRY.check(name)  # names and files first: they need no TensorFlow
+    check_data_path(data_path)
+    pipeline_class = REGISTRY.get(name)
     from seqapps.training import make_strategy
 
-    start = time.perf_counter()
-    pipeline_class = REGISTRY.get(name)
     config = resolve_config(pipeline_class.Config, preset, config_file, overrides)
     distribution = make_strategy(strategy)  # before other TensorFlow work, as multi-worker needs
     pipeline = pipeline_class()
     data = pipeline.load_data(config, data_path)
     key = {"pipeline": name, "config": config.to_dict(), "data": str(Path(data_path).resolve()) if data_path else None}
-    result = _train_evaluate_export(pipeline, config, preset, data, Path(out) / name, key, distribution, verbose)
+    result = _train_evaluate_export(pipeline, config, preset, data, Path(out) / name, key, distribution, progress)
     return {"pipeline": name, "preset": preset, **result, "seconds": round(time.perf_counter() - start, 1)}
 
 
 def finetune(name: str, from_path: str | Path, data_path: str, overrides: tuple[str, ...] | list[str] = (),
-             strategy: str = "auto", verbose: bool = False) -> dict[str, Any]:
+             strategy: str = "auto", progress: str = "none") -> dict[str, Any]:
     """Continues training an export's model on new data and exports the next version.
 
     Args:
@@ -94,22 +141,25 @@ def finetune(name: str, from_path: str | Path, data_path: str, overrides: tuple[
         data_path: the user's data; it must match the export's columns and format.
         overrides: ``key=value`` config overrides on top of the export's saved config.
         strategy: "auto", "mirrored" or "multiworker".
-        verbose: show progress bars.
+        progress: "bar", "lines" or "none" (see ``seqapps.training.fit``).
 
     Returns:
         The run result with ``metrics_before`` (the loaded model on the new test split),
         ``metrics`` after fine-tuning, and the new ``export``.
     """
-    from seqapps.export import read_export
-    from seqapps.training import make_strategy
-
     start = time.perf_counter()
+    REGISTRY.check(name)
+    if not data_path:
+        raise DataError("finetune needs --data PATH with your own data")
+    check_data_path(data_path)
+    from seqapps.export import read_export
+
     info = read_export(from_path)
     if info.pipeline != name:
         raise ExportError(f"{info.path}: is an export of {info.pipeline!r}, not {name!r}")
-    if not data_path:
-        raise DataError("finetune needs --data PATH with your own data")
     pipeline_class = REGISTRY.get(name)
+    from seqapps.training import make_strategy
+
     config = resolve_config(pipeline_class.Config, info.preset, None, overrides, base=info.config)
     distribution = make_strategy(strategy)
     pipeline = pipeline_class()
@@ -122,25 +172,29 @@ def finetune(name: str, from_path: str | Path, data_path: str, overrides: tuple[
 
     key = {"pipeline": name, "config": config.to_dict(), "data": str(Path(data_path).resolve()),
            "from": str(info.path.resolve())}
-    result = _train_evaluate_export(pipeline, config, info.preset, data, info.path.parent, key, distribution, verbose,
+    result = _train_evaluate_export(pipeline, config, info.preset, data, info.path.parent, key, distribution, progress,
                                     load_model=load_model)
     return {"pipeline": name, "preset": info.preset, "finetuned_from": str(info.path), **result,
             "seconds": round(time.perf_counter() - start, 1)}
 
 
-def predict(model_path: str | Path, inputs: list[str], signature_name: str = "serving_default") -> tuple[str, Any]:
+def predict(model_path: str | Path, inputs: list[str], signature_name: str = "serving_default",
+            overrides: tuple[str, ...] | list[str] = ()) -> tuple[str, Any]:
     """Runs one of an export's signatures on command-line inputs.
 
     Args:
         model_path: ``saved_models/NAME[/VERSION]``.
         inputs: pipeline-specific raw inputs (a CSV path for forecasting, text for text models).
         signature_name: the signature to call.
+        overrides: ``input=value`` strings that set (or replace) a signature input; a
+            scalar or a list is broadcast to every row (``temperature=0.5``, ``top_k=5``).
 
     Returns:
         ``(text, json_value)`` as the pipeline formats them.
 
     Raises:
         ExportError: the export has no such signature.
+        DataError: an override names no input of the signature, or its value does not fit.
     """
     import tensorflow as tf
 
@@ -154,5 +208,37 @@ def predict(model_path: str | Path, inputs: list[str], signature_name: str = "se
         raise ExportError(f"{info.path}: no signature {signature_name!r}; it has {', '.join(loaded.signatures)}")
     function = loaded.signatures[signature_name]
     spec = SignatureSpec(inputs=function.structured_input_signature[1])
-    features = pipeline.predict_inputs(info.state, inputs, spec)
+    features = {name: value for name, value in pipeline.predict_inputs(info.state, inputs, spec).items()
+                if name in spec.inputs}
+    features.update(_input_overrides(overrides, spec.inputs, features, signature_name))
+    missing = [name for name in spec.inputs if name not in features]
+    if missing:
+        raise DataError(f"signature {signature_name!r} needs input {missing[0]!r}; pass --set {missing[0]}=VALUE")
     return pipeline.format_prediction(info.state, features, call_signature(function, features))
+
+
+def _input_overrides(overrides: tuple[str, ...] | list[str], specs: dict[str, Any], features: dict[str, Any],
+                     signature_name: str) -> dict[str, Any]:
+    """Parses ``--set input=value`` into arrays of each input's dtype and shape, one row per batch row."""
+    import numpy as np
+    import yaml
+
+    rows = len(next(iter(features.values()))) if features else 1
+    parsed = {}
+    for item in overrides:
+        name, sep, raw = item.partition("=")
+        name = name.strip()
+        if not sep or name not in specs:
+            raise DataError(f"--set {item!r}: expected INPUT=VALUE with INPUT one of signature {signature_name!r}'s "
+                            f"inputs: {', '.join(sorted(specs))}")
+        spec = specs[name]
+        dtype = object if spec.dtype.name == "string" else spec.dtype.as_numpy_dtype
+        try:
+            value = raw if dtype is object else yaml.safe_load(raw)
+            array = np.asarray(value, dtype=dtype)
+            shape = [rows, *(dim if dim is not None else array.shape[-1] for dim in spec.shape.as_list()[1:])]
+            parsed[name] = np.broadcast_to(array, shape).copy()
+        except (ValueError, TypeError, IndexError, yaml.YAMLError):
+            raise DataError(f"--set {item!r}: expected {spec.dtype.name} values for input {name!r} of shape "
+                            f"{spec.shape.as_list()} (the batch first)") from None
+    return parsed

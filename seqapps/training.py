@@ -4,20 +4,28 @@ It is ``keras.Model.fit`` with the callbacks every run needs: early stopping on
 validation loss (best weights restored), the learning rate halved on plateau,
 global gradient-norm clipping, a NaN guard that stops with an error, and
 ``BackupAndRestore`` checkpoints so that a killed run resumes where it stopped.
+The backup holds the weights, the optimizer, the epoch, and the state of early
+stopping and of the learning-rate schedule; each epoch's data order depends on the
+seed and the epoch alone. So a killed and resumed run trains exactly as the
+uninterrupted one. The backup stays until the caller removes it (after export).
 Models are built under the chosen ``tf.distribute`` strategy; with several workers,
 the chief keeps the backup that every worker resumes from.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
 import os
 import re
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+import numpy as np
 
 import keras
 import tensorflow as tf
@@ -90,10 +98,9 @@ def worker_checkpoint_dir(checkpoint_dir: Path, strategy: tf.distribute.Strategy
     Returns:
         The folder to hand to ``BackupAndRestore``.
     """
-    if is_chief(strategy):
+    own = _own_backup_dir(checkpoint_dir, strategy)
+    if own == checkpoint_dir:
         return checkpoint_dir
-    resolver = strategy.cluster_resolver
-    own = checkpoint_dir.with_name(f"{checkpoint_dir.name}-{resolver.task_type}-{resolver.task_id}")
     shutil.rmtree(own, ignore_errors=True)
     if checkpoint_dir.is_dir():
         # The chief cannot write a newer backup meanwhile: its next one needs this worker's steps.
@@ -101,12 +108,110 @@ def worker_checkpoint_dir(checkpoint_dir: Path, strategy: tf.distribute.Strategy
     return own
 
 
+def _own_backup_dir(checkpoint_dir: Path, strategy: tf.distribute.Strategy) -> Path:
+    if is_chief(strategy):
+        return checkpoint_dir
+    resolver = strategy.cluster_resolver
+    return checkpoint_dir.with_name(f"{checkpoint_dir.name}-{resolver.task_type}-{resolver.task_id}")
+
+
+def remove_backup(checkpoint_dir: Path, strategy: tf.distribute.Strategy) -> None:
+    """Deletes this worker's backup of a run (call it once the run's export is in place).
+
+    Args:
+        checkpoint_dir: the folder given to ``fit``.
+        strategy: the run's strategy (a non-chief worker removes its own copy).
+    """
+    own = _own_backup_dir(Path(checkpoint_dir), strategy)
+    shutil.rmtree(own, ignore_errors=True)
+    with contextlib.suppress(OSError):  # drop the empty parent folder too
+        own.parent.rmdir()
+
+
+def sum_duplicate_rows(grad: Any) -> Any:
+    """An ``IndexedSlices`` gradient with the rows of each index summed (other gradients unchanged).
+
+    Sorting keeps every shape static, so this runs under XLA (``tf.unique`` would not): the
+    result has as many rows as ``grad``, the sums first, then zero rows.
+
+    Args:
+        grad: a tensor, ``tf.IndexedSlices`` or None.
+
+    Returns:
+        ``grad``, or its slices with unique indices apart from zero-valued padding rows.
+    """
+    if not isinstance(grad, tf.IndexedSlices):
+        return grad
+    order = tf.argsort(grad.indices)
+    ids = tf.gather(grad.indices, order)
+    starts = tf.concat([tf.zeros_like(ids[:1]), tf.cast(ids[1:] != ids[:-1], ids.dtype)], 0)
+    segments = tf.cumsum(starts)
+    rows = tf.shape(ids)[0]
+    values = tf.math.unsorted_segment_sum(tf.gather(grad.values, order), segments, rows)
+    indices = tf.math.unsorted_segment_max(ids, segments, rows)
+    real = tf.range(rows, dtype=ids.dtype) <= segments[-1:]
+    indices = tf.where(real, indices, tf.reduce_min(ids))  # zero padding rows: any valid index
+    return tf.IndexedSlices(values, indices, grad.dense_shape)
+
+
+def clip_by_global_norm(grads: Sequence[Any], clip_norm: float) -> list[Any]:
+    """Scales ``grads`` so that the norm of the summed (dense-equivalent) gradients is at most ``clip_norm``.
+
+    Unlike Keras' ``global_clipnorm``, an ``IndexedSlices`` gradient with duplicate rows
+    (embeddings, ``BatchNCE``) has its duplicates summed first (``sum_duplicate_rows``), so
+    the norm, and the clipping, are those of the dense gradient.
+
+    Args:
+        grads: tensors, ``tf.IndexedSlices`` or None.
+        clip_norm: the largest global norm.
+
+    Returns:
+        The scaled gradients (NaN everywhere if the norm is not finite, as in Keras).
+    """
+    grads = [sum_duplicate_rows(g) for g in grads]
+    present = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads if g is not None]
+    if not present:
+        return grads
+    norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float32))) for g in present]))
+    scale = clip_norm * tf.minimum(1.0 / norm, 1.0 / clip_norm) + (norm - norm)
+
+    def scaled(g: Any) -> Any:
+        if isinstance(g, tf.IndexedSlices):
+            return tf.IndexedSlices(g.values * tf.cast(scale, g.values.dtype), g.indices, g.dense_shape)
+        return None if g is None else g * tf.cast(scale, g.dtype)
+
+    return [scaled(g) for g in grads]
+
+
+class _DenseEquivalentClipping:
+    """Optimizer mixin: duplicate sparse rows summed before clipping and the update."""
+
+    def _clip_gradients(self, grads: list) -> list:
+        if self.global_clipnorm and self.global_clipnorm > 0:
+            return clip_by_global_norm(grads, self.global_clipnorm)
+        return super()._clip_gradients([sum_duplicate_rows(g) for g in grads])
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+class SGD(_DenseEquivalentClipping, keras.optimizers.SGD):
+    """``keras.optimizers.SGD`` whose sparse gradients clip and update as their dense sums do."""
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+class Adam(_DenseEquivalentClipping, keras.optimizers.Adam):
+    """``keras.optimizers.Adam`` whose sparse gradients clip and update as their dense sums do.
+
+    Keras' Adam squares each duplicate slice on its own, so without the summing its second
+    moment would differ from the dense gradient's.
+    """
+
+
 def make_optimizer(config: TrainingConfig) -> keras.optimizers.Optimizer:
-    """Returns the configured optimizer with global gradient-norm clipping."""
+    """Returns the configured optimizer with global gradient-norm clipping (see ``clip_by_global_norm``)."""
     clip = {"global_clipnorm": config.clipnorm} if config.clipnorm > 0 else {}
     if config.optimizer == "sgd":
-        return keras.optimizers.SGD(learning_rate=config.learning_rate, **clip)
-    return keras.optimizers.Adam(learning_rate=config.learning_rate, **clip)
+        return SGD(learning_rate=config.learning_rate, **clip)
+    return Adam(learning_rate=config.learning_rate, **clip)
 
 
 def _adapt_to_distribution(model: keras.Model, train: tf.data.Dataset) -> None:
@@ -139,18 +244,42 @@ class _StopOnNonFiniteLoss(keras.callbacks.Callback):
                                 "lower learning_rate or check the data for extreme values")
 
 
-def batch_datasets(data: Splits, config: TrainingConfig) -> tuple[tf.data.Dataset, tf.data.Dataset]:
-    """Shuffles and batches the train split, batches the validation split.
+def batch_datasets(data: Splits, config: TrainingConfig,
+                   first_epoch: int = 0) -> tuple[tf.data.Dataset, tf.data.Dataset, int]:
+    """Shuffles and batches the train split for epochs ``first_epoch..epochs-1``, batches the validation split.
 
     Elements of varying length (audio clips, transcripts) are zero-padded to the longest
-    in their batch; fixed-size elements batch as they are.
+    in their batch; fixed-size elements batch as they are. Epoch ``e`` is shuffled with a seed made of ``config.seed`` and ``e``, so a run resumed
+    at epoch ``e`` sees the same batches as a run that never stopped.
+
+    Args:
+        data: the unbatched splits.
+        config: batch size, seed, epochs and ``steps_per_epoch``.
+        first_epoch: the first epoch still to train (the epoch a backup holds).
+
+    Returns:
+        ``(train, val, steps_per_epoch)``: the train dataset holds every remaining epoch's
+        batches back to back (at least one epoch's, so that Keras can build from it).
     """
-    train = data.train.shuffle(4096, seed=config.seed, reshuffle_each_iteration=True)
-    if config.steps_per_epoch is not None:
-        train = train.repeat()
-    train = train.padded_batch(config.batch_size).prefetch(tf.data.AUTOTUNE)
+    steps = config.steps_per_epoch
+    if steps is None:
+        rows = int(data.train.cardinality())
+        if rows == tf.data.INFINITE_CARDINALITY:
+            raise ConfigError("the training split is endless; set steps_per_epoch")
+        if rows < 0:  # unknown: count one pass
+            rows = int(data.train.reduce(np.int64(0), lambda count, _: count + 1))
+        steps = max(1, math.ceil(rows / config.batch_size))
+
+    def one_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
+        shuffled = data.train.shuffle(4096, seed=config.seed * 10_007 + epoch, reshuffle_each_iteration=True)
+        if config.steps_per_epoch is not None:
+            shuffled = shuffled.repeat()
+        return shuffled.padded_batch(config.batch_size).take(steps)
+
+    epochs = tf.data.Dataset.range(first_epoch, max(config.epochs, first_epoch + 1))
+    train = epochs.flat_map(one_epoch).prefetch(tf.data.AUTOTUNE)
     val = data.val.padded_batch(config.batch_size).prefetch(tf.data.AUTOTUNE)
-    return train, val
+    return train, val, steps
 
 
 def build_and_compile(pipeline: Pipeline, config: TrainingConfig, data: Splits,
@@ -176,56 +305,169 @@ def build_and_compile(pipeline: Pipeline, config: TrainingConfig, data: Splits,
     return model
 
 
+class _Backup(keras.callbacks.BackupAndRestore):
+    """``BackupAndRestore`` that also keeps the state of other callbacks and the epoch history.
+
+    Keras' backup holds the weights, the optimizer (with its learning rate) and the
+    epoch. Early stopping's best weights and counters and the plateau schedule's
+    counters live in the callbacks; without them a resumed run forgets its best epoch
+    and restarts its patience. This backup saves them with each epoch and restores
+    them after the weights, so it must come after those callbacks in the list.
+
+    Args:
+        directory: the backup folder.
+        stateful: the callbacks whose state to keep: EarlyStopping, ReduceLROnPlateau.
+    """
+
+    _FIELDS = {keras.callbacks.EarlyStopping: ("wait", "stopped_epoch", "best", "best_epoch"),
+               keras.callbacks.ReduceLROnPlateau: ("wait", "best", "cooldown_counter")}
+
+    def __init__(self, directory: Path, stateful: Sequence[keras.callbacks.Callback]) -> None:
+        super().__init__(str(directory), double_checkpoint=True, delete_checkpoint=False)
+        self.directory = Path(directory)
+        self.stateful = list(stateful)
+        self.history: list[dict[str, float]] = []
+
+    def _fields(self, callback: keras.callbacks.Callback) -> tuple[str, ...]:
+        return next(fields for kind, fields in self._FIELDS.items() if isinstance(callback, kind))
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        super().on_train_begin(logs)
+        state = read_callback_state(self.directory)
+        if state is None:
+            return
+        self.history = state["history"]
+        for callback, values in zip(self.stateful, state["callbacks"]):
+            for field in self._fields(callback):
+                setattr(callback, field, values[field])
+            if getattr(callback, "restore_best_weights", False) and values.get("best_weights"):
+                with np.load(self.directory / values["best_weights"]) as saved:
+                    callback.best_weights = [saved[f"w{i}"] for i in range(len(saved.files))]
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        done = epoch + 1
+        self.history.append({key: float(value) for key, value in (logs or {}).items()})
+        self.directory.mkdir(parents=True, exist_ok=True)
+        states = []
+        for index, callback in enumerate(self.stateful):
+            values = {field: _plain(getattr(callback, field)) for field in self._fields(callback)}
+            best = getattr(callback, "best_weights", None)
+            if best is not None:
+                values["best_weights"] = f"best-{index}-{done}.npz"
+                with open(self.directory / values["best_weights"], "wb") as file:
+                    np.savez(file, **{f"w{i}": w for i, w in enumerate(best)})
+            states.append(values)
+        state = {"epoch": done, "stopped": bool(self.model.stop_training), "history": self.history,
+                 "callbacks": states}
+        partial = self.directory / f"callbacks-{done}.json.partial"
+        partial.write_text(json.dumps(state))
+        os.replace(partial, self.directory / f"callbacks-{done}.json")
+        super().on_epoch_end(epoch, logs)  # the weights and the epoch, after the state they point to
+        for old in self.directory.glob("*-*.*"):  # keep this epoch's state and the one before (double checkpoint)
+            number = re.search(r"-(\d+)\.(json|npz)$", old.name)
+            if number and int(number.group(1)) < done - 1:
+                old.unlink(missing_ok=True)
+
+
+def _plain(value: Any) -> Any:
+    """A callback field as a JSON value (NumPy scalars become floats or ints)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def read_callback_state(checkpoint_dir: Path) -> dict[str, Any] | None:
+    """Returns the callback state saved with the epoch a backup holds, or None without a backup."""
+    epoch = _backup_epoch(checkpoint_dir)
+    path = Path(checkpoint_dir) / f"callbacks-{epoch}.json"
+    if epoch is None or not path.is_file():
+        return None
+    return json.loads(path.read_text())
+
+
+class _EpochLines(keras.callbacks.Callback):
+    """Prints one line per epoch (loss, validation loss, learning rate, elapsed time, ETA) for logs and CI."""
+
+    def __init__(self, epochs: int) -> None:
+        super().__init__()
+        self.epochs = epochs
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self.start, self.first = time.perf_counter(), None
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        logs = logs or {}
+        if self.first is None:
+            self.first = epoch
+        elapsed = time.perf_counter() - self.start
+        eta = elapsed / (epoch + 1 - self.first) * (self.epochs - epoch - 1)
+        values = "  ".join(f"{key} {float(value):.4g}" for key, value in logs.items()
+                           if key in ("loss", "val_loss"))
+        rate = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+        print(f"epoch {epoch + 1}/{self.epochs}  {values}  lr {rate:.3g}  elapsed {elapsed:.0f} s  "
+              f"eta {eta:.0f} s", file=sys.stdout, flush=True)
+
+
+PROGRESS = ("none", "bar", "lines")
+
+
 def fit(model: keras.Model, data: Splits, config: TrainingConfig, checkpoint_dir: Path,
-        verbose: bool = False, extra_callbacks: Sequence[keras.callbacks.Callback] = ()) -> dict[str, Any]:
+        progress: str = "none", extra_callbacks: Sequence[keras.callbacks.Callback] = ()) -> dict[str, Any]:
     """Trains ``model`` with the shared callbacks; resumes from ``checkpoint_dir`` if a backup is there.
 
     Args:
         model: a compiled model.
         data: the train and validation splits (unbatched).
         config: epochs, batch size, patience, seed.
-        checkpoint_dir: where BackupAndRestore keeps its backup; it is removed when
-            training completes.
-        verbose: show Keras' progress bar (for a terminal).
-        extra_callbacks: more callbacks, run after the shared ones.
+        checkpoint_dir: where the backup is kept; it stays after training, so that a run
+            killed later (during evaluation or export) does not train again. Remove it
+            with ``remove_backup`` once the result is safe.
+        progress: "bar" (Keras' progress bar, for a terminal), "lines" (one line per
+            epoch on stdout, for logs) or "none".
+        extra_callbacks: more callbacks, run after the backup of each epoch.
 
     Returns:
-        A JSON-able report: epochs run, training loss per epoch, the epoch resumed
-        from, best validation loss, final learning rate and seconds.
+        A JSON-able report: epochs run (in total, before and after a restart), training
+        and validation loss per epoch, the epoch resumed from, best validation loss, final learning rate
+        and seconds.
 
     Raises:
         TrainingError: the loss became NaN or infinite, or another worker stopped.
     """
+    if progress not in PROGRESS:
+        raise ValueError(f"progress={progress!r}: expected one of {', '.join(PROGRESS)}")
     keras.utils.set_random_seed(config.seed)
-    train, val = batch_datasets(data, config)
     strategy = model.distribute_strategy
     checkpoint_dir = worker_checkpoint_dir(Path(checkpoint_dir), strategy)
+    resumed_from = _backup_epoch(checkpoint_dir)
+    saved = read_callback_state(checkpoint_dir)
+    epochs = saved["epoch"] if saved and saved["stopped"] else config.epochs  # stopped early: nothing is left
+    train, val, steps_per_epoch = batch_datasets(data, config, first_epoch=min(resumed_from or 0, epochs))
     if strategy.num_replicas_in_sync > 1:
         _adapt_to_distribution(model, train)
-    resumed_from = _backup_epoch(checkpoint_dir)
-    callbacks = [
-        keras.callbacks.BackupAndRestore(str(checkpoint_dir), double_checkpoint=True, delete_checkpoint=True),
-        _StopOnNonFiniteLoss(),
+    stateful = [
         keras.callbacks.EarlyStopping(monitor="val_loss", patience=config.early_stopping_patience,
                                       restore_best_weights=True),
         keras.callbacks.ReduceLROnPlateau(monitor="val_loss", factor=0.5, patience=config.lr_patience,
                                           min_lr=config.learning_rate / 64),
-        *extra_callbacks,
     ]
+    backup = _Backup(checkpoint_dir, stateful)
+    callbacks = [_StopOnNonFiniteLoss(), *stateful, backup, *extra_callbacks]
+    if progress == "lines":
+        callbacks.append(_EpochLines(epochs))
     start = time.perf_counter()
     try:
-        history = model.fit(train, validation_data=val, epochs=config.epochs, steps_per_epoch=config.steps_per_epoch,
-                            callbacks=callbacks, shuffle=False, verbose=1 if verbose else 0)
+        model.fit(train, validation_data=val, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                  callbacks=callbacks, shuffle=False, verbose=1 if progress == "bar" else 0)
     except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError) as error:
         if not is_multi_worker(strategy):
             raise
         tasks = sorted(set(re.findall(r"/job:\w+/replica:\d+/task:\d+", str(error).partition("unhealthy")[2])))
         raise TrainingError(f"another worker stopped ({type(error).__name__}; unhealthy: {', '.join(tasks) or '?'}); "
                             "start every worker again with the same command to resume from the last backup") from None
-    val_losses = [float(v) for v in history.history.get("val_loss", [])]
+    val_losses = [epoch["val_loss"] for epoch in backup.history if "val_loss" in epoch]
     return {
-        "epochs_run": len(history.epoch),
-        "loss_history": [float(v) for v in history.history.get("loss", [])],
+        "epochs_run": len(backup.history),
+        "loss_history": [epoch["loss"] for epoch in backup.history if "loss" in epoch],
+        "val_loss_history": val_losses,
         "resumed_from_epoch": resumed_from,
         "best_val_loss": min(val_losses) if val_losses else None,
         "final_learning_rate": float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),

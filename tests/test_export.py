@@ -38,6 +38,14 @@ def test_versions_are_atomic_and_never_overwritten(tmp_path):
     assert sorted(p.name for p in root.iterdir()) == ["1", "2"]  # no partial version, no temp folder left
 
 
+def test_folders_not_named_by_ascii_digits_do_not_stop_an_export(tmp_path):
+    root = tmp_path / "toy"
+    for name in ("\u00b2", "\u0661", "9" * 200, "abc"):  # int("\u00b2") raised after training (issue 15)
+        (root / name).mkdir(parents=True)
+    assert export.version_dirs(root) == {}
+    assert write(small_model(), root).name == "1"
+
+
 def test_every_input_needs_a_leading_batch_dimension(tmp_path):
     model = small_model()
     with pytest.raises(ExportError, match="leading batch dimension"):

@@ -8,6 +8,11 @@ on the loaded SavedModel by N threads. The three modes are timed round-robin.
 Clients and server share the machine's cores, so the served figures include the
 clients' own HTTP work: ``http.client`` by default (about 0.2 ms of CPU per
 request here), ``httpx`` on request (about 1.5 ms).
+
+Two more phases run on the batching server: a mixed workload (half the clients
+call the forecasting export, half ``--mixed-model``, text generation by default)
+and a slow-client phase (the normal clients, while ``--slow-clients`` connections
+trickle their headers a byte at a time until the header timeout closes them).
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import base64
 import http.client
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +40,7 @@ from seqapps import export
 from seqapps.errors import SeqappsError
 
 TARGET_RATIO = 0.6
+HEADER_TIMEOUT_S = 2.0  # the servers' header timeout: short, so the slow-client phase sees it close connections
 HEADERS = {"content-type": "application/json"}
 
 
@@ -55,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows", type=int, default=1, help="instances per request")
     parser.add_argument("--max-batch-size", type=int, default=16, help="server batch size of the batching run")
     parser.add_argument("--batch-timeout-ms", type=float, default=0.0, help="server batch timeout of that run")
+    parser.add_argument("--mixed-model", default="text_generation",
+                        help="second model of the mixed phase, when its export is under --models (default: "
+                             "text_generation; trained on its tiny preset in the default temp root)")
+    parser.add_argument("--slow-clients", type=int, default=32,
+                        help="connections that trickle headers one byte at a time during the slow-client phase")
 
 
 def _example_inputs(version_dir: Path, rows: int) -> dict[str, np.ndarray]:
@@ -70,7 +82,8 @@ def _example_inputs(version_dir: Path, rows: int) -> dict[str, np.ndarray]:
 
 def _row_body(inputs: dict[str, np.ndarray]) -> bytes:
     """The row-format JSON of ``inputs``; bytes go as ``{"b64": ...}``."""
-    def jsonable(value: np.ndarray) -> Any:
+    def jsonable(value: Any) -> Any:
+        value = np.asarray(value)  # a row of a 1-D input is a scalar
         if value.dtype.kind in "OS":
             return np.asarray(np.frompyfunc(lambda b: {"b64": base64.b64encode(b).decode()}, 1, 1)(value),
                               dtype=object).tolist()
@@ -157,7 +170,8 @@ def _start_server(root: Path, max_batch_size: int, batch_timeout_ms: float,
     with log.open("wb") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-m", "seqapps.cli", "serve", str(root), "--port", "0",
-             "--max-batch-size", str(max_batch_size), "--batch-timeout-ms", str(batch_timeout_ms)],
+             "--max-batch-size", str(max_batch_size), "--batch-timeout-ms", str(batch_timeout_ms),
+             "--header-timeout-s", str(HEADER_TIMEOUT_S)],
             stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     line = process.stdout.readline()
     if not line.startswith("seqapps serve: http://"):
@@ -165,6 +179,86 @@ def _start_server(root: Path, max_batch_size: int, batch_timeout_ms: float,
         process.wait()
         raise SeqappsError(f"seqapps serve did not start: {log.read_text(errors='replace')[-500:]}")
     return process, line.split()[2]
+
+
+def _mixed_phase(root: Path, name: str, args: argparse.Namespace, url: str, path: str, body: bytes,
+                 make_call: Callable) -> dict[str, Any]:
+    """Half the clients call ``name``, half ``--mixed-model`` (its warm-up request), on one server.
+
+    Returns:
+        Requests/s, p50/p99 and errors per model, or a note when the second export is absent.
+    """
+    other = args.mixed_model
+    versions = export.version_dirs(root / other) if other else {}
+    if not versions or other == name:
+        return {"skipped": f"no {other} export under {root} besides {name}"}
+    other_body = _row_body(_example_inputs(versions[max(versions)], 1))
+    half = max(1, args.clients // 2)
+    calls = [make_call(url, path, body) for _ in range(half)]
+    calls += [make_call(url, f"/v1/models/{other}:predict", other_body) for _ in range(half)]
+    kinds = [name] * half + [other] * half
+    _drive(calls, 0.3)
+    latencies, errors, elapsed = _drive_by_client(calls, args.seconds)
+    return {model: _summary([t for kind, times in zip(kinds, latencies) if kind == model for t in times],
+                            sum(e for kind, e in zip(kinds, errors) if kind == model), elapsed)
+            for model in (name, other)}
+
+
+def _drive_by_client(calls: list[Callable[[], bool]], seconds: float) -> tuple[list[list[float]], list[int], float]:
+    """``_drive``, keeping each client's latencies and errors apart."""
+    latencies: list[list[float]] = [[] for _ in calls]
+    errors = [0] * len(calls)
+    stop = time.perf_counter() + seconds
+
+    def worker(index: int) -> None:
+        while (now := time.perf_counter()) < stop:
+            ok = calls[index]()
+            latencies[index].append(time.perf_counter() - now)
+            errors[index] += not ok
+
+    began = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return latencies, errors, time.perf_counter() - began
+
+
+def _slow_client_phase(args: argparse.Namespace, url: str, path: str, body: bytes,
+                       make_call: Callable) -> dict[str, Any]:
+    """The normal clients' figures while ``--slow-clients`` connections trickle their headers.
+
+    Each slow connection sends one byte of a request line every 0.2 s and reconnects when the
+    server closes it (its header timeout); the result counts those closes.
+    """
+    parts = urlsplit(url)
+    stop = threading.Event()
+    closed = [0]
+
+    def trickle() -> None:
+        while not stop.is_set():
+            try:
+                with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+                    for byte in b"POST /v1/models/x:predict HTTP/1.1\r\nHost: x\r\n" * 100:
+                        if stop.wait(0.2):
+                            return
+                        sock.sendall(bytes([byte]))
+            except OSError:
+                closed[0] += 1
+
+    slow = [threading.Thread(target=trickle, daemon=True) for _ in range(args.slow_clients)]
+    for thread in slow:
+        thread.start()
+    try:
+        calls = [make_call(url, path, body) for _ in range(args.clients)]
+        _drive(calls, 0.3)
+        figures = _summary(*_drive(calls, args.seconds))
+    finally:
+        stop.set()
+        for thread in slow:
+            thread.join()
+    return {**figures, "slow_clients": args.slow_clients, "slow_connections_closed_by_server": closed[0]}
 
 
 def _served_prediction(url: str, path: str, body: bytes) -> list[dict[str, Any]]:
@@ -195,10 +289,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
             root = tmp / "saved_models"
             runner.run("weather_forecasting", "tiny", out=root)
+            if args.mixed_model:
+                runner.run(args.mixed_model, "tiny", out=root)
         else:
             root = Path(args.models)
         names = sorted(p.name for p in root.iterdir() if export.version_dirs(p)) if root.is_dir() else []
-        name = args.model or (names[0] if names else None)
+        name = args.model or ("weather_forecasting" if "weather_forecasting" in names else
+                              names[0] if names else None)
         if name not in names:
             raise SeqappsError(f"{root}: no exported model {name or ''} (expected NAME/VERSION/ folders)")
         versions = export.version_dirs(root / name)
@@ -235,6 +332,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     latencies, errors, elapsed = _drive(mode_calls, args.seconds / args.rounds)
                     before = pooled[mode]
                     pooled[mode] = (before[0] + latencies, before[1] + errors, before[2] + elapsed)
+            _, batching_url = servers["batching"]
+            phases = {"mixed": _mixed_phase(root, name, args, batching_url, path, body, make_call),
+                      "slow_clients": _slow_client_phase(args, batching_url, path, body, make_call)}
         finally:
             for process, _ in servers.values():
                 process.terminate()
@@ -248,7 +348,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {"model": name, "version": int(version_dir.name), "clients": args.clients, "client": args.client,
             "seconds_per_mode": args.seconds, "rounds": args.rounds, "rows_per_request": args.rows,
             "request_bytes": len(body), "in_process": baseline, "served": figures,
-            "max_abs_diff_served_vs_in_process": max(gaps),
+            "max_abs_diff_served_vs_in_process": max(gaps), **phases,
             "target": f"0 errors and served >= {TARGET_RATIO} x in-process requests/s",
             "target_met": {label: f["errors"] == 0 and f["ratio_to_in_process"] >= TARGET_RATIO
                            for label, f in figures.items()}}

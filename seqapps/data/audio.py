@@ -30,6 +30,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from seqapps.data.files import where as name_file
 from seqapps.errors import DataError
 
 #: ``decode_wav``'s default bound, in seconds at the model's sample rate.
@@ -43,13 +44,6 @@ _CHUNK = 4096  # output samples per resampling step (memory: _CHUNK x taps float
 
 
 # --- Python: files ---------------------------------------------------------------------------------------------------
-
-
-def _where(path: Path, csv_path: str | Path | None, row: int | None) -> str:
-    """Names an audio file and, when known, the CSV line that names it."""
-    if csv_path is None:
-        return str(path)
-    return f"{csv_path}" + (f" line {row}" if row is not None else "") + f": audio {path}"
 
 
 def _decode_file(path: Path, where: str, max_seconds: float | None) -> tuple[np.ndarray, int]:
@@ -98,7 +92,7 @@ def read_audio(path: str | Path, sample_rate: int, max_seconds: float | None = N
             NaN or Inf, or is too long; one line naming the file (and the CSV line).
     """
     path = Path(path)
-    where = _where(path, csv_path, row)
+    where = name_file(path, csv_path, row, "audio")
     if not path.is_file():
         raise DataError(f"{where}: no such audio file")
     if path.stat().st_size == 0:

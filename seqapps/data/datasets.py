@@ -1,13 +1,28 @@
-"""Embedded default datasets, read offline from installed packages.
+"""Embedded default datasets, read offline from installed packages, and tensorflow-datasets readers.
 
 Each reader returns a table whose ``attrs["source"]`` names where it came from,
 so validation errors point at it as they would at a user's CSV.
+
+``--data tfds:NAME[:SPLIT]`` reads a data set that is already in the local
+tensorflow-datasets folder (``TFDS_DATA_DIR``, default ``~/tensorflow_datasets``);
+nothing is ever downloaded. A missing one is one error line naming the
+``tfds build NAME`` command to run on a machine with a network.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+
+from seqapps.errors import DataError
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from seqapps.data.text import Corpus
+
+TFDS_PREFIX = "tfds:"
 
 WEATHER_COLUMNS = ["temp_air", "temp_dew", "relative_humidity", "pressure", "wind_speed"]
 
@@ -51,3 +66,92 @@ def taylor_load() -> pd.DataFrame:
                           "demand": demand.astype("float64")})
     frame.attrs["source"] = "pmdarima load_taylor"
     return frame
+
+
+def is_tfds(data_path: str | None) -> bool:
+    """True for ``--data tfds:NAME[:SPLIT]``."""
+    return bool(data_path) and data_path.startswith(TFDS_PREFIX)
+
+
+def tfds_dataset(data_path: str, split: str = "train", as_supervised: bool = False) -> "tf.data.Dataset":
+    """Reads one split of a tensorflow-datasets data set from the local tfds folder, never downloading.
+
+    Args:
+        data_path: ``tfds:NAME`` or ``tfds:NAME:SPLIT`` (the SPLIT given there wins over ``split``;
+            tfds slicing such as ``train[:10%]`` works).
+        split: the split to read when ``data_path`` names none.
+        as_supervised: yield ``(input, label)`` pairs instead of feature dicts.
+
+    Returns:
+        The split's examples, unbatched.
+
+    Raises:
+        DataError: tensorflow-datasets is not installed, the name is unknown, or the
+            data is not in the local folder.
+    """
+    name, _, given = data_path[len(TFDS_PREFIX):].partition(":")
+    if not name:
+        raise DataError(f"--data {data_path}: expected tfds:NAME or tfds:NAME:SPLIT (e.g. tfds:mnist:train)")
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:
+        raise DataError(f"--data {data_path} needs tensorflow-datasets: pip install tensorflow-datasets") from None
+    if name.split("/")[0] not in tfds.list_builders(with_community_datasets=False):
+        raise DataError(f"--data {data_path}: {name!r} is not a tensorflow-datasets name (see tfds.list_builders())")
+    try:
+        return tfds.load(name, split=given or split, as_supervised=as_supervised, download=False, shuffle_files=False)
+    except Exception as error:  # noqa: BLE001 - tfds raises several kinds for data that is not prepared
+        raise DataError(f"--data {data_path}: not in the local tensorflow-datasets folder "
+                        f"({type(error).__name__}); on a machine with a network run `tfds build {name}` and copy "
+                        "~/tensorflow_datasets here") from None
+
+
+def tfds_corpus(data_path: str) -> "Corpus":
+    """Reads a tfds text data set (``lm1b``, ``tiny_shakespeare``, ...) as a corpus of non-blank lines.
+
+    Every string feature of every example is split into lines.
+
+    Raises:
+        DataError: see ``tfds_dataset``; or the data set has no text.
+    """
+    from seqapps.data.text import Corpus
+
+    lines = []
+    for example in tfds_dataset(data_path).as_numpy_iterator():
+        for value in example.values() if isinstance(example, dict) else [example]:
+            if isinstance(value, bytes):
+                lines.extend(line.strip() for line in value.decode("utf-8", "replace").splitlines())
+    lines = [line for line in lines if line]
+    if not lines:
+        raise DataError(f"--data {data_path}: the data set has no text features")
+    return Corpus(lines, data_path, "see the tensorflow-datasets catalog")
+
+
+def read_corpus(data_path: str) -> "Corpus":
+    """A text pipeline's ``--data``: a tfds text data set or a UTF-8 text file."""
+    from seqapps.data import text
+
+    return tfds_corpus(data_path) if is_tfds(data_path) else text.read_text_file(data_path)
+
+
+def tfds_images(data_path: str) -> dict[str, tuple[Any, Any]]:
+    """Reads a tfds image classification set (``mnist``, ``fashion_mnist``, ...) as arrays.
+
+    Args:
+        data_path: ``tfds:NAME`` (its train and test splits) or ``tfds:NAME:SPLIT``
+            (that split only, returned as "train").
+
+    Returns:
+        ``{"train", "test"?}`` -> (float32 (n, h, w) in 0..255 of the first channel, int64 labels).
+    """
+    import numpy as np
+
+    named = data_path.count(":") >= 2
+    result = {}
+    for split in (["train"] if named else ["train", "test"]):
+        images, labels = [], []
+        for image, label in tfds_dataset(data_path, split, as_supervised=True).as_numpy_iterator():
+            images.append(image[..., 0])
+            labels.append(label)
+        result[split] = (np.asarray(images, np.float32), np.asarray(labels, np.int64))
+    return result

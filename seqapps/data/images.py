@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from seqapps.data.files import where as name_file
 from seqapps.errors import DataError
 
 if TYPE_CHECKING:
@@ -145,13 +146,6 @@ def decode_images(
 # --- In Python -----------------------------------------------------------------------------------------------------------
 
 
-def _where(path: Path, csv_path: str | Path | None, row: int | None) -> str:
-    """Names an image file and, when known, the CSV line that names it."""
-    if csv_path is None:
-        return str(path)
-    return f"{csv_path}" + (f" line {row}" if row is not None else "") + f": image {path}"
-
-
 def _open_image(data: bytes, where: str, max_pixels: int):
     """Opens and fully decodes encoded bytes with PIL, checking format and size first."""
     from PIL import Image, UnidentifiedImageError
@@ -178,7 +172,7 @@ def _open_image(data: bytes, where: str, max_pixels: int):
 
 def _read_bytes(path: str | Path, csv_path: str | Path | None, row: int | None, max_bytes: int) -> tuple[bytes, str]:
     path = Path(path)
-    where = _where(path, csv_path, row)
+    where = name_file(path, csv_path, row, "image")
     if not path.is_file():
         raise DataError(f"{where}: no such image file (expected a {_format_list()} image)")
     if path.stat().st_size == 0:

@@ -1,32 +1,57 @@
-"""CSV tables and regular time series, validated with errors that name file, line and column."""
+"""CSV tables and regular time series, validated with errors that name file, line and column.
+
+Time zones: timestamps with UTC offsets (``2024-03-31T02:00:00+01:00``) are read as
+instants and the series lives on the UTC axis, so an hourly local series stays hourly
+across a daylight-saving change. The series keeps a table of its UTC offsets
+(``utc_offsets``), from ``timezone`` (an IANA name such as ``Europe/London``) when
+given, else from the offsets in the file, so that calendar features and printed
+forecasts use the series' own local time. Naive timestamps are wall-clock times; with
+``timezone`` they are placed in that zone (a missing or ambiguous hour is an error).
+"""
 from __future__ import annotations
 
+import csv
 import dataclasses
+import functools
 import io
+import re
+import zoneinfo
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from seqapps.errors import DataError
+from seqapps.errors import ConfigError, DataError
 
 FILL_METHODS = ("none", "interpolate", "ffill")
+DECIMAL_MARKS = (".", ",")
+SEPARATORS = ",;\t|"
 _SNIFF_BYTES = 8192
+_COMMA_NUMBER = r"\s*[+-]?\d+,\d*(?:[eE][+-]?\d+)?\s*"  # 12,5 with a decimal comma
 
 
-def read_csv(path: str | Path) -> pd.DataFrame:
+def read_csv(path: str | Path, decimal: str = ".") -> pd.DataFrame:
     """Reads a UTF-8 CSV file with a header row, keeping every cell as text.
+
+    The separator (comma, semicolon, tab or bar) is detected from the first lines,
+    as European spreadsheets write semicolons. With ``decimal=","`` numbers such as
+    ``12,5`` are read as 12.5.
 
     Args:
         path: the file to read.
+        decimal: the decimal mark of numbers, "." or ",".
 
     Returns:
-        A DataFrame of strings (empty cells are NaN), one row per data line.
+        A DataFrame of strings (empty cells are NaN), one row per data line;
+        ``attrs["csv"]`` says which separator and decimal mark were used.
 
     Raises:
         DataError: the file is missing, binary, not UTF-8, empty, or has no data rows.
     """
     path = Path(path)
+    if decimal not in DECIMAL_MARKS:
+        raise ConfigError(f"config field 'decimal': got {decimal!r}, expected one of {' '.join(DECIMAL_MARKS)}")
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     raw = path.read_bytes()
@@ -38,16 +63,33 @@ def read_csv(path: str | Path) -> pd.DataFrame:
         raise DataError(f"{path}: byte {error.start} is not UTF-8 text; save the CSV as UTF-8") from None
     if not text.strip():
         raise DataError(f"{path}: the file is empty, expected a header row and data rows")
+    separator = _sniff_separator(text)
+    if separator == decimal:
+        raise DataError(f"{path}: the separator and the decimal mark are both {decimal!r}; "
+                        "a file with decimal commas needs another separator (such as ;)")
     try:
-        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False,
+        frame = pd.read_csv(io.StringIO(text), sep=separator, dtype=str, keep_default_na=False,
                             na_values=["", "NaN", "nan", "NA", "N/A", "null"])
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as error:
         raise DataError(f"{path}: not a readable CSV ({str(error).splitlines()[0]})") from None
     if frame.empty:
         raise DataError(f"{path}: has a header but no data rows")
+    if decimal == ",":
+        frame = frame.apply(lambda column: column.where(~column.str.fullmatch(_COMMA_NUMBER, na=False),
+                                                        column.str.replace(",", ".", regex=False)))
     frame.attrs["source"] = str(path)
     frame.attrs["first_line"] = 2  # line 1 is the header
+    frame.attrs["csv"] = {"separator": separator, "decimal": decimal}
     return frame
+
+
+def _sniff_separator(text: str) -> str:
+    """Returns the separator of a CSV text: the sniffed one, or a comma for a single column."""
+    sample = "\n".join(text.splitlines()[:20])
+    try:
+        return csv.Sniffer().sniff(sample, delimiters=SEPARATORS).delimiter
+    except csv.Error:
+        return ","
 
 
 @dataclasses.dataclass
@@ -55,14 +97,75 @@ class TimeSeries:
     """A regular time series.
 
     Attributes:
-        frame: float64 columns indexed by a regular, increasing DatetimeIndex.
+        frame: float64 columns indexed by a regular, increasing DatetimeIndex: UTC
+            instants (as naive datetimes) when ``utc_offsets`` is set, else wall-clock times.
         step: the sampling interval.
         filled: how many values were filled (gaps and empty cells), when asked to.
+        utc_offsets: ``[[start, offset], ...]`` in Unix seconds, sorted by start: from
+            ``start`` on, local time is UTC + ``offset``. None for naive timestamps.
+        timezone: where the offsets come from: an IANA name, "file offsets", or None.
     """
 
     frame: pd.DataFrame
     step: pd.Timedelta
     filled: int = 0
+    utc_offsets: list[list[int]] | None = None
+    timezone: str | None = None
+
+
+_FIRST = -(2**62)  # the start of the first offset interval: before any timestamp
+_OFFSET = re.compile(r"(?:Z|[+-]\d{2}(?::?\d{2})?)$")
+
+
+def check_timezone(name: str | None, field: str = "timezone") -> None:
+    """Raises ConfigError unless ``name`` is None or an IANA time zone name."""
+    if name is None:
+        return
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"config field {field!r}: {name!r} is not a time zone name "
+                        "(expected an IANA name such as Europe/London or UTC)") from None
+
+
+@functools.cache
+def zone_offsets(name: str, first_year: int = 1970, last_year: int = 2100) -> tuple[tuple[int, int], ...]:
+    """Returns a zone's UTC offset table ``((start, offset), ...)`` in Unix seconds.
+
+    Args:
+        name: an IANA time zone name.
+        first_year, last_year: the years covered; outside them the nearest offset holds.
+    """
+    days = pd.date_range(f"{first_year}-01-01", f"{last_year}-01-01", freq="D", tz="UTC")
+    offsets = _offsets_at(days, name)  # zones change offset at most once a day
+    table = [(_FIRST, int(offsets[0]))]
+    for i in np.flatnonzero(np.diff(offsets)) + 1:  # the change lies in (days[i-1], days[i]]
+        start = days[i - 1]
+        for unit in ("h", "min"):  # narrow it down to the hour, then to the minute
+            grid = pd.date_range(start, start + pd.Timedelta("1D" if unit == "h" else "1h"), freq=unit)
+            start = grid[int(np.flatnonzero(_offsets_at(grid, name) == offsets[i])[0]) - 1]
+        table.append((int((start + pd.Timedelta("1min")).value // 10**9), int(offsets[i])))
+    return tuple(table)
+
+
+def _offsets_at(instants: pd.DatetimeIndex, name: str) -> np.ndarray:
+    local = instants.tz_convert(name).tz_localize(None)
+    return ((local - instants.tz_localize(None)) // pd.Timedelta("1s")).to_numpy()
+
+
+def local_times(unix_seconds: np.ndarray, utc_offsets: list[list[int]]) -> list[pd.Timestamp]:
+    """Returns the local times of UTC instants as offset-aware Timestamps (for printing)."""
+    starts = np.array([start for start, _ in utc_offsets], "int64")
+    offsets = np.array([offset for _, offset in utc_offsets], "int64")
+    chosen = offsets[np.searchsorted(starts, unix_seconds, side="right") - 1]
+    return [pd.Timestamp(int(t), unit="s", tz="UTC").tz_convert(_fixed_zone(int(o)))
+            for t, o in zip(unix_seconds, chosen)]
+
+
+def _fixed_zone(offset_seconds: int) -> Any:
+    import datetime
+
+    return datetime.timezone(datetime.timedelta(seconds=offset_seconds))
 
 
 def _where(frame: pd.DataFrame, position: int) -> str:
@@ -78,15 +181,18 @@ def to_time_series(
     timestamp_col: str,
     value_cols: list[str],
     fill_gaps: str = "none",
+    timezone: str | None = None,
 ) -> TimeSeries:
     """Validates a table as a regular time series.
 
     Args:
         frame: a table from ``read_csv`` or an embedded source (``attrs["source"]`` names it).
-        timestamp_col: the column of timestamps (any format pandas parses).
+        timestamp_col: the column of timestamps (any format pandas parses; with or
+            without UTC offsets, but not a mix).
         value_cols: numeric columns to keep, in this order.
         fill_gaps: "none" (gaps and empty cells are errors), "interpolate" (linear in
             time) or "ffill" (carry the last value forward).
+        timezone: the series' IANA time zone (None: the file's offsets, or none).
 
     Returns:
         The validated series.
@@ -102,14 +208,15 @@ def to_time_series(
         if column not in frame.columns:
             raise DataError(f"{source}: missing column {column!r} (columns are: {', '.join(map(str, frame.columns))})")
 
-    times = _parse_timestamps(frame, timestamp_col)
+    check_timezone(timezone)
+    times, utc_offsets, zone = _parse_timestamps(frame, timestamp_col, timezone)
     values = pd.DataFrame({column: _parse_numbers(frame, column, allow_empty=fill_gaps != "none")
                            for column in value_cols})
     values.index = pd.DatetimeIndex(times, name=timestamp_col)
     step = _check_order_and_step(frame, times, allow_gaps=fill_gaps != "none")
 
     if fill_gaps == "none":
-        return TimeSeries(values, step, 0)
+        return TimeSeries(values, step, 0, utc_offsets, zone)
     full_index = pd.date_range(values.index[0], values.index[-1], freq=step, name=timestamp_col)
     values = values.reindex(full_index)
     filled = int(values.isna().to_numpy().sum())
@@ -117,24 +224,72 @@ def to_time_series(
         values = values.interpolate(method="time", limit_direction="both")
     else:
         values = values.ffill().bfill()
-    return TimeSeries(values, step, filled)
+    return TimeSeries(values, step, filled, utc_offsets, zone)
 
 
-def _parse_timestamps(frame: pd.DataFrame, column: str) -> np.ndarray:
+def _parse_timestamps(frame: pd.DataFrame, column: str,
+                      timezone: str | None) -> tuple[np.ndarray, list[list[int]] | None, str | None]:
+    """Returns (times, utc_offsets, timezone source); see ``TimeSeries``."""
     text = frame[column]
-    empty = text.isna()
-    if empty.any():
-        position = int(np.flatnonzero(empty.to_numpy())[0])
-        raise DataError(f"{_where(frame, position)}: column {column!r} is empty, expected a date/time")
-    parsed = pd.to_datetime(text, errors="coerce", format="mixed")
+    if pd.api.types.is_datetime64_any_dtype(text):  # an embedded table's parsed timestamps
+        aware = text.dt.tz is not None
+        parsed, wall = (text.dt.tz_convert("UTC"), text.dt.tz_localize(None)) if aware else (text, None)
+    else:
+        empty = text.isna()
+        if empty.any():
+            position = int(np.flatnonzero(empty.to_numpy())[0])
+            raise DataError(f"{_where(frame, position)}: column {column!r} is empty, expected a date/time")
+        has_offset = text.str.strip().str.contains(_OFFSET).to_numpy()
+        if has_offset.any() and not has_offset.all():
+            position = int(np.flatnonzero(has_offset != has_offset[0])[0])
+            raise DataError(f"{_where(frame, position)}: column {column!r} value {text.iloc[position]!r} "
+                            f"{'has no' if has_offset[0] else 'has a'} UTC offset, unlike line "
+                            f"{_where(frame, 0).rpartition(' ')[2]}; give every timestamp an offset, or none")
+        aware = bool(has_offset.all())
+        parsed = pd.to_datetime(text, errors="coerce", format="mixed", utc=aware)
+        wall = None
     bad = parsed.isna()
     if bad.any():
         position = int(np.flatnonzero(bad.to_numpy())[0])
         raise DataError(f"{_where(frame, position)}: column {column!r} value {text.iloc[position]!r} "
                         "is not a date/time (expected e.g. 2024-01-31 13:00)")
-    if getattr(parsed.dt, "tz", None) is not None:
-        parsed = parsed.dt.tz_localize(None)  # keep the local wall-clock time
-    return parsed.to_numpy()
+    if aware:
+        utc = parsed.dt.tz_localize(None)
+        if timezone is not None:
+            return utc.to_numpy(), [list(row) for row in zone_offsets(timezone)], timezone
+        if wall is None:
+            wall = pd.to_datetime(text.str.strip().str.replace(_OFFSET, "", regex=True), format="mixed")
+        return utc.to_numpy(), _file_offsets(wall, utc), "file offsets"
+    if timezone is None:
+        return parsed.to_numpy(), None, None  # naive wall-clock times
+    return _localize(frame, column, parsed, timezone), [list(row) for row in zone_offsets(timezone)], timezone
+
+
+def _file_offsets(wall: pd.Series, utc: pd.Series) -> list[list[int]]:
+    """The offset table a file's own offsets give: each change takes effect at its row."""
+    offsets = ((wall - utc) // pd.Timedelta("1s")).to_numpy()
+    seconds = utc.to_numpy().astype("datetime64[s]").astype("int64")
+    changes = np.flatnonzero(np.diff(offsets)) + 1
+    return [[_FIRST, int(offsets[0])]] + [[int(seconds[i]), int(offsets[i])] for i in changes]
+
+
+def _localize(frame: pd.DataFrame, column: str, parsed: pd.Series, timezone: str) -> np.ndarray:
+    """Places naive wall-clock times in ``timezone``; returns UTC times."""
+    missing = parsed.dt.tz_localize(timezone, ambiguous="NaT", nonexistent="NaT").isna().to_numpy()
+    try:  # the row order tells which of a repeated hour's two instants each row is
+        local = parsed.dt.tz_localize(timezone, ambiguous="infer", nonexistent="NaT")
+    except Exception:  # noqa: BLE001 - pandas and pytz raise several kinds for an unresolvable hour
+        local = None
+    nonexistent = local.isna().to_numpy() if local is not None else np.zeros(len(parsed), bool)
+    if nonexistent.any():
+        position = int(np.flatnonzero(nonexistent)[0])
+        raise DataError(f"{_where(frame, position)}: column {column!r} value {parsed.iloc[position]} does not exist "
+                        f"in {timezone} (the clocks go forward then); add UTC offsets to the timestamps")
+    if local is None:
+        position = int(np.flatnonzero(missing)[0])
+        raise DataError(f"{_where(frame, position)}: column {column!r} value {parsed.iloc[position]} occurs twice in "
+                        f"{timezone} (the clocks go back) and the rows do not tell which; add UTC offsets")
+    return local.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy()
 
 
 def _parse_numbers(frame: pd.DataFrame, column: str, allow_empty: bool) -> np.ndarray:
@@ -143,7 +298,10 @@ def _parse_numbers(frame: pd.DataFrame, column: str, allow_empty: bool) -> np.nd
     not_numeric = numbers.isna() & text.notna()
     if not_numeric.any():
         position = int(np.flatnonzero(not_numeric.to_numpy())[0])
-        raise DataError(f"{_where(frame, position)}: column {column!r} value {text.iloc[position]!r} is not a number")
+        hint = (" (for decimal commas pass --set decimal=,)"
+                if re.fullmatch(_COMMA_NUMBER, str(text.iloc[position])) else "")
+        raise DataError(f"{_where(frame, position)}: column {column!r} value {text.iloc[position]!r} is not a number"
+                        + hint)
     infinite = np.isinf(numbers.to_numpy())
     if infinite.any():
         position = int(np.flatnonzero(infinite)[0])
@@ -160,7 +318,9 @@ def _check_order_and_step(frame: pd.DataFrame, times: np.ndarray, allow_gaps: bo
         raise DataError(f"{frame.attrs.get('source', 'data')}: has {len(times)} row, expected a series of many rows")
     deltas = np.diff(times)
     zero = np.timedelta64(0, "ns")
-    for problem, message in ((deltas == zero, "duplicate timestamp {t} (same as the row before)"),
+    for problem, message in ((deltas == zero, "duplicate timestamp {t} (same as the row before; a repeated "
+                                              "hour of a daylight-saving change needs UTC offsets or "
+                                              "--set timezone=NAME)"),
                              (deltas < zero, "timestamp {t} is earlier than the row before; rows must be in time order")):
         if problem.any():
             position = int(np.flatnonzero(problem)[0]) + 1

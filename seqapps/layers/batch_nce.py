@@ -5,7 +5,11 @@ Training Large Vocabulary Language Models". The output layer is restricted to
 the batch's target words: each row's positive is its own target, and its noise
 samples are the other targets of the batch (plus, optionally, ``K`` extra words
 drawn from the unigram and shared across the batch). The training cost is one
-dense ``B x (B + K)`` score matrix; there is no per-row sampling step.
+dense ``B x (B + K)`` score matrix; there is no per-row sampling step. As in the
+paper, a row's own word among the others' targets stays a noise sample, so every
+word is noise ``(B - 1) x count(w)`` times (unigram noise), and the updates of
+duplicated words are summed. For sequences ``[B, T, H]`` the paper's batch is the
+``B`` sequences at one time step (``noise_scope="time_step"``).
 
 The functional cores (``batch_nce_loss``, ``sampled_nce_loss``,
 ``softmax_loss``) take the output embedding as a ``V x H`` matrix and gather its
@@ -25,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 LOSSES = ("bnce", "snce", "softmax")
+NOISE_SCOPES = ("time_step", "batch")
 NOISE_SUM_TOLERANCE = 1e-3
 
 
@@ -100,23 +105,25 @@ def batch_nce_loss_from_scores(
     diagonal and ``G_ii = -K N_i / Y_ii`` on it (0 where ``ignore_mask``).
 
     Args:
-        scores: ``[B, M]`` float scores ``S = L W_t^T + C_t - log Z``, ``M >= B``.
-        column_noise_probs: ``[M]`` noise probabilities ``N_j = p_n(w_j)``.
-        ignore_mask: optional ``[B, M]`` bool, True for noise entries to drop
+        scores: ``[..., B, M]`` float scores ``S = L W_t^T + C_t - log Z``, ``M >= B``
+            (leading axes: independent batches).
+        column_noise_probs: ``[..., M]`` noise probabilities ``N_j = p_n(w_j)``.
+        ignore_mask: optional ``[..., B, M]`` bool, True for noise entries to drop
             (accidental hits). Diagonal entries are never dropped.
 
     Returns:
-        ``[B]`` loss ``-log P(D=1|w_i) - sum_{j != i} log(1 - P(D=1|w_j))``.
+        ``[..., B]`` loss ``-log P(D=1|w_i) - sum_{j != i} log(1 - P(D=1|w_j))``.
     """
     scores = tf.convert_to_tensor(scores)
     shape = tf.shape(scores)
-    num_noise = tf.cast(shape[1] - 1, scores.dtype)
+    num_noise = tf.cast(shape[-1] - 1, scores.dtype)
     log_noise = tf.math.log(num_noise * tf.cast(column_noise_probs, scores.dtype))
-    labels = tf.eye(shape[0], shape[1], dtype=scores.dtype)
-    losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=scores - log_noise[tf.newaxis, :])
+    labels = tf.eye(shape[-2], shape[-1], dtype=scores.dtype)
+    logits = scores - log_noise[..., tf.newaxis, :]
+    losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.broadcast_to(labels, tf.shape(logits)), logits=logits)
     if ignore_mask is not None:
         losses = tf.where(ignore_mask, tf.zeros_like(losses), losses)
-    return tf.reduce_sum(losses, axis=1)
+    return tf.reduce_sum(losses, axis=-1)
 
 
 def batch_nce_loss(
@@ -128,36 +135,40 @@ def batch_nce_loss(
     *,
     log_z: float = 9.0,
     extra_noise_ids: tf.Tensor | None = None,
-    remove_accidental_hits: bool = True,
+    remove_accidental_hits: bool = False,
 ) -> tf.Tensor:
     """Per-row B-NCE loss (Oualil & Klakow, 2017), with the optional adaptive extra noise.
 
     The output layer is restricted to the columns ``c = [targets, extra_noise_ids]``
     (``M = B + K_extra``): ``S = L W_c^T + C_c - log Z``. Row ``i``'s positive is
     column ``i`` and its noise samples are the other ``M - 1`` columns, so the
-    posterior uses ``K = B - 1 + K_extra``. With ``remove_accidental_hits``,
-    columns holding row ``i``'s own word (duplicate targets, or an extra noise
-    word equal to it) are not counted as its noise; ``K`` stays ``M - 1``.
-    Gradients for duplicated words add up in the ``IndexedSlices`` of the kernel.
+    posterior uses ``K = B - 1 + K_extra``. By default (the paper's) a column
+    holding row ``i``'s own word (a duplicate target, or an extra noise word
+    equal to it) is one of its noise samples. With ``remove_accidental_hits``
+    such columns are not counted as its noise (the noise is then no longer the
+    unigram); ``K`` stays ``M - 1``. Gradients for duplicated words add up in the
+    ``IndexedSlices`` of the kernel. Leading axes of ``hidden`` and ``targets``
+    are independent batches (for example the time steps of ``[T, B, H]``).
 
     Args:
-        hidden: ``[B, H]`` hidden states ``L``.
+        hidden: ``[..., B, H]`` hidden states ``L``.
         kernel: ``[V, H]`` output embedding.
         bias: ``[V]`` output bias.
-        targets: ``[B]`` int target ids.
+        targets: ``[..., B]`` int target ids.
         noise_probs: ``[V]`` unigram noise distribution ``p_n`` (> 0, sums to 1).
         log_z: the fixed log normaliser ``log Z``.
-        extra_noise_ids: optional ``[K_extra]`` int ids drawn from ``p_n`` and
-            shared by all rows (adaptive B-NCE; use it when ``B`` is small).
+        extra_noise_ids: optional ``[K_extra]`` (shared by every batch) or
+            ``[..., K_extra]`` (one set per batch) int ids drawn from ``p_n`` and
+            shared by the batch's rows (adaptive B-NCE; use it when ``B`` is small).
         remove_accidental_hits: mask noise columns equal to the row's target.
 
     Returns:
-        ``[B]`` float loss per row; its gradient w.r.t. ``S`` is the paper's ``G``.
+        ``[..., B]`` float loss per row; its gradient w.r.t. ``S`` is the paper's ``G``.
     """
     hidden = tf.convert_to_tensor(hidden)
     targets = tf.convert_to_tensor(targets)
     if extra_noise_ids is None:
-        static_batch = targets.shape[0]
+        static_batch = targets.shape[-1] if targets.shape.rank else None
         if static_batch == 1:
             raise ValueError(
                 "batch_nce_loss with a batch of 1 target (`targets` shape (1,)) has no noise samples; "
@@ -167,24 +178,28 @@ def batch_nce_loss(
         if static_batch is None:
             checks.append(
                 tf.debugging.assert_greater(
-                    tf.size(targets), 1, message="B-NCE needs a batch of >= 2 targets or `extra_noise`"
+                    tf.shape(targets)[-1], 1, message="B-NCE needs a batch of >= 2 targets or `extra_noise`"
                 )
             )
         columns = targets
     else:
         extra_noise_ids = tf.cast(extra_noise_ids, targets.dtype)
+        if extra_noise_ids.shape.rank == 1:
+            extra_noise_ids = tf.broadcast_to(
+                extra_noise_ids, tf.concat([tf.shape(targets)[:-1], tf.shape(extra_noise_ids)], 0)
+            )
         checks = _check_targets(targets, tf.shape(kernel)[0])
-        columns = tf.concat([targets, extra_noise_ids], axis=0)
+        columns = tf.concat([targets, extra_noise_ids], axis=-1)
     _maybe_validate_noise_probs(noise_probs)
     with tf.control_dependencies(checks):
         columns = tf.identity(columns)
     weights = tf.gather(kernel, columns)
-    scores = tf.matmul(hidden, weights, transpose_b=True) + tf.gather(bias, columns)[tf.newaxis, :] - log_z
+    scores = tf.matmul(hidden, weights, transpose_b=True) + tf.gather(bias, columns)[..., tf.newaxis, :] - log_z
     ignore_mask = None
     if remove_accidental_hits:
-        hits = tf.equal(targets[:, tf.newaxis], columns[tf.newaxis, :])
+        hits = tf.equal(targets[..., :, tf.newaxis], columns[..., tf.newaxis, :])
         shape = tf.shape(hits)
-        ignore_mask = tf.logical_and(hits, tf.logical_not(tf.eye(shape[0], shape[1], dtype=tf.bool)))
+        ignore_mask = tf.logical_and(hits, tf.logical_not(tf.eye(shape[-2], shape[-1], dtype=tf.bool)))
     return batch_nce_loss_from_scores(scores, tf.gather(noise_probs, columns), ignore_mask)
 
 
@@ -197,7 +212,7 @@ def sampled_nce_loss(
     noise_ids: tf.Tensor,
     *,
     log_z: float = 9.0,
-    remove_accidental_hits: bool = True,
+    remove_accidental_hits: bool = False,
 ) -> tf.Tensor:
     """Per-row S-NCE loss with ``K`` noise samples shared across the batch.
 
@@ -314,7 +329,7 @@ class BatchNCE(keras.layers.Layer):
     through the same layer:
 
     - ``"bnce"``: batch NCE; each row's noise samples are the other targets of
-      the batch (``K = B - 1``), plus ``extra_noise`` words drawn from the
+      the batch (``K = B - 1``; for sequences, of the same time step), plus ``extra_noise`` words drawn from the
       unigram and shared by the batch (adaptive B-NCE, ``K = B - 1 + extra``).
     - ``"snce"``: NCE with ``num_noise`` unigram samples shared by the batch.
     - ``"softmax"``: full softmax cross-entropy.
@@ -331,7 +346,14 @@ class BatchNCE(keras.layers.Layer):
         num_noise: int, noise samples per batch for ``"snce"``.
         extra_noise: int, extra shared noise samples per batch for ``"bnce"``
             (adaptive B-NCE; use it for batches of 100 or fewer targets).
-        remove_accidental_hits: bool, do not count a row's own word as its noise.
+        remove_accidental_hits: bool, do not count a row's own word as its
+            noise. Default False, the paper's: duplicates stay noise samples,
+            so the noise is the unigram.
+        noise_scope: str, the batch of ``"bnce"`` for ``[B, T, H]`` inputs:
+            ``"time_step"`` (the paper's: the ``B`` targets of one time step,
+            ``K = B - 1``, extra noise drawn per step) or ``"batch"`` (all
+            ``B x T`` targets pooled, ``K = B T - 1``; neighbouring words of a
+            row's own sequence are then among its noise).
         noise_distribution: optional list of ``vocab_size`` noise probabilities
             (> 0, sum 1). Default uniform. For large vocabularies prefer
             ``set_noise_distribution`` after ``build`` (keeps the config small).
@@ -343,7 +365,8 @@ class BatchNCE(keras.layers.Layer):
     Call arguments:
         inputs: ``hidden`` of shape ``[B, H]`` or ``[B, T, H]``, or a list
             ``[hidden, targets]`` with int ``targets`` of shape ``[B]`` or
-            ``[B, T]`` (time is flattened into the batch for the loss).
+            ``[B, T]`` (B-NCE's batch: see ``noise_scope``; the other losses
+            flatten time into the batch).
         training: bool. With targets and ``training=True``, returns the
             per-token training loss of ``loss`` (shape of ``targets``); use it
             with an identity loss. With targets otherwise, returns the
@@ -377,7 +400,8 @@ class BatchNCE(keras.layers.Layer):
         log_z: float = 9.0,
         num_noise: int = 100,
         extra_noise: int = 0,
-        remove_accidental_hits: bool = True,
+        remove_accidental_hits: bool = False,
+        noise_scope: str = "time_step",
         noise_distribution: Sequence[float] | None = None,
         kernel_initializer: Any = "glorot_uniform",
         bias_initializer: Any = "zeros",
@@ -393,6 +417,8 @@ class BatchNCE(keras.layers.Layer):
             raise ValueError(f"`num_noise` must be >= 1; got num_noise={num_noise!r}")
         if int(extra_noise) < 0:
             raise ValueError(f"`extra_noise` must be >= 0; got extra_noise={extra_noise!r}")
+        if noise_scope not in NOISE_SCOPES:
+            raise ValueError(f"`noise_scope` must be one of {NOISE_SCOPES}; got noise_scope={noise_scope!r}")
         if noise_distribution is not None:
             noise_distribution = validate_noise_probs(noise_distribution, int(vocab_size)).tolist()
         self.vocab_size = int(vocab_size)
@@ -401,6 +427,7 @@ class BatchNCE(keras.layers.Layer):
         self.num_noise = int(num_noise)
         self.extra_noise = int(extra_noise)
         self.remove_accidental_hits = bool(remove_accidental_hits)
+        self.noise_scope = noise_scope
         self.noise_distribution = noise_distribution
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
@@ -442,28 +469,49 @@ class BatchNCE(keras.layers.Layer):
         self.noise_probs.assign(probs.astype("float32"))
         self.noise_cdf.assign(np.cumsum(probs).astype("float32"))
 
-    def sample_noise(self, num_samples: int) -> tf.Tensor:
-        """Draws ``num_samples`` word ids from the noise distribution.
+    def sample_noise(self, shape: int | tuple) -> tf.Tensor:
+        """Draws word ids from the noise distribution (with replacement).
 
         Args:
-            num_samples: how many ids to draw (with replacement).
+            shape: how many ids to draw, or the shape of the draw.
 
         Returns:
-            ``[num_samples]`` int32 ids.
+            int32 ids of that shape.
         """
-        uniform = keras.random.uniform((num_samples,), seed=self.seed_generator)
+        uniform = keras.random.uniform(shape if isinstance(shape, tuple) else (shape,), seed=self.seed_generator)
         return noise_ids_from_uniform(self.noise_cdf, uniform)
 
     def training_loss(self, hidden: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
-        """Per-row training loss of the configured ``loss``.
+        """Per-token training loss of the configured ``loss``.
 
         Args:
-            hidden: ``[N, H]`` hidden states.
-            targets: ``[N]`` int target ids.
+            hidden: ``[B, H]`` or ``[B, T, H]`` hidden states.
+            targets: ``[B]`` or ``[B, T]`` int target ids.
 
         Returns:
-            ``[N]`` float loss.
+            Float loss, the shape of ``targets``.
         """
+        hidden = tf.convert_to_tensor(hidden, dtype=self.compute_dtype)
+        targets = tf.cast(targets, "int32")
+        if self.loss == "bnce" and self.noise_scope == "time_step" and hidden.shape.rank == 3:
+            steps = tf.shape(hidden)[1]
+            extra = self.sample_noise((steps, self.extra_noise)) if self.extra_noise else None
+            per_step = batch_nce_loss(
+                tf.transpose(hidden, [1, 0, 2]),
+                self.kernel,
+                self.bias,
+                tf.transpose(targets),
+                self.noise_probs,
+                log_z=self.log_z,
+                extra_noise_ids=extra,
+                remove_accidental_hits=self.remove_accidental_hits,
+            )
+            return tf.transpose(per_step)
+        flat = self._flat_training_loss(tf.reshape(hidden, [-1, tf.shape(hidden)[-1]]), tf.reshape(targets, [-1]))
+        return tf.reshape(flat, tf.shape(targets))
+
+    def _flat_training_loss(self, hidden: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
+        """``training_loss`` of ``[N, H]`` hidden states and ``[N]`` targets as one batch."""
         if self.loss == "softmax":
             return softmax_loss(hidden, self.kernel, self.bias, targets)
         if self.loss == "snce":
@@ -527,9 +575,7 @@ class BatchNCE(keras.layers.Layer):
             return tf.reshape(log_probs, tf.concat([tf.shape(hidden)[:-1], [self.vocab_size]], axis=0))
         targets = tf.cast(targets, "int32")
         if training:
-            flat_hidden = tf.reshape(hidden, [-1, tf.shape(hidden)[-1]])
-            flat_loss = self.training_loss(flat_hidden, tf.reshape(targets, [-1]))
-            return tf.reshape(flat_loss, tf.shape(targets))
+            return self.training_loss(hidden, targets)
         log_probs = self.target_log_probs(hidden, targets)
         return -log_probs["self_normalized" if self_normalized else "full"]
 
@@ -548,6 +594,7 @@ class BatchNCE(keras.layers.Layer):
                 "num_noise": self.num_noise,
                 "extra_noise": self.extra_noise,
                 "remove_accidental_hits": self.remove_accidental_hits,
+                "noise_scope": self.noise_scope,
                 "noise_distribution": self.noise_distribution,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),

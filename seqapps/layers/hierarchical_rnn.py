@@ -67,6 +67,20 @@ def _chunk_time(x: tf.Tensor, k: int, n_chunks: tf.Tensor, pad: tf.Tensor) -> tf
     return tf.transpose(x, [1, 2, 0] + list(range(3, rank + 1)))
 
 
+def _gradient(
+    tape: tf.GradientTape, target: Any, sources: list, output_gradients: list | None = None
+) -> list[tf.Tensor]:
+    """``tape.gradient`` with zeros for unconnected sources.
+
+    ``unconnected_gradients="zero"`` fails eagerly on Keras 3 variables (their dtype is a string).
+    """
+    grads = tape.gradient(target, sources, output_gradients=output_gradients)
+    return [
+        (tf.zeros_like(s) if isinstance(s, tf.Tensor) else tf.zeros(s.shape, s.dtype)) if g is None else g
+        for g, s in zip(grads, sources)
+    ]
+
+
 def _keep_gradient(value: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
     """``value`` whose gradient is multiplied by the 0/1 scalar ``keep``."""
     stopped = tf.stop_gradient(value)
@@ -83,10 +97,14 @@ class DecoupledHRNN(keras.layers.Layer):
     its state, and level 0's state is reset to zeros. Level ``j >= 2`` ticks
     every ``periods[j - 1]`` ticks of level ``j - 1`` by the same rule, and
     level ``j``'s input is the output of level ``j - 1`` joined with the output
-    of level ``j + 1``. Masked steps keep every state and never tick.
+    of level ``j + 1``. A level ``j >= 1`` reset by a tick of level ``j + 1``
+    restarts from one step of its cell on level ``j + 1``'s new output (and
+    zeros from below), top down, so that level 0 sees the whole past at every
+    step. Masked steps keep every state and never tick.
 
-    In ``decoupled`` mode each level ``j >= 1`` has a decoder (one tanh layer
-    of ``aux_hidden_units``, then a linear layer) that gets the output sent up
+    In ``decoupled`` mode (and ``hrnn`` with ``beta > 0``) each level
+    ``j >= 1`` has a decoder (one tanh layer of ``aux_hidden_units``, then a
+    linear layer) that gets the output sent up
     by level ``j - 1`` at a tick plus a one-hot index ``i`` drawn uniformly
     from 1..``periods[j - 1]`` (1..min(k, steps since the last tick) with
     boundaries). It must output the ``i``-th previous input of level
@@ -99,7 +117,9 @@ class DecoupledHRNN(keras.layers.Layer):
     return.
 
     Modes (``mode``):
-    - ``"hrnn"``: true gradients everywhere.
+    - ``"hrnn"``: true gradients everywhere; with ``beta > 0`` it has the
+      decoders too (the paper grid-searched beta for this baseline), and their
+      losses backpropagate through the whole hierarchy.
     - ``"gr_hrnn"``: the upward edges go through ``tf.stop_gradient``, so
       dh^U/dh^L = 0 at each tick; no auxiliary loss.
     - ``"decoupled"``: ``gr_hrnn`` plus the auxiliary losses (the paper).
@@ -128,7 +148,8 @@ class DecoupledHRNN(keras.layers.Layer):
         mode: one of ``"hrnn"``, ``"gr_hrnn"``, ``"decoupled"``,
             ``"mr_hrnn"``.
         beta: auxiliary loss weight, >= 0: a float, or one per level above
-            the first.
+            the first. None: 1 in ``decoupled`` mode, 0 in the others;
+            ``gr_hrnn`` and ``mr_hrnn`` take only 0.
         aux_hidden_units: width of each decoder's hidden layer.
         aux_loss: level-1 reconstruction loss: ``"mse"`` for real-valued
             inputs, ``"categorical_crossentropy"`` for one-hot inputs.
@@ -145,7 +166,7 @@ class DecoupledHRNN(keras.layers.Layer):
             with a boolean ``boundaries`` of shape (batch, T): level 1 ticks
             after each step where it is true instead of every
             ``periods[0]`` steps.
-        training: whether to add the auxiliary loss (``decoupled`` mode).
+        training: whether to add the auxiliary loss (when the layer has decoders).
         mask: boolean (batch, T) mask of valid steps.
 
     Returns:
@@ -176,7 +197,7 @@ class DecoupledHRNN(keras.layers.Layer):
         cells: Sequence[keras.layers.Layer | dict],
         periods: int | Sequence[int],
         mode: str = "decoupled",
-        beta: float | Sequence[float] = 1.0,
+        beta: float | Sequence[float] | None = None,
         aux_hidden_units: int = 128,
         aux_loss: str = "mse",
         output_units: int | None = None,
@@ -196,9 +217,11 @@ class DecoupledHRNN(keras.layers.Layer):
             )
         if mode not in MODES:
             raise ValueError(f"Unknown mode={mode!r}; expected one of {MODES}")
-        beta_list = _as_list(beta, levels - 1)
+        beta_list = _as_list((1.0 if mode == "decoupled" else 0.0) if beta is None else beta, levels - 1)
         if len(beta_list) != levels - 1 or any(float(b) < 0 for b in beta_list):
             raise ValueError(f"beta must be >= 0 (a float or {levels - 1} floats), got beta={beta!r}")
+        if mode in ("gr_hrnn", "mr_hrnn") and any(float(b) > 0 for b in beta_list):
+            raise ValueError(f"mode={mode!r} has no decoders, so beta must be 0, got beta={beta!r}")
         if aux_loss not in AUX_LOSSES:
             raise ValueError(f"Unknown aux_loss={aux_loss!r}; expected one of {AUX_LOSSES}")
         if aux_hidden_units < 1:
@@ -221,6 +244,7 @@ class DecoupledHRNN(keras.layers.Layer):
         self.seed = seed
         self._periods = [int(k) for k in period_list]
         self._betas = [float(b) for b in beta_list]
+        self._decoders = mode == "decoupled" or (mode == "hrnn" and any(b > 0 for b in self._betas))
         self._seed_generator = keras.random.SeedGenerator(seed)
         self.supports_masking = True
 
@@ -243,7 +267,7 @@ class DecoupledHRNN(keras.layers.Layer):
                 cell.build((None, below + above))
         self.decoder_hidden = []
         self.decoder_output = []
-        if self.mode == "decoupled":
+        if self._decoders:
             for level in range(1, self.levels):
                 target = features if level == 1 else self._output_size(level - 2)
                 source = self._output_size(level - 1) + self._periods[level - 1]
@@ -283,7 +307,12 @@ class DecoupledHRNN(keras.layers.Layer):
         return x, boundaries
 
     def _check_length(self, x: tf.Tensor, boundaries: tf.Tensor | None) -> None:
-        """Raises if padding is needed but not allowed."""
+        """Raises if padding is needed but not allowed, or for ``mr_hrnn`` with boundaries."""
+        if boundaries is not None and self.mode == "mr_hrnn":
+            raise ValueError(
+                "mode='mr_hrnn' takes no boundaries input: its truncation windows count periodic segments, "
+                "which boundary-driven ticks do not have"
+            )
         length = x.shape[1]
         span = math.prod(self._periods) if boundaries is None else self._periods[0]
         if not self.allow_padding and length is not None and length % span:
@@ -354,6 +383,24 @@ class DecoupledHRNN(keras.layers.Layer):
             name = f"state{level}_{i}"
             carry[name] = tf.where(where[:, None], state, carry[name])
 
+    def _cell_on_rows(
+        self, level: int, inputs: tf.Tensor, states: list[tf.Tensor], any_row: tf.Tensor, training: bool | None
+    ) -> list[tf.Tensor]:
+        """Level ``level``'s cell on gathered rows; the states unchanged when there are none."""
+
+        def run() -> list[tf.Tensor]:
+            return tf.nest.flatten(self.cells[level](inputs, states, training=training)[1])
+
+        return tf.cond(any_row, run, lambda: list(states))
+
+    def _scatter_states(
+        self, carry: dict[str, tf.Tensor], level: int, states: list[tf.Tensor], rows: tf.Tensor
+    ) -> None:
+        """Writes ``states`` (one row per entry of ``rows``) into rows ``rows`` of level ``level``'s states."""
+        for i, state in enumerate(states):
+            name = f"state{level}_{i}"
+            carry[name] = tf.tensor_scatter_nd_update(carry[name], rows[:, None], state)
+
     def _push(self, carry: dict[str, tf.Tensor], level: int, value: tf.Tensor, where: tf.Tensor) -> None:
         """Writes ``value`` into level ``level``'s ring buffer where ``where``."""
         size = self._periods[level - 1]
@@ -392,27 +439,41 @@ class DecoupledHRNN(keras.layers.Layer):
         compute_aux: bool,
         training: bool | None,
     ) -> tuple[dict[str, tf.Tensor], list[tf.Tensor], list[tf.Tensor]]:
-        """Levels 1.. tick where ``tick``; returns the carry and per-level aux sums and counts."""
+        """Levels 1.. tick where ``tick``; returns the carry and per-level aux sums and counts.
+
+        The cells and decoders of the upper levels run on the ticking rows only (gathered, then
+        scattered back), so boundary-driven ticks cost what the ticks need, not a full batch per step.
+        """
         restricted = self.mode in ("gr_hrnn", "decoupled")
-        sums, counts = [], []
+        sums, counts, ticks = [], [], []
         sent = carry["state0_0"]
         for level in range(1, self.levels):
+            ticks.append(tick)
+            rows = tf.where(tick)[:, 0]
             period = self._periods[level - 1]
             if level > 1:
                 aux_index = 1 + tf.cast(tf.floor(uniforms[:, level - 1] * period), tf.int32)
                 aux_index = tf.minimum(aux_index, period)
                 aux_target = self._from_buffer(carry, level, aux_index)
                 aux_valid = tf.ones_like(tick)
-            weight = tf.cast(tf.logical_and(tick, aux_valid), sent.dtype)
+            weight = tf.cast(tf.gather(aux_valid, rows), sent.dtype)
             counts.append(tf.reduce_sum(weight))
+            sent_rows = tf.gather(sent, rows)
+            any_row = tf.size(rows) > 0  # Keras cells fail on an empty batch
             if compute_aux:
-                sums.append(tf.reduce_sum(self._aux_loss(level, sent, aux_index, aux_target) * weight))
+                index_rows, target_rows = tf.gather(aux_index, rows), tf.gather(aux_target, rows)
+                sums.append(tf.cond(
+                    any_row,
+                    lambda: tf.reduce_sum(self._aux_loss(level, sent_rows, index_rows, target_rows) * weight),
+                    lambda: tf.zeros([], sent.dtype),
+                ))
             else:
                 sums.append(tf.zeros([], sent.dtype))
-            upward = tf.stop_gradient(sent) if restricted else sent
-            cell_input = [upward] + ([carry[f"state{level + 1}_0"]] if level + 1 < self.levels else [])
-            _, new_states = self.cells[level](tf.concat(cell_input, -1), self._states(carry, level), training=training)
-            self._set_states(carry, level, tf.nest.flatten(new_states), tick)
+            upward = tf.stop_gradient(sent_rows) if restricted else sent_rows
+            cell_input = [upward] + ([tf.gather(carry[f"state{level + 1}_0"], rows)] if level + 1 < self.levels else [])
+            states = [tf.gather(s, rows) for s in self._states(carry, level)]
+            new_states = self._cell_on_rows(level, tf.concat(cell_input, -1), states, any_row, training)
+            self._scatter_states(carry, level, new_states, rows)
             below = self._states(carry, level - 1)
             self._set_states(carry, level - 1, [tf.zeros_like(s) for s in below], tick)
             if level + 1 < self.levels:
@@ -422,6 +483,17 @@ class DecoupledHRNN(keras.layers.Layer):
                 carry[f"count{level + 1}"] = tf.where(next_tick, tf.zeros_like(count), count)
                 sent = carry[f"state{level}_0"]
                 tick = next_tick
+        # A level j >= 1 reset by level j + 1 starts again from one step of its cell on level j + 1's
+        # new output (zero input from below), top down, so that level 0 sees the whole past at every step.
+        for level in range(self.levels - 2, 0, -1):
+            rows = tf.where(ticks[level])[:, 0]
+            above = tf.gather(carry[f"state{level + 1}_0"], rows)
+            below_input = tf.zeros([tf.shape(rows)[0], self._output_size(level - 1)], above.dtype)
+            zero_states = [tf.zeros([tf.shape(rows)[0], s.shape[-1]], s.dtype) for s in self._states(carry, level)]
+            primed = self._cell_on_rows(
+                level, tf.concat([below_input, above], -1), zero_states, tf.size(rows) > 0, training
+            )
+            self._scatter_states(carry, level, primed, rows)
         return carry, sums, counts
 
     def _segment(
@@ -569,7 +641,7 @@ class DecoupledHRNN(keras.layers.Layer):
         x, boundaries = self._split_inputs(inputs)
         if isinstance(mask, (list, tuple)):
             mask = mask[0]
-        compute_aux = bool(training) and self.mode == "decoupled"
+        compute_aux = bool(training) and self._decoders
         data = self._prepare(x, mask, boundaries, None, self._uniforms(x, None, compute_aux))
         n_chunks = tf.shape(data["x"])[0]
         window = self._window_chunks(tf.shape(x)[1]) if self.mode == "mr_hrnn" else None
@@ -613,7 +685,7 @@ class DecoupledHRNN(keras.layers.Layer):
             if task_loss not in TASK_LOSSES:
                 raise ValueError(f"Unknown task_loss={task_loss!r}; expected a callable or one of {tuple(TASK_LOSSES)}")
             task_loss = TASK_LOSSES[task_loss]
-        data = self._prepare(x, mask, boundaries, targets, self._uniforms(x, seed, self.mode == "decoupled"))
+        data = self._prepare(x, mask, boundaries, targets, self._uniforms(x, seed, self._decoders))
         valid_steps = tf.maximum(tf.reduce_sum(tf.cast(data["mask"], self.compute_dtype)), 1.0)
         return data, task_loss, valid_steps, tf.shape(x)[1], boundaries is not None
 
@@ -639,7 +711,7 @@ class DecoupledHRNN(keras.layers.Layer):
 
         Returns:
             The mean task loss over valid steps, plus ``beta`` times the mean
-            auxiliary loss of each level in ``decoupled`` mode.
+            auxiliary loss of each level when the layer has decoders.
         """
         data, task_loss, valid_steps, length, boundary_mode = self._loss_inputs(inputs, targets, task_loss, mask, seed)
         window = self._window_chunks(length) if self.mode == "mr_hrnn" else None
@@ -649,7 +721,7 @@ class DecoupledHRNN(keras.layers.Layer):
             tf.constant(0),
             tf.shape(data["x"])[0],
             collect_outputs=False,
-            compute_aux=self.mode == "decoupled",
+            compute_aux=self._decoders,
             task_loss=task_loss,
             training=training,
             window=window,
@@ -670,8 +742,8 @@ class DecoupledHRNN(keras.layers.Layer):
         ``gr_hrnn`` and ``decoupled``: segment recomputation in a reverse loop.
         ``mr_hrnn``: each truncation window is backpropagated as it ends.
         ``hrnn`` (or ``lean=False``): plain autodiff of ``sequence_loss``. All
-        give the gradients of ``sequence_loss`` up to float32 round-off. Wrap
-        the call in ``tf.function``.
+        give the gradients of ``sequence_loss`` up to float32 round-off. It
+        runs eagerly too; wrap the call in ``tf.function`` for speed.
 
         Args:
             inputs: ``x`` or ``[x, boundaries]`` as in ``call``.
@@ -688,7 +760,7 @@ class DecoupledHRNN(keras.layers.Layer):
         if not lean or self.mode == "hrnn":
             with tf.GradientTape() as tape:
                 loss = self.sequence_loss(inputs, targets, task_loss, mask=mask, seed=seed)
-            return loss, tape.gradient(loss, self.trainable_variables, unconnected_gradients="zero")
+            return loss, _gradient(tape, loss, self.trainable_variables)
         for cell in self.cells:
             if getattr(cell, "dropout", 0) or getattr(cell, "recurrent_dropout", 0):
                 raise ValueError(f"cell dropout is not supported by the lean path, got cell {cell.name}")
@@ -735,14 +807,14 @@ class DecoupledHRNN(keras.layers.Layer):
             with tf.GradientTape() as tape:
                 tape.watch([carry[n] for n in floating])
                 out, _, task_sum, aux_sums, _ = self._segment(
-                    carry, segment, False, self.mode == "decoupled", task_loss, True
+                    carry, segment, False, self._decoders, task_loss, True
                 )
                 local = task_sum / valid_steps + sum((s * a for s, a in zip(scales, aux_sums)), zero)
-            g = tape.gradient(
+            g = _gradient(
+                tape,
                 [local] + [out[n] for n in floating],
                 list(variables) + [carry[n] for n in floating],
                 output_gradients=[tf.ones_like(local)] + [d_carry[n] for n in floating],
-                unconnected_gradients="zero",
             )
             grads = [a + b for a, b in zip(grads, g[: len(variables)])]
             d_carry = dict(zip(floating, g[len(variables) :]))
@@ -778,7 +850,7 @@ class DecoupledHRNN(keras.layers.Layer):
                     data, carry, start, tf.minimum(start + window, n_chunks), False, False, task_loss, True
                 )
                 local = task_sum / valid_steps
-            g = tape.gradient(local, variables, unconnected_gradients="zero")
+            g = _gradient(tape, local, variables)
             return start + window, carry, [a + b for a, b in zip(grads, g)], total + local
 
         _, _, grads, loss = tf.while_loop(

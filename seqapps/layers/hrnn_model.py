@@ -49,10 +49,11 @@ def build_hrnn(config: HRNNConfig, output_units: int, aux_loss: str) -> Decouple
     Returns:
         An unbuilt layer.
     """
-    uppers = len(config.units) - 1
-    betas = config.beta if isinstance(config.beta, list) else [config.beta] * uppers
+    beta = config.beta  # None: the layer's default for the mode
+    if isinstance(beta, list):
+        beta = [float(b) for b in beta] if len(beta) > 1 else float(beta[0])
     return DecoupledHRNN([CELLS[config.cell](units) for units in config.units], periods=config.period_list(),
-                         mode=config.mode, beta=[float(b) for b in betas] if uppers > 1 else float(betas[0]),
+                         mode=config.mode, beta=beta,
                          aux_hidden_units=config.aux_hidden_units, aux_loss=aux_loss,
                          output_units=output_units, seed=config.seed, name="hrnn")
 

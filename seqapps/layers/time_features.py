@@ -22,16 +22,21 @@ class CalendarFeatures(keras.layers.Layer):
 
     From the Unix time of a window's last observed step it computes the times of
     the ``lookback`` observed steps and the ``horizon`` forecast steps, so that a
-    served model needs only one timestamp per request.
+    served model needs only one timestamp per request. With ``utc_offsets`` the
+    features are those of local time (daylight saving included), looked up in the
+    offset table inside the graph.
 
     Args:
         step_seconds: the series' sampling interval in seconds.
         lookback: observed steps in a window (the last is at ``end_time``).
         horizon: forecast steps after ``end_time``.
+        utc_offsets: ``[[start, offset], ...]`` in seconds, sorted by start (see
+            ``seqapps.data.tables.zone_offsets``); None: ``end_time`` is a wall-clock
+            time read as UTC.
 
     Call arguments:
         end_time: int64 tensor [batch], Unix seconds of the last observed step
-            (wall-clock time of the data, read as UTC).
+            (a UTC instant with ``utc_offsets``, else the data's wall-clock time read as UTC).
 
     Returns:
         ``(past, future)``: float32 tensors [batch, lookback, 4] and [batch, horizon, 4]:
@@ -41,13 +46,25 @@ class CalendarFeatures(keras.layers.Layer):
         >>> past, future = CalendarFeatures(3600, 48, 24)(np.array([0], "int64"))
     """
 
-    def __init__(self, step_seconds: int, lookback: int, horizon: int, **kwargs: Any) -> None:
+    def __init__(self, step_seconds: int, lookback: int, horizon: int,
+                 utc_offsets: list[list[int]] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.step_seconds = int(step_seconds)
         self.lookback = int(lookback)
         self.horizon = int(horizon)
+        self.utc_offsets = None if utc_offsets is None else [[int(a), int(b)] for a, b in utc_offsets]
+
+    def _local(self, times: Any) -> Any:
+        if not self.utc_offsets:
+            return times
+        starts = np.array([start for start, _ in self.utc_offsets], "int64")
+        offsets = np.array([offset for _, offset in self.utc_offsets], "int64")
+        flat = ops.reshape(times, (-1,))
+        index = ops.searchsorted(starts, flat, side="right") - 1
+        return times + ops.reshape(ops.take(offsets, index), ops.shape(times))
 
     def _features(self, times: Any) -> Any:
+        times = self._local(times)
         day_seconds = ops.cast(ops.mod(times, SECONDS_PER_DAY), "float32")
         days = ops.floor_divide(times, SECONDS_PER_DAY)
         weekday = ops.cast(ops.mod(days + _THURSDAY, 7), "float32")
@@ -66,7 +83,7 @@ class CalendarFeatures(keras.layers.Layer):
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "step_seconds": self.step_seconds, "lookback": self.lookback,
-                "horizon": self.horizon}
+                "horizon": self.horizon, "utc_offsets": self.utc_offsets}
 
 
 @keras.saving.register_keras_serializable(package="seqapps")

@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from seqapps.data.tables import parse_duration, read_csv, to_time_series
-from seqapps.errors import DataError
+from seqapps.errors import ConfigError, DataError
 
 GOOD = "timestamp,load,temp\n2024-01-01 00:00,1,10\n2024-01-01 00:30,2,11\n2024-01-01 01:00,3,12\n"
 
@@ -70,3 +70,56 @@ def test_daily_series_and_durations():
         parse_duration("90min", pd.Timedelta("1h"), "horizon")
     with pytest.raises(DataError, match="is not a duration"):
         parse_duration("soon", day, "horizon")
+
+
+def london_csv(tmp_path, start, rows=6, offsets=True):
+    """Hourly local times in Europe/London from ``start`` (UTC), with or without their UTC offsets."""
+    local = pd.date_range(start, periods=rows, freq="h", tz="UTC").tz_convert("Europe/London")
+    stamps = [t.isoformat() if offsets else t.strftime("%Y-%m-%d %H:%M") for t in local]
+    path = tmp_path / "local.csv"
+    path.write_text("timestamp,load\n" + "".join(f"{t},{i}\n" for i, t in enumerate(stamps)))
+    return path
+
+
+@pytest.mark.parametrize("start, changes_to", [("2024-03-30 22:00", 3600), ("2024-10-26 22:00", 0)])
+def test_offsets_across_daylight_saving_changes_are_read_on_the_utc_axis(tmp_path, start, changes_to):
+    path = london_csv(tmp_path, start)  # spring: ...00:00+00:00, 02:00+01:00; autumn: 01:00+01:00, 01:00+00:00
+    series = to_time_series(read_csv(path), "timestamp", ["load"])
+    assert series.step == pd.Timedelta("1h")  # hourly on the UTC axis, no gap, no duplicate
+    assert series.frame.index[0] == pd.Timestamp(start) and series.timezone == "file offsets"
+    assert series.utc_offsets[-1] == [pd.Timestamp(start).value // 10**9 + 3 * 3600, changes_to]
+    with_zone = to_time_series(read_csv(path), "timestamp", ["load"], timezone="Europe/London")
+    assert with_zone.frame.index.equals(series.frame.index) and len(with_zone.utc_offsets) > 200
+
+
+def test_naive_local_times_are_placed_by_the_timezone_or_rejected_at_the_missing_hour(tmp_path):
+    autumn = london_csv(tmp_path, "2024-10-26 22:00", offsets=False)  # 01:00 twice
+    with pytest.raises(DataError, match=r"line 5: duplicate timestamp .* --set timezone=NAME"):
+        to_time_series(read_csv(autumn), "timestamp", ["load"])
+    series = to_time_series(read_csv(autumn), "timestamp", ["load"], timezone="Europe/London")
+    assert series.step == pd.Timedelta("1h") and series.frame.index[0] == pd.Timestamp("2024-10-26 22:00")
+    spring = tmp_path / "spring.csv"  # 01:30 does not exist on 31 March 2024 in London
+    spring.write_text("timestamp,load\n2024-03-31 00:30,1\n2024-03-31 01:30,2\n2024-03-31 02:30,3\n")
+    with pytest.raises(DataError, match=r"line 3: .* does not exist in Europe/London"):
+        to_time_series(read_csv(spring), "timestamp", ["load"], timezone="Europe/London")
+    mixed = tmp_path / "mixed.csv"
+    mixed.write_text("timestamp,load\n2024-03-31T00:00:00+00:00,1\n2024-03-31 02:00,2\n")
+    with pytest.raises(DataError, match=r"line 3: .* has no UTC offset, unlike line 2"):
+        to_time_series(read_csv(mixed), "timestamp", ["load"])
+    with pytest.raises(ConfigError, match="not a time zone name"):
+        to_time_series(read_csv(spring), "timestamp", ["load"], timezone="Europe/Londres")
+
+
+def test_european_csv_semicolons_are_detected_and_decimal_commas_read_when_asked(tmp_path):
+    path = tmp_path / "eu.csv"
+    path.write_text("time;mw\n2024-01-01 00:00;12,5\n2024-01-01 01:00;13\n2024-01-01 02:00;-1,25e3\n")
+    frame = read_csv(path, decimal=",")
+    assert frame.attrs["csv"] == {"separator": ";", "decimal": ","}
+    np.testing.assert_array_equal(to_time_series(frame, "time", ["mw"]).frame["mw"], [12.5, 13, -1250])
+    with pytest.raises(DataError, match=r"line 2: column 'mw' value '12,5' is not a number \(for decimal commas pass "
+                                        r"--set decimal=,\)"):
+        to_time_series(read_csv(path), "time", ["mw"])
+    comma = tmp_path / "comma.csv"
+    comma.write_text("time,mw\n2024-01-01 00:00,12\n")
+    with pytest.raises(DataError, match="separator and the decimal mark are both ','"):
+        read_csv(comma, decimal=",")

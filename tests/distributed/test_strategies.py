@@ -21,8 +21,8 @@ OVERRIDES = ["epochs=2", "steps_per_epoch=3", "batch_size=32"]
 # shuffle then yields another order, so the comparisons batch without shuffling.
 UNSHUFFLED = """
 from seqapps import training
-training.batch_datasets = lambda data, config: (data.train.repeat().batch(config.batch_size),
-                                                data.val.batch(config.batch_size))
+training.batch_datasets = lambda data, config, first_epoch=0: (data.train.repeat().batch(config.batch_size),
+                                                data.val.batch(config.batch_size), config.steps_per_epoch)
 """
 
 
@@ -36,8 +36,9 @@ def last_json_line(text: str) -> dict:
 
 
 # gr_hrnn: the HRNN's own train_step with the recomputed segment gradients, and no random
-# decoder draws (which would differ between one batch and two half batches).
-@pytest.mark.parametrize("pipeline, extra", [("load_forecasting", []), ("copy_task", ["mode=gr_hrnn"])])
+# decoder draws; dropout=0 for the same reason: random draws differ between one batch and two
+# half batches.
+@pytest.mark.parametrize("pipeline, extra", [("load_forecasting", ["dropout=0"]), ("copy_task", ["mode=gr_hrnn"])])
 def test_mirrored_over_two_cpus_matches_the_default_strategy(tmp_path, pipeline, extra):
     code = f"""
         import json
@@ -169,9 +170,9 @@ def test_a_killed_worker_resumes_from_its_backup(tmp_path):
     chief, worker = finish(start_workers(tmp_path, overrides))
     for result in (chief, worker):  # both resume from the chief's backup, so they stay in step
         assert result["training"]["resumed_from_epoch"] == chief_epoch
-        assert len(result["training"]["loss_history"]) == 4 - chief_epoch
+        assert len(result["training"]["loss_history"]) == 4  # the epochs before the kill come from the backup
     assert chief["export"] == str(tmp_path / "load_forecasting" / "1") and worker["export"] is None
-    assert not backups.exists()  # both workers' backups are removed once training completes
+    assert not backups.exists()  # both workers' backups are removed once the export is in place
 
 
 EVERY_OTHER_PIPELINE = ["weather_forecasting", "language_model", "text_generation", "copy_task", "pixel_mnist",

@@ -49,7 +49,7 @@ def make_problem(seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
-def numpy_bnce(hidden, kernel, bias, targets, noise_probs, extra=None, remove_hits=True):
+def numpy_bnce(hidden, kernel, bias, targets, noise_probs, extra=None, remove_hits=False):
     """The paper's equations in float64: loss per row, G, E(L) = dL/dL, dW and dC."""
     hidden, kernel, bias, noise_probs = (np.asarray(a, "float64") for a in (hidden, kernel, bias, noise_probs))
     columns = np.asarray(targets) if extra is None else np.concatenate([targets, extra])
@@ -94,14 +94,19 @@ def tf_grads(loss_fn, problem):
         pytest.param([1, 3, 5, 3, 8, 10], [3, 0, 0, 11], id="extra-noise-with-hits"),
     ],
 )
-def test_batch_nce_loss_matches_paper_equations(targets, extra):
+@pytest.mark.parametrize("remove_hits", [False, True])
+def test_batch_nce_loss_matches_paper_equations(targets, extra, remove_hits):
     problem = make_problem()
     targets = np.asarray(targets, "int32")
     extra_ids = None if extra is None else np.asarray(extra, "int32")
-    ref = numpy_bnce(problem["hidden"], problem["kernel"], problem["bias"], targets, problem["noise_probs"], extra_ids)
+    ref = numpy_bnce(
+        problem["hidden"], problem["kernel"], problem["bias"], targets, problem["noise_probs"], extra_ids, remove_hits
+    )
     noise = problem["noise_probs"]
+    options = {"remove_accidental_hits": True} if remove_hits else {}  # default: the paper's, duplicates are noise
     loss, d_hidden, d_kernel, d_bias = tf_grads(
-        lambda h, w, c: batch_nce_loss(h, w, c, targets, noise, log_z=LOG_Z, extra_noise_ids=extra_ids), problem
+        lambda h, w, c: batch_nce_loss(h, w, c, targets, noise, log_z=LOG_Z, extra_noise_ids=extra_ids, **options),
+        problem,
     )
     assert isinstance(d_kernel, tf.IndexedSlices) and isinstance(d_bias, tf.IndexedSlices)
     np.testing.assert_allclose(loss.numpy(), ref["loss"], rtol=RTOL, atol=ATOL)
@@ -131,12 +136,15 @@ def test_gradient_wrt_scores_is_matrix_g(remove_hits):
     np.testing.assert_allclose(tape.gradient(total, scores).numpy(), ref["G"], rtol=RTOL, atol=ATOL)
 
 
-def test_sampled_nce_loss_matches_numpy():
+@pytest.mark.parametrize("remove_hits", [False, True])
+def test_sampled_nce_loss_matches_numpy(remove_hits):
     problem = make_problem(2)
     targets = np.array([0, 3, 5, 3, 8, 10], "int32")
     noise = np.array([3, 1, 1, 7], "int32")
+    options = {"remove_accidental_hits": True} if remove_hits else {}
     loss, _, d_kernel, _ = tf_grads(
-        lambda h, w, c: sampled_nce_loss(h, w, c, targets, problem["noise_probs"], noise, log_z=LOG_Z), problem
+        lambda h, w, c: sampled_nce_loss(h, w, c, targets, problem["noise_probs"], noise, log_z=LOG_Z, **options),
+        problem,
     )
     assert isinstance(d_kernel, tf.IndexedSlices)
     hidden, kernel, bias, probs = (problem[k].astype("float64") for k in ("hidden", "kernel", "bias", "noise_probs"))
@@ -145,7 +153,8 @@ def test_sampled_nce_loss_matches_numpy():
         return hidden @ kernel[ids].T + bias[ids] - LOG_Z - np.log(len(noise) * probs[ids])
 
     softplus = lambda x: np.log1p(np.exp(x))  # noqa: E731
-    negative = np.where(targets[:, None] == noise[None, :], 0.0, softplus(logit(noise)))
+    hits = (targets[:, None] == noise[None, :]) & remove_hits
+    negative = np.where(hits, 0.0, softplus(logit(noise)))
     expected = softplus(-np.diagonal(logit(targets))) + negative.sum(axis=1)
     np.testing.assert_allclose(loss.numpy(), expected, rtol=RTOL, atol=ATOL)
 
@@ -282,3 +291,29 @@ def test_bad_inputs_raise_clear_errors():
         batch_nce_loss(hidden, problem["kernel"], problem["bias"], [0, 1, 2, 3, 4, 5], bad_probs)
     adaptive = BatchNCE(V, extra_noise=4, seed=0)
     assert np.isfinite(adaptive([hidden[:1], np.array([3], "int32")], training=True).numpy()).all()
+
+
+@pytest.mark.parametrize("scope", ["time_step", "batch"])
+def test_noise_scope_of_sequences(scope):
+    """time_step: each step's B targets are one B-NCE batch (the paper's); batch: all B x T pooled."""
+    problem = make_problem(3)
+    rng = np.random.RandomState(3)
+    hidden = rng.normal(0.0, 0.5, (3, 4, H)).astype("float32")  # B=3 sequences, T=4 steps
+    targets = rng.randint(0, V, (3, 4)).astype("int32")
+    layer = BatchNCE(V, log_z=LOG_Z, noise_scope=scope)
+    layer([hidden, targets])
+    layer.set_weights([problem["kernel"], problem["bias"], *layer.get_weights()[2:]])
+    noise = layer.noise_probs.numpy()
+    loss = layer([hidden, targets], training=True).numpy()
+    assert loss.shape == (3, 4)
+    if scope == "time_step":
+        steps = [numpy_bnce(hidden[:, t], problem["kernel"], problem["bias"], targets[:, t], noise) for t in range(4)]
+        expected = np.stack([step["loss"] for step in steps], axis=1)
+    else:
+        flat = numpy_bnce(hidden.reshape(12, H), problem["kernel"], problem["bias"], targets.reshape(12), noise)
+        expected = flat["loss"].reshape(3, 4)
+    np.testing.assert_allclose(loss, expected, rtol=RTOL, atol=ATOL)
+    adaptive = BatchNCE(V, log_z=LOG_Z, noise_scope=scope, extra_noise=2, seed=0)
+    assert adaptive([hidden, targets], training=True).shape == (3, 4)
+    with pytest.raises(ValueError, match="noise_scope='window'"):
+        BatchNCE(V, noise_scope="window")

@@ -19,6 +19,22 @@ def test_calendar_features_match_pandas_calendar():
     np.testing.assert_allclose(np.asarray(future)[0, :, 3], np.cos(weekday_angle), atol=1e-5)
 
 
+def test_calendar_features_follow_local_time_across_both_daylight_saving_changes():
+    from seqapps.data.tables import zone_offsets
+
+    offsets = [list(row) for row in zone_offsets("Europe/London")]
+    layer = CalendarFeatures(step_seconds=3600, lookback=1, horizon=6, utc_offsets=offsets)
+    for end in ("2024-03-31 00:00", "2024-10-27 00:00"):  # UTC; the clocks change at 01:00 UTC
+        end = pd.Timestamp(end, tz="UTC")
+        _, future = layer(np.array([end.value // 10**9], "int64"))
+        local = pd.date_range(end + pd.Timedelta("1h"), periods=6, freq="1h").tz_convert("Europe/London")
+        hour_angle = 2 * np.pi * (local.hour * 3600 + local.minute * 60) / 86400
+        # float32 sin of angles below 2*pi: 1e-5 absolute is well above their rounding.
+        np.testing.assert_allclose(np.asarray(future)[0, :, 0], np.sin(hour_angle), atol=1e-5)
+    run_layer_test(CalendarFeatures, {"step_seconds": 3600, "lookback": 2, "horizon": 2, "utc_offsets": offsets[-3:]},
+                   np.array([0, 4_090_000_000], "int64"), run_training_check=False)
+
+
 def test_calendar_features_layer_harness():
     run_layer_test(CalendarFeatures, {"step_seconds": 1800, "lookback": 4, "horizon": 2},
                    np.array([0, 86_400], "int64"), run_training_check=False)

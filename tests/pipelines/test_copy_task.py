@@ -4,7 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from pipelines.copy_task import BLANK, copy_sequences
+from pipelines.copy_task import BLANK, CopyTaskConfig, copy_sequences
+from seqapps.config import resolve_config
 from tests.export_harness import call_in_tensorflow_only_process, decoded
 from tests.pipelines.cli_runner import assert_rejected_in_one_line, run_cli, run_tiny
 
@@ -48,10 +49,22 @@ def test_export_copies_strings_of_any_length_up_to_the_trained_one(copy_run):
     assert [len(c) for c in decoded(answer["outputs"][0]["copy"])] == [4, 2]
 
 
-@pytest.mark.parametrize("setting, message", [
-    ("mode=flat", "'mode'"),
-    ("beta=-0.5", "'beta'"),
-    ("string_length=11", "'string_length'"),
+@pytest.mark.parametrize("settings, message", [
+    (["mode=flat"], "'mode'"),
+    (["beta=-0.5"], "'beta'"),
+    (["mode=gr_hrnn", "beta=1"], "'beta'"),  # gr_hrnn has no decoders
+    (["string_length=11"], "'string_length'"),
 ])
-def test_bad_config_exits_2_with_one_line(capsys, tmp_path, setting, message):
-    assert_rejected_in_one_line(capsys, tmp_path, "copy_task", ["--set", setting], message)
+def test_bad_config_exits_2_with_one_line(capsys, tmp_path, settings, message):
+    arguments = [part for setting in settings for part in ("--set", setting)]
+    assert_rejected_in_one_line(capsys, tmp_path, "copy_task", arguments, message)
+
+
+def test_paper_presets():
+    """The paper's 2-level (T=200, k=10, L=100) and 3-level (k=5 then 25, T=1000, L=500) settings."""
+    full = resolve_config(CopyTaskConfig, "full")
+    assert (full.length, full.period_list(), full.string_length, full.mode) == (200, [10], 100, "decoupled")
+    three = resolve_config(CopyTaskConfig, "three_level")
+    assert (three.length, three.period_list(), three.string_length, three.units, three.beta) == (
+        1000, [5, 5], 500, [64, 256, 1024], [0.1, 1.0])
+    assert resolve_config(CopyTaskConfig, "three_level", overrides=["beta=0.1,0"]).beta == [0.1, 0.0]

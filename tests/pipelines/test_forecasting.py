@@ -163,9 +163,11 @@ def test_unreadable_files_exit_2(capsys, tmp_path, content, message):
 
 def test_wrong_from_folder_exits_2(capsys, tmp_path, weather_export):
     _, result = weather_export
+    (tmp_path / "x.csv").write_text("timestamp,demand\n")  # --data is checked first: it must exist
     for folder, message in [(tmp_path / "nope", "no such export folder"), (tmp_path, "not a SavedModel export"),
                             (result["export"], "is an export of 'weather_forecasting'")]:
-        code, _, err = run_cli(capsys, "finetune", "load_forecasting", "--from", str(folder), "--data", "x.csv")
+        code, _, err = run_cli(capsys, "finetune", "load_forecasting", "--from", str(folder), "--data",
+                               str(tmp_path / "x.csv"))
         assert code == 2 and message in err, err
 
 
@@ -195,16 +197,19 @@ def test_killed_training_resumes_from_its_checkpoint(tmp_path):
     pipeline = REGISTRY.get("load_forecasting")()
     config = resolve_config(pipeline.Config, "tiny", overrides=["epochs=3", "early_stopping_patience=5"])
     data = pipeline.load_data(config, None)
+    backup = tmp_path / ".checkpoints" / "run"
     strategy = training.make_strategy("auto")
     model = training.build_and_compile(pipeline, config, data, strategy)
     with pytest.raises(KeyboardInterrupt):
-        training.fit(model, data, config, tmp_path / "ckpt", extra_callbacks=[_InterruptAfterEpoch(2)])
-    assert (tmp_path / "ckpt").is_dir()
+        training.fit(model, data, config, backup, extra_callbacks=[_InterruptAfterEpoch(2)])
+    assert backup.is_dir()
     restarted = training.build_and_compile(pipeline, config, data, strategy)
-    report = training.fit(restarted, data, config, tmp_path / "ckpt")
+    report = training.fit(restarted, data, config, backup)
     assert report["resumed_from_epoch"] == 2
-    assert report["epochs_run"] == 1  # only the third epoch was left
-    assert not (tmp_path / "ckpt").exists()  # the backup is removed once training completes
+    assert report["epochs_run"] == 3 and len(report["loss_history"]) == 3  # epochs 1-2 come from the backup
+    assert backup.is_dir()  # kept until the export is in place
+    training.remove_backup(backup, strategy)
+    assert list(tmp_path.iterdir()) == []  # the backup and its empty parent are gone
 
 
 @pytest.mark.parametrize("name", ["weather_forecasting", "load_forecasting"])
@@ -219,3 +224,36 @@ def test_untrained_model_is_the_ridge_baseline(name):
     # The frozen layer holds the closed-form fit: float32 graph vs float64 NumPy, on values of O(10)-O(10^4).
     np.testing.assert_allclose(forecast, data.arrays["ridge_forecast"], rtol=1e-4, atol=1e-3)
     assert data.arrays["ridge"].alpha in baselines.RIDGE_ALPHAS
+
+
+def test_a_local_series_across_a_daylight_saving_change_trains_and_forecasts_in_its_offsets(capsys, tmp_path):
+    rows = 1500  # hourly from 1 March 2024: the clocks go forward on 31 March at 01:00 UTC
+    utc = pd.date_range("2024-03-01", periods=rows, freq="h", tz="UTC")
+    local = pd.Series(utc.tz_convert("Europe/London")).map(lambda t: t.isoformat())
+    table = pd.DataFrame({"timestamp": local, "temp_air": datasets.tmy3_weather()["temp_air"].to_numpy()[:rows]})
+    table.to_csv(tmp_path / "london.csv", index=False)
+    code, result, err = run_cli(capsys, "run", "weather_forecasting", "--preset", "tiny", "--json", "--data",
+                                str(tmp_path / "london.csv"), "--out", str(tmp_path))
+    assert code == 0, err
+    assert result["data"]["step"] == "0 days 01:00:00" and result["data"]["timezone"] == "file offsets"
+    table.iloc[-60:].to_csv(tmp_path / "recent.csv", index=False)
+    code, answer, err = run_cli(capsys, "predict", result["export"], str(tmp_path / "recent.csv"), "--json")
+    assert code == 0, err
+    last = pd.Timestamp(table["timestamp"].iloc[-1])
+    expected = [(last + pd.Timedelta(hours=h)).isoformat() for h in (1, 24)]
+    assert [answer["forecast"][0]["timestamp"], answer["forecast"][-1]["timestamp"]] == expected
+    assert expected[0].endswith("+01:00")
+
+
+def test_a_european_csv_with_semicolons_and_decimal_commas_runs_with_decimal_set(capsys, tmp_path):
+    table = pd.read_csv(write_load_csv(tmp_path / "load.csv", rows=1500, column="mw"))
+    table["mw"] = table["mw"].map(lambda v: f"{v:.1f}".replace(".", ","))
+    table.to_csv(tmp_path / "eu.csv", sep=";", index=False)
+    sets = ["--set", "timestamp_col=time", "--set", "target_cols=mw", "--out", str(tmp_path / "out")]
+    code, result, err = run_cli(capsys, "run", "load_forecasting", "--preset", "tiny", "--json", "--data",
+                                str(tmp_path / "eu.csv"), "--set", "decimal=,", *sets)
+    assert code == 0, err
+    assert result["data"]["csv"] == {"separator": ";", "decimal": ","}
+    code, _, err = run_cli(capsys, "run", "load_forecasting", "--preset", "tiny", "--data", str(tmp_path / "eu.csv"),
+                           *sets)
+    assert code == 2 and "pass --set decimal=," in err

@@ -44,6 +44,7 @@ def test_predict_scores_text_and_names_next_characters(lm_run, capsys):
 @pytest.mark.parametrize("setting, message", [
     ("mode=restricted", "'mode'"),
     ("beta=-2", "'beta'"),
+    ("mode=mr_hrnn", "'mode'"),
     ("units=8,8,8", "'units'"),
 ])
 def test_bad_config_exits_2_with_one_line(capsys, tmp_path, setting, message):

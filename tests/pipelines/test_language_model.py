@@ -41,9 +41,10 @@ def test_other_architectures_and_losses_train_and_export(capsys, tmp_path, archi
 
 
 def test_bnce_with_one_target_per_batch_needs_extra_noise(capsys, tmp_path):
-    one_target = ["--set", "batch_size=1", "--set", "seq_len=1"]
+    one_target = ["--set", "batch_size=1"]  # noise_scope=time_step: one target per step
     code, _, err = run_cli(capsys, "run", "language_model", "--preset", "tiny", "--out", str(tmp_path), *one_target)
     assert code == 2 and "extra_noise" in err and len(err.strip().splitlines()) == 1
+    language_model.LanguageModelConfig(batch_size=1, noise_scope="batch").validate()  # seq_len targets pooled
     code, result, err = run_cli(capsys, "run", "language_model", "--preset", "tiny", "--json", "--out",
                                 str(tmp_path), *one_target, "--set", "extra_noise=20")
     assert code == 0, err

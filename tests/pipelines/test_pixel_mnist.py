@@ -56,7 +56,8 @@ def test_predict_classifies_png_files(permuted_run, capsys, tmp_path):
     (["--set", "mode=lstm"], "'mode'"),
     (["--set", "beta=-1"], "'beta'"),
     (["--data", "tfds:mnist"], "tfds:mnist"),
-    (["--data", "digits.csv"], "expected tfds:mnist"),
+    (["--data", "digits.csv"], "digits.csv: file not found"),
+    (["--data", __file__], "expected tfds:mnist"),
 ])
 def test_bad_config_or_data_exits_2_with_one_line(capsys, tmp_path, argv, message):
     assert_rejected_in_one_line(capsys, tmp_path, "pixel_mnist", argv, message)

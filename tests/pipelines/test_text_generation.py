@@ -97,6 +97,19 @@ def test_predict_prints_generated_text_from_a_prompt(char_export, capsys):
     assert code == 0 and [t[:3] for t in answer["texts"]] == ["In ", "And"]
 
 
+def test_predict_sets_the_signature_inputs_the_command_line_does_not_give(char_export, capsys):
+    code, answer, err = run_cli(capsys, "predict", char_export["export"], "In the", "And", "--set", "length=5",
+                                "--set", "temperature=0.5", "--signature", "serving_default", "--json")
+    assert code == 0, err
+    # Five characters generated after each prompt (the prompt is printed with them).
+    assert [len(text) for text in answer["texts"]] == [len("In the") + 5, len("And") + 5]
+    for argv, message in [(["--set", "top_q=3"], "signature 'serving_default''s inputs: length, prompt, temperature"),
+                          (["--set", "length=many"], "expected int32 values for input 'length'"),
+                          (["--signature", "nosuch"], "no signature 'nosuch'")]:
+        code, _, err = run_cli(capsys, "predict", char_export["export"], "In the", *argv)
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_user_text_file_trains(capsys, tmp_path):
     corpus = tmp_path / "mine.txt"
     corpus.write_text("\n".join(f"line {i}: the quick brown fox jumps over the lazy dog" for i in range(400)),

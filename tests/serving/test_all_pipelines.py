@@ -1,5 +1,6 @@
 """Every pipeline's tiny export, served by ``seqapps serve`` and called with its own warm-up request."""
 import base64
+import json
 from pathlib import Path
 
 import httpx
@@ -61,3 +62,34 @@ def test_every_pipeline_export_is_served_like_tf_serving(client, model_root, nam
     assert set(outputs) == set(direct) == set(signature["outputs"])
     for key, value in direct.items():
         assert np.shape(outputs[key]) == tuple(value.shape), key
+
+
+def over_limit_requests(inputs: dict[str, np.ndarray], limits: dict) -> dict[str, dict]:
+    """Requests just past each bound the export's limits.json sets, built from its warm-up request."""
+    requests = {}
+    rows = limits["max_batch_size"] + 1
+    requests["rows"] = {key: np.repeat(value[:1], rows, axis=0) for key, value in inputs.items()}
+    strings = [key for key, value in inputs.items() if value.dtype == object]
+    if limits.get("max_string_bytes") and strings:
+        big = {key: value[:1].copy() for key, value in inputs.items()}
+        big[strings[0]][0] = b"a" * (limits["max_string_bytes"] + 1)
+        requests["string bytes"] = big
+    if limits.get("max_generated_length") and "length" in inputs:
+        long = {key: value[:1].copy() for key, value in inputs.items()}
+        long["length"][0] = limits["max_generated_length"] + 1
+        requests["generated length"] = long
+    return requests
+
+
+@pytest.mark.parametrize("name", REGISTRY.names())
+def test_every_pipeline_export_bounds_its_requests(client, model_root, name):
+    version_dir = model_root / name / "1"
+    limits = json.loads((version_dir / export.ASSETS_EXTRA / export.LIMITS_FILE).read_text())
+    inputs = warmup_inputs(version_dir)
+    for bound, request in over_limit_requests(inputs, limits).items():
+        response = client.post(f"/v1/models/{name}:predict",
+                               json={"inputs": {key: to_json(value) for key, value in request.items()}})
+        assert response.status_code == 400, (bound, response.text)
+        assert "limit" in response.json()["error"], bound
+    good = client.post(f"/v1/models/{name}:predict", json={"inputs": {k: to_json(v) for k, v in inputs.items()}})
+    assert good.status_code == 200, good.text

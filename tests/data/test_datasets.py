@@ -1,0 +1,47 @@
+"""tensorflow-datasets readers, on data faked by ``tfds.testing.mock_data`` (no network, no local copy)."""
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from seqapps.data import datasets
+from seqapps.errors import DataError
+from tests.pipelines.cli_runner import run_cli
+
+
+def test_image_sets_are_read_as_train_and_test_arrays_or_one_named_split():
+    with tfds.testing.mock_data(num_examples=6):
+        loaded = datasets.tfds_images("tfds:mnist")
+        named = datasets.tfds_images("tfds:mnist:test")
+    assert set(loaded) == {"train", "test"} and set(named) == {"train"}
+    images, labels = loaded["train"]
+    assert images.shape == (6, 28, 28) and images.dtype == np.float32 and labels.dtype == np.int64
+    assert 0 <= images.min() and images.max() <= 255 and set(labels) <= set(range(10))
+
+
+@pytest.mark.parametrize("name", ["lm1b", "tiny_shakespeare"])
+def test_text_sets_are_read_as_corpora_of_non_blank_lines(name):
+    with tfds.testing.mock_data(num_examples=5):
+        corpus = datasets.read_corpus(f"tfds:{name}")
+    assert corpus.source == f"tfds:{name}" and corpus.lines and all(line.strip() == line != "" for line in corpus.lines)
+
+
+@pytest.mark.parametrize("data, message", [
+    ("tfds:mnist", "run `tfds build mnist`"),  # no local copy in the empty data folder
+    ("tfds:no_such_set", "'no_such_set' is not a tensorflow-datasets name"),
+    ("tfds:", "expected tfds:NAME or tfds:NAME:SPLIT"),
+])
+def test_missing_or_unknown_sets_are_one_line_naming_the_fix(monkeypatch, tmp_path, data, message):
+    monkeypatch.setattr(tfds, "load", lambda *args, **kwargs: tfds.builder("mnist", data_dir=str(tmp_path)).as_dataset(
+        split="train"))
+    with pytest.raises(DataError, match=message) as caught:
+        datasets.tfds_dataset(data)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.large
+def test_pixel_mnist_trains_on_a_tfds_set(capsys, tmp_path):
+    with tfds.testing.mock_data(num_examples=60):
+        code, result, err = run_cli(capsys, "run", "pixel_mnist", "--preset", "tiny", "--data", "tfds:mnist",
+                                    "--json", "--out", str(tmp_path))
+    assert code == 0, err
+    assert result["data"]["source"] == "tfds:mnist"

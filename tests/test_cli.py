@@ -1,0 +1,120 @@
+"""The command line's promises: one stderr line on bad input, valid JSON always, names checked first."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from seqapps import cli
+
+pytestmark = pytest.mark.large
+
+
+def seqapps(*argv, cwd=None):
+    """Runs the real command in a fresh process (where TensorFlow's C++ start-up messages would show)."""
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    return subprocess.run([sys.executable, "-m", "seqapps.cli", *argv], capture_output=True, text=True, timeout=600,
+                          env=env, cwd=cwd)
+
+
+def weather_csv(rows=60):
+    times = pd.date_range("2024-01-01", periods=rows, freq="h")
+    return pd.DataFrame({"timestamp": times.strftime("%Y-%m-%d %H:%M"), "temp_air": np.arange(rows) % 24 * 0.5})
+
+
+def write(frame, path):
+    frame.to_csv(path, index=False)
+    return path
+
+
+# The bad CSVs of the forecasting data issue: each is answered with one line naming file, line and column.
+BAD_FILES = {
+    "missing column": (lambda p: write(weather_csv().rename(columns={"temp_air": "temp"}), p),
+                       "missing column 'temp_air'"),
+    "non-numeric cell": (lambda p: write(weather_csv().astype({"temp_air": object}).assign(
+        temp_air=lambda t: t["temp_air"].where(t.index != 7, "warm")), p), "line 9: column 'temp_air' value 'warm'"),
+    "gap": (lambda p: write(weather_csv().drop(index=[20]), p), "line 22: gap in timestamps"),
+    "unsorted": (lambda p: write(weather_csv().iloc[[0, 2, 1, *range(3, 60)]], p), "line 4: timestamp .* is earlier"),
+    "empty file": (lambda p: p.write_bytes(b""), "the file is empty"),
+    "not UTF-8": (lambda p: p.write_bytes("timestamp,temp_air\n2024-01-01,caf\xe9\n".encode("latin-1")), "not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES))
+def test_bad_csv_prints_exactly_one_stderr_line_and_exits_2(capfd, tmp_path, case):
+    make, message = BAD_FILES[case]
+    make(tmp_path / "bad.csv")
+    code = cli.main(["run", "weather_forecasting", "--preset", "tiny", "--data", str(tmp_path / "bad.csv"),
+                     "--out", str(tmp_path / "out")])
+    lines = capfd.readouterr().err.splitlines()  # file descriptor 2, where C++ messages go
+    assert code == 2 and len(lines) == 1, lines
+    assert "bad.csv" in lines[0] and re.search(message, lines[0]), lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("case", ["missing column", "not UTF-8"])
+def test_bad_csv_in_a_fresh_process_prints_one_line_without_tensorflow_start_up_noise(tmp_path, case):
+    make, message = BAD_FILES[case]
+    make(tmp_path / "bad.csv")
+    completed = seqapps("run", "weather_forecasting", "--preset", "tiny", "--data", str(tmp_path / "bad.csv"),
+                        "--out", str(tmp_path / "out"))
+    assert completed.returncode == 2
+    lines = completed.stderr.splitlines()
+    assert len(lines) == 1 and re.search(message, lines[0]), completed.stderr
+
+
+def test_unknown_names_and_missing_files_are_answered_before_tensorflow_is_imported(tmp_path):
+    script = f"""
+import sys
+from seqapps import cli
+codes = [cli.main(["run", "nosuch_pipeline"]),
+         cli.main(["run", "weather_forecasting", "--data", {str(tmp_path / "missing.csv")!r}]),
+         cli.main(["finetune", "weather_forecasting", "--from", "x", "--data", {str(tmp_path / "missing.csv")!r}])]
+print(codes, "tensorflow" in sys.modules)
+"""
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert completed.stdout.split() == ["[2,", "2,", "2]", "False"], completed.stderr
+    lines = completed.stderr.splitlines()
+    assert len(lines) == 3 and "unknown pipeline 'nosuch_pipeline'" in lines[0]
+    assert lines[1].endswith("missing.csv: file not found") and lines[2].endswith("missing.csv: file not found")
+
+
+def test_json_failure_is_the_last_stdout_line(capsys, tmp_path):
+    (tmp_path / "bad.csv").write_text("timestamp,temp\n2024-01-01,1\n")
+    for argv in (["run", "weather_forecasting", "--preset", "tiny", "--data", str(tmp_path / "bad.csv")],
+                 ["run", "nosuch"], ["run", "weather_forecasting", "--no-such-flag"]):
+        try:
+            code = cli.main([*argv, "--json", "--out", str(tmp_path / "out")])
+        except SystemExit as exit_:  # argparse's usage errors
+            code = exit_.code
+        captured = capsys.readouterr()
+        last = json.loads(captured.out.strip().splitlines()[-1])
+        assert code == 2 and last["exit_code"] == 2 and set(last) == {"error", "exit_code"}
+        assert len(captured.err.strip().splitlines()) == 1 and last["error"] in captured.err
+
+
+def _reject(constant):
+    raise ValueError(f"{constant} is not JSON")
+
+
+def test_json_never_holds_nan_a_perfectly_periodic_series_gets_null_with_a_reason(capsys, tmp_path):
+    day = np.round(1000 + 300 * np.sin(np.arange(48) * 2 * np.pi / 48), 3)
+    rows = 48 * 42
+    frame = pd.DataFrame({"timestamp": pd.date_range("2024-01-01", periods=rows, freq="30min"),
+                          "demand": np.tile(day, rows // 48)})
+    frame.to_csv(tmp_path / "periodic.csv", index=False)
+    code = cli.main(["run", "load_forecasting", "--preset", "tiny", "--json", "--data", str(tmp_path / "periodic.csv"),
+                     "--out", str(tmp_path / "out")])
+    assert code == 0
+    exported = (tmp_path / "out" / "load_forecasting" / "1" / "assets.extra" / "metrics.json").read_text()
+    for text in (capsys.readouterr().out.strip().splitlines()[-1], exported):
+        result = json.loads(text, parse_constant=_reject)  # standard JSON: no NaN or Infinity
+        # The same time yesterday is a perfect forecast on the training split: MASE divides by zero.
+        assert result["metrics"]["mase"] is None and result["baseline"]["naive_daily"]["mase"] is None
+        assert "zero error on the training split" in result["nulls"]["metrics.mase"]
+        # Only float32 rounding of the targets (values near 1000, float32 step 6e-5) separates them.
+        assert result["baseline"]["naive_daily"]["mae"] < 1e-4
