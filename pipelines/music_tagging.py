@@ -40,13 +40,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from pipelines.speech_recognition import _wav_bytes  # the 22,050 Hz WAV example
 from seqapps.config import TrainingConfig, require
 from seqapps.data import music
 from seqapps.data.audio import LogMelSpectrogram
 from seqapps.errors import DataError
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 from seqapps.metrics import pr_auc, roc_auc
-from pipelines.speech_recognition import _wav_bytes
 from seqapps.pipeline import Pipeline, Splits
 
 SPLITS = ("train", "val", "test")
