@@ -4,7 +4,8 @@ Model: log-mel features computed in the graph (``seqapps.data.audio.LogMelSpectr
 over a fixed-length window, 2D convolution blocks (convolution, batch normalisation,
 ReLU, 2x2 max pooling), stacked (optionally bidirectional) GRU or LSTM layers over
 time (``--set rnn=hrnn``: a ``DecoupledHRNN``), and one sigmoid per tag, trained with
-binary cross-entropy (``class_alpha`` > 0: class-balanced, positives weighted by ``class_alpha`` and negatives by ``1 - class_alpha``).
+binary cross-entropy (``class_alpha`` > 0: class-balanced, positives weighted by
+``class_alpha`` and negatives by ``1 - class_alpha``).
 A track is cut into non-overlapping windows (the last one, or a track shorter than one
 window, zero-padded); its scores are the windows' scores aggregated by ``mean`` or ``max``.
 

@@ -8,7 +8,12 @@ import pytest
 import soundfile
 import tensorflow as tf
 
-from pipelines.music_tagging import MusicTagging, f1_thresholds, mfcc_logistic_scores, clip_mfccs
+from pipelines.music_tagging import (
+    MusicTagging,
+    clip_mfccs,
+    f1_thresholds,
+    mfcc_logistic_scores,
+)
 from seqapps.config import resolve_config
 from seqapps.data import music
 from seqapps.errors import DataError
