@@ -140,7 +140,8 @@ class TranslationConfig(TrainingConfig):
                  "val_fraction": 0.1, "test_fraction": 0.1, "embedding_dim": 16, "units": 32, "epochs": 1,
                  "steps_per_epoch": 20, "batch_size": 32, "beam_size": 2, "max_decode_length": 20,
                  "max_eval_pairs": 20},
-        "default": {},
+        # Measured (docs/results.md): softmax, 4 epochs: BLEU 8.5/9.8 (greedy/beam) in 13 min; B-NCE, 5 epochs: 3.2/3.7.
+        "default": {"output": "softmax", "epochs": 4},
         "full": {"max_length": 60, "units": 512, "embedding_dim": 256, "encoder_layers": 2, "epochs": 30,
                  "max_decode_length": 120},
     }
