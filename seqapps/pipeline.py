@@ -86,6 +86,19 @@ class Pipeline:
         """Returns an uncompiled Keras model that maps raw inputs to outputs in user units."""
         raise NotImplementedError
 
+    def adapt_model(self, model: "keras.Model", config: TrainingConfig, data: Splits) -> "keras.Model":
+        """Fits a model loaded for fine-tuning to the new data (for example new output classes); default: unchanged.
+
+        Args:
+            model: the exported model, loaded.
+            config: the resolved config.
+            data: the fine-tuning splits (their state may extend the export's).
+
+        Returns:
+            The model to continue training.
+        """
+        return model
+
     def compile_args(self, config: TrainingConfig, data: Splits) -> dict[str, Any]:
         """Returns ``loss`` and ``metrics`` for ``model.compile``; the optimizer is shared."""
         raise NotImplementedError

@@ -292,13 +292,15 @@ def build_and_compile(pipeline: Pipeline, config: TrainingConfig, data: Splits,
         config: the resolved config.
         data: the splits the model is built for.
         strategy: the distribution strategy.
-        load_model: when given, returns an existing model to continue training.
+        load_model: when given, returns an existing model to continue training (through
+            ``pipeline.adapt_model``).
 
     Returns:
         A compiled model whose variables live under ``strategy``.
     """
     with strategy.scope():
-        model = load_model() if load_model else pipeline.build_model(config, data)
+        model = (pipeline.adapt_model(load_model(), config, data) if load_model
+                 else pipeline.build_model(config, data))
         model.compile(optimizer=make_optimizer(config), **pipeline.compile_args(config, data))
     return model
 

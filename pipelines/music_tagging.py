@@ -1,0 +1,453 @@
+"""Music auto-tagging: a convolutional-recurrent network (CRNN, Choi et al. 2017) from waveform to tag names.
+
+Model: log-mel features computed in the graph (``seqapps.data.audio.LogMelSpectrogram``)
+over a fixed-length window, 2D convolution blocks (convolution, batch normalisation,
+ReLU, 2x2 max pooling), stacked (optionally bidirectional) GRU or LSTM layers over
+time (``--set rnn=hrnn``: a ``DecoupledHRNN``), and one sigmoid per tag, trained with
+binary cross-entropy (``class_alpha`` > 0: class-balanced, positives weighted by
+``class_alpha`` and negatives by ``1 - class_alpha``).
+A track is cut into non-overlapping windows (the last one, or a track shorter than one
+window, zero-padded); its scores are the windows' scores aggregated by ``mean`` or ``max``.
+
+Data: without ``--data``, pieces of the music21 corpus (Bach chorales, Palestrina,
+Monteverdi, Ryan's Mammoth fiddle tunes; no Essen) rendered by FluidSynth or pretty_midi
+(``seqapps.data.music``; ``renderer`` is recorded in the report). ``--data folder/``
+reads ``folder/tags.csv`` (``path,tags``, tags separated by ``;`` or ``|``) or one
+sub-folder per tag; ``val_fraction``/``test_fraction`` of the clips (seeded) are held out.
+Fine-tuning on new tag names extends the output layer (``adapt_model``): the old tags keep
+their weights and order, the new ones (from the training clips) start fresh.
+
+Metrics: macro and micro ROC-AUC and PR-AUC and the ROC-AUC of each tag on the test
+clips, beside two baselines, tag priors (training frequencies) and a logistic regression
+on clip-averaged MFCCs; precision and recall at per-tag F1-optimal thresholds chosen on
+the validation clips (stored in the export).
+
+Export (waveforms at 16 kHz):
+- ``serving_default``: ``waveform`` float32 [batch, samples] -> ``scores`` float32
+  [batch, n_tags] (tag order of the state), ``tags`` string [batch, n_tags] (best first),
+  ``detected`` bool [batch, n_tags] (score >= the tag's threshold).
+- ``wav_bytes``: ``wav`` string [batch] (16-bit PCM WAV at any rate, resampled in-graph) -> the same.
+- ``taggram``: ``waveform`` -> ``window_scores`` float32 [batch, windows, n_tags] and
+  ``window_start`` float32 [windows] seconds.
+A waveform with NaN or Inf, empty, or longer than ``max_seconds`` is rejected
+(InvalidArgument); silence is valid (its scores are what the model gives floor-level features).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from pipelines.speech_recognition import _wav_bytes  # the 22,050 Hz WAV example
+from seqapps.config import TrainingConfig, require
+from seqapps.data import music
+from seqapps.data.audio import LogMelSpectrogram
+from seqapps.errors import DataError
+from seqapps.layers.hierarchical_rnn import DecoupledHRNN
+from seqapps.metrics import pr_auc, roc_auc
+from seqapps.pipeline import Pipeline, Splits
+
+SPLITS = ("train", "val", "test")
+AGGREGATES = ("mean", "max")
+CELLS = {"gru": keras.layers.GRU, "lstm": keras.layers.LSTM}
+RNN_CELLS = {"gru": keras.layers.GRUCell, "lstm": keras.layers.LSTMCell}
+RNNS = ("rnn", "hrnn")
+
+
+@dataclasses.dataclass
+class MusicTaggingConfig(TrainingConfig):
+    """Music tagging settings.
+
+    Attributes:
+        collections: music21 collections of the generated corpus (``seqapps.data.music.COLLECTIONS``).
+        pieces_per_collection: pieces taken from each collection.
+        renderings: renderings of each piece (each with its own instrument and tempo).
+        clip_seconds: length of every generated clip.
+        renderer: "auto" (FluidSynth when installed), "synth" (pretty_midi) or "fluidsynth".
+        csv: the tag table inside the ``--data`` folder.
+        val_fraction, test_fraction: shares of the pieces (generated) or rows (user) held out.
+        window_seconds: the model's window; tracks are cut into windows of this length.
+        aggregate: "mean" or "max" of the window scores.
+        max_seconds: the longest track accepted (training files and serving).
+        n_mels, n_fft, hop_length: the log-mel front end (samples at 16 kHz).
+        conv_filters: filters of each 2D convolution block.
+        rnn: "rnn" (stacked GRU/LSTM layers) or "hrnn" (a ``DecoupledHRNN`` over the frames: one level per
+            ``units`` entry, the upper ones ticking every ``hrnn_periods`` steps; the clip is read from the last
+            step, whose lower state has just read the upper level's summary; ``bidirectional`` does not apply).
+        cell: "gru" or "lstm".
+        units: units of each recurrent layer (per direction), or of each HRNN level.
+        bidirectional: run each recurrent layer both ways.
+        hrnn_periods, hrnn_mode: the HRNN's ticks and training mode (``DecoupledHRNN``).
+        dropout: before the output layer.
+        class_alpha: 0 for plain binary cross-entropy, else the positives' weight in (0, 1).
+    """
+
+    collections: list[str] = dataclasses.field(default_factory=lambda: list(music.COLLECTIONS))
+    pieces_per_collection: int = 60
+    renderings: int = 2
+    clip_seconds: float = 10.0
+    renderer: str = "auto"
+    csv: str = "tags.csv"
+    val_fraction: float = 0.15
+    test_fraction: float = 0.2
+    window_seconds: float = 3.0
+    aggregate: str = "mean"
+    max_seconds: float = 600.0
+    n_mels: int = 64
+    n_fft: int = 512
+    hop_length: int = 256
+    conv_filters: list[int] = dataclasses.field(default_factory=lambda: [32, 32, 64])
+    rnn: str = "rnn"
+    cell: str = "gru"
+    units: list[int] = dataclasses.field(default_factory=lambda: [64])
+    bidirectional: bool = True
+    hrnn_periods: int = 4
+    hrnn_mode: str = "decoupled"
+    dropout: float = 0.2
+    class_alpha: float = 0.0
+    batch_size: int = 32
+    epochs: int = 15
+
+    PRESETS = {
+        "tiny": {"pieces_per_collection": 2, "renderings": 1, "clip_seconds": 4.0, "renderer": "synth",
+                 "window_seconds": 2.0, "n_mels": 32, "conv_filters": [8, 8], "units": [8], "epochs": 1,
+                 "batch_size": 4},
+        "default": {},
+        "full": {"pieces_per_collection": 300, "renderings": 3, "conv_filters": [64, 64, 128, 128],
+                 "units": [128, 128], "epochs": 30},
+    }
+
+    def validate(self) -> None:
+        super().validate()
+        unknown = [name for name in self.collections if name not in music.COLLECTIONS]
+        require(bool(self.collections) and not unknown, "collections", self.collections,
+                f"a list of {', '.join(music.COLLECTIONS)}")
+        for name in ("pieces_per_collection", "renderings", "n_mels", "n_fft", "hop_length"):
+            require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
+        require(self.renderer in music.RENDERERS, "renderer", self.renderer, f"one of {', '.join(music.RENDERERS)}")
+        require(0 < self.val_fraction and 0 < self.test_fraction and self.val_fraction + self.test_fraction <= 0.5,
+                "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
+        require(self.window_seconds > 0, "window_seconds", self.window_seconds, "a number > 0")
+        require(self.clip_seconds >= self.window_seconds, "clip_seconds", self.clip_seconds,
+                f"a number >= window_seconds ({self.window_seconds})")
+        require(self.max_seconds >= self.window_seconds, "max_seconds", self.max_seconds, "a number >= window_seconds")
+        require(self.aggregate in AGGREGATES, "aggregate", self.aggregate, f"one of {', '.join(AGGREGATES)}")
+        require(self.rnn in RNNS, "rnn", self.rnn, f"one of {', '.join(RNNS)}")
+        require(self.rnn != "hrnn" or len(self.units) >= 2, "units", self.units,
+                "at least two integers (one per HRNN level) with rnn=hrnn")
+        require(self.hrnn_periods >= 1, "hrnn_periods", self.hrnn_periods, "an integer >= 1")
+        require(self.cell in CELLS, "cell", self.cell, f"one of {', '.join(CELLS)}")
+        require(bool(self.units) and min(self.units) >= 1, "units", self.units, "a list of integers >= 1")
+        require(min(self.conv_filters, default=1) >= 1, "conv_filters", self.conv_filters, "a list of integers >= 1")
+        require(0 <= self.dropout < 1, "dropout", self.dropout, "a number in [0, 1)")
+        require(0 <= self.class_alpha < 1, "class_alpha", self.class_alpha, "0 (off) or a number in (0, 1)")
+
+
+# --- evaluation helpers (NumPy, scikit-learn, librosa) -------------------------------------------------------------
+
+
+def f1_thresholds(y_true: np.ndarray, y_score: np.ndarray) -> np.ndarray:
+    """The F1-optimal decision threshold of each tag (0.5 for a tag without positives).
+
+    Args:
+        y_true: 0/1 [clips, tags].
+        y_score: scores of the same shape.
+
+    Returns:
+        float32 [tags]: predict a tag when its score is >= its threshold.
+    """
+    from sklearn.metrics import precision_recall_curve
+
+    thresholds = np.full(y_true.shape[1], 0.5, np.float32)
+    for tag in range(y_true.shape[1]):
+        if y_true[:, tag].any():
+            precision, recall, cuts = precision_recall_curve(y_true[:, tag], y_score[:, tag])
+            f1 = 2 * precision[:-1] * recall[:-1] / np.maximum(precision[:-1] + recall[:-1], 1e-12)
+            thresholds[tag] = cuts[int(np.argmax(f1))]
+    return thresholds
+
+
+def precision_recall_at(y_true: np.ndarray, y_score: np.ndarray, thresholds: np.ndarray) -> dict[str, float]:
+    """Micro and macro precision and recall of the decisions ``y_score >= thresholds``."""
+    from sklearn.metrics import precision_score, recall_score
+
+    decided = (y_score >= thresholds[None, :]).astype(int)
+    return {f"{kind}_{average}": float(score(y_true, decided, average=average, zero_division=0))
+            for average in ("micro", "macro") for kind, score in (("precision", precision_score),
+                                                                  ("recall", recall_score))}
+
+
+def clip_mfccs(clips: list[np.ndarray], sample_rate: int, n_mfcc: int = 20) -> np.ndarray:
+    """Mean and standard deviation over time of each clip's MFCCs (``librosa.feature.mfcc``): [clips, 2 n_mfcc]."""
+    import librosa
+
+    features = [librosa.feature.mfcc(y=clip.astype(np.float32), sr=sample_rate, n_mfcc=n_mfcc) for clip in clips]
+    return np.stack([np.concatenate([f.mean(axis=1), f.std(axis=1)]) for f in features])
+
+
+def mfcc_logistic_scores(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray) -> np.ndarray:
+    """Per-tag logistic regressions (standardised features); a tag with one class in training scores its prior.
+
+    Args:
+        train_x, test_x: features [clips, features].
+        train_y: 0/1 [clips, tags].
+
+    Returns:
+        Probabilities [test clips, tags].
+    """
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    scores = np.tile(train_y.mean(axis=0), (len(test_x), 1))
+    for tag in range(train_y.shape[1]):
+        if 0 < train_y[:, tag].sum() < len(train_y):
+            model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+            scores[:, tag] = model.fit(train_x, train_y[:, tag]).predict_proba(test_x)[:, 1]
+    return scores
+
+
+def _auc_report(y_true: np.ndarray, y_score: np.ndarray, tags: list[str]) -> dict[str, Any]:
+    roc, pr = roc_auc(y_true, y_score, tags), pr_auc(y_true, y_score, tags)
+    return {"roc_auc_macro": roc["macro"], "roc_auc_micro": roc["micro"], "pr_auc_macro": pr["macro"],
+            "pr_auc_micro": pr["micro"], "roc_auc_per_tag": roc["per_label"], "skipped_tags": roc["skipped"]}
+
+
+# --- graph helpers ---------------------------------------------------------------------------------------------------
+
+
+def window_scores(model: keras.Model, waveform: tf.Tensor, window: int) -> tf.Tensor:
+    """Scores of each non-overlapping window of a zero-padded batch: [batch, windows, tags]."""
+    batch = tf.shape(waveform)[0]
+    frames = tf.signal.frame(waveform, window, window, pad_end=True)  # a short track becomes one padded window
+    scores = model(tf.reshape(frames, [-1, window]), training=False)
+    return tf.reshape(scores, [batch, tf.shape(frames)[1], -1])
+
+
+def track_scores(model: keras.Model, waveform: tf.Tensor, window: int, aggregate: str) -> tf.Tensor:
+    """Track scores [batch, tags]: the window scores aggregated by ``mean`` or ``max``."""
+    scores = window_scores(model, waveform, window)
+    return tf.reduce_mean(scores, axis=1) if aggregate == "mean" else tf.reduce_max(scores, axis=1)
+
+
+class MusicTagging(Pipeline):
+    """Music auto-tagging: a convolutional-recurrent network over log-mel windows, sigmoid scores per tag."""
+
+    Config = MusicTaggingConfig
+
+    # --- data -------------------------------------------------------------------------------
+
+    def load_data(self, config: MusicTaggingConfig, data_path: str | None,
+                  state: dict[str, Any] | None = None) -> Splits:
+        from seqapps.data import audio
+
+        rate = music.SAMPLE_RATE
+        if data_path:
+            clips = music.read_tagged_folder(data_path, config.csv)
+            splits = music.split_groups([c.group for c in clips], config.val_fraction, config.test_fraction,
+                                        config.seed)
+            parts = {split: [c for c, s in zip(clips, splits) if s == split] for split in SPLITS}
+            source = {"source": str(data_path), "licence": "the user's", "renderer": None}
+        else:
+            spec = music.CorpusSpec(list(config.collections), config.pieces_per_collection, config.renderings,
+                                    config.clip_seconds, music.resolve_renderer(config.renderer),
+                                    config.val_fraction, config.test_fraction, config.seed)
+            root = music.rendered_corpus(spec)
+            generated = music.read_generated(root)
+            parts = {split: [c for c in generated if c.split == split] for split in SPLITS}
+            if not all(parts.values()):
+                raise DataError(f"{root}: a split has no clips; take more pieces_per_collection")
+            source = {"source": f"music21 corpus rendered ({root})", "renderer": spec.renderer,
+                      "licence": "; ".join(f"{name}: {music.COLLECTIONS[name][4]}" for name in spec.collections)}
+        if state is not None:  # fine-tuning: new training tags extend the exported ones, which keep their order
+            new = sorted({tag for clip in parts["train"] for tag in clip.tags} - set(state["tags"]))
+            state = {**state, "tags": [*state["tags"], *new], "thresholds": [*state["thresholds"], *[0.5] * len(new)]}
+        else:
+            tags = sorted({tag for clip in parts["train"] for tag in clip.tags})
+            state = {"tags": tags, "sample_rate": rate, "window_samples": int(config.window_seconds * rate),
+                     "aggregate": config.aggregate, "max_seconds": config.max_seconds,
+                     "thresholds": [0.5] * len(tags)}
+        index = {tag: i for i, tag in enumerate(state["tags"])}
+        window = state["window_samples"]
+        datasets, arrays = {}, {}
+        for split in SPLITS:
+            waveforms, targets = [], np.zeros((len(parts[split]), len(index)), np.float32)
+            for row, clip in enumerate(parts[split]):
+                # a validation or test tag that training never saw has no output: it is ignored
+                targets[row, [index[tag] for tag in clip.tags if tag in index]] = 1.0
+                waveforms.append(audio.read_audio(clip.path, rate, config.max_seconds))
+            arrays[split] = {"waveforms": waveforms, "targets": targets, "paths": [str(c.path) for c in parts[split]]}
+            windows, labels = [], []
+            for waveform, target in zip(waveforms, targets):
+                count = max(1, waveform.size // window)
+                padded = np.zeros(count * window, np.float32)
+                padded[: min(waveform.size, padded.size)] = waveform[: padded.size]
+                windows += list(padded.reshape(count, window))
+                labels += [target] * count
+            datasets[split] = tf.data.Dataset.from_tensor_slices((np.stack(windows), np.stack(labels)))
+        report = {**source, "clips": {s: len(parts[s]) for s in SPLITS}, "tags": len(index),
+                  "tag_counts": dict(zip(state["tags"], arrays["train"]["targets"].sum(axis=0).astype(int).tolist()))}
+        return Splits(datasets["train"], datasets["val"], datasets["test"], state=state, report=report, arrays=arrays)
+
+    # --- model ------------------------------------------------------------------------------
+
+    def build_model(self, config: MusicTaggingConfig, data: Splits) -> keras.Model:
+        window = data.state["window_samples"]
+        front_end = LogMelSpectrogram(sample_rate=data.state["sample_rate"], n_fft=config.n_fft,
+                                      hop_length=config.hop_length, n_mels=config.n_mels, name="log_mel")
+        inputs = keras.Input((window,), name="waveform")
+        frames = front_end.compute_output_shape((None, window))[1]
+        x = keras.layers.Reshape((frames, config.n_mels, 1))(front_end(inputs))
+        x = keras.layers.BatchNormalization(name="feature_norm")(x)
+        for filters in config.conv_filters:
+            x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
+            x = keras.layers.ReLU()(keras.layers.BatchNormalization()(x))
+            x = keras.layers.MaxPooling2D((2, 2), padding="same")(x)
+        x = keras.layers.Reshape((x.shape[1], x.shape[2] * x.shape[3]))(x)
+        if config.rnn == "hrnn":
+            x = DecoupledHRNN([RNN_CELLS[config.cell](units) for units in config.units], periods=config.hrnn_periods,
+                              mode=config.hrnn_mode, allow_padding=True, name="hrnn")(x)[:, -1, :]
+        for i, units in enumerate(config.units if config.rnn == "rnn" else []):
+            layer = CELLS[config.cell](units, return_sequences=i < len(config.units) - 1)
+            x = keras.layers.Bidirectional(layer)(x) if config.bidirectional else layer(x)
+        x = keras.layers.Dropout(config.dropout)(x)
+        outputs = keras.layers.Dense(len(data.state["tags"]), activation="sigmoid", name="scores")(x)
+        return keras.Model(inputs, outputs, name=self.name)
+
+    def adapt_model(self, model: keras.Model, config: MusicTaggingConfig, data: Splits) -> keras.Model:
+        """Adds outputs for new tags: every layer keeps its weights, the new tags' output units start fresh."""
+        old_tags = model.output_shape[-1]
+        if old_tags == len(data.state["tags"]):
+            return model
+        grown = self.build_model(config, data)
+        if len(grown.layers) != len(model.layers):
+            raise DataError(f"the exported model has {len(model.layers)} layers, the config builds "
+                            f"{len(grown.layers)}: fine-tune with the exported architecture")
+        for old, new in zip(model.layers, grown.layers):
+            if new.name != "scores":
+                new.set_weights(old.get_weights())
+        kernel, bias = grown.get_layer("scores").get_weights()
+        old_kernel, old_bias = model.get_layer("scores").get_weights()
+        kernel[:, :old_tags], bias[:old_tags] = old_kernel, old_bias
+        grown.get_layer("scores").set_weights([kernel, bias])
+        return grown
+
+    def compile_args(self, config: MusicTaggingConfig, data: Splits) -> dict[str, Any]:
+        if config.class_alpha > 0:
+            loss = keras.losses.BinaryFocalCrossentropy(apply_class_balancing=True, alpha=config.class_alpha,
+                                                        gamma=0.0)  # gamma 0: class-weighted cross-entropy
+        else:
+            loss = keras.losses.BinaryCrossentropy()
+        return {"loss": loss, "metrics": [keras.metrics.AUC(multi_label=True, name="auc")]}
+
+    # --- evaluation -------------------------------------------------------------------------
+
+    def clip_scores(self, model: keras.Model, waveforms: list[np.ndarray], state: dict[str, Any]) -> np.ndarray:
+        """Track-level scores [clips, tags] of each waveform alone (no padding shared between clips)."""
+        score = tf.function(lambda w: track_scores(model, w, state["window_samples"], state["aggregate"]),
+                            input_signature=[tf.TensorSpec([1, None], tf.float32)])  # one trace for every length
+        return np.concatenate([score(tf.constant(w[None, :])).numpy() for w in waveforms])
+
+    def calibrate(self, model: keras.Model, data: Splits) -> np.ndarray:
+        """Per-tag F1-optimal thresholds on the validation clips; also saved in the state for ``predict``."""
+        val = data.arrays["val"]
+        thresholds = f1_thresholds(val["targets"], self.clip_scores(model, val["waveforms"], data.state))
+        data.state["thresholds"] = thresholds.tolist()
+        return thresholds
+
+    def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+        tags, rate = data.state["tags"], data.state["sample_rate"]
+        train, test = data.arrays["train"], data.arrays["test"]
+        thresholds = self.calibrate(model, data)
+        scores = self.clip_scores(model, test["waveforms"], data.state)
+        metrics = {**_auc_report(test["targets"], scores, tags),
+                   **precision_recall_at(test["targets"], scores, thresholds)}
+        priors = np.tile(train["targets"].mean(axis=0), (len(scores), 1))
+        mfcc = mfcc_logistic_scores(clip_mfccs(train["waveforms"], rate), train["targets"],
+                                    clip_mfccs(test["waveforms"], rate))
+        baselines = {"tag_priors": _auc_report(test["targets"], priors, tags),
+                     "mfcc_logistic_regression": _auc_report(test["targets"], mfcc, tags)}
+        return metrics, baselines
+
+    # --- export and prediction --------------------------------------------------------------
+
+    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Any]:
+        from seqapps.data import audio
+        from seqapps.export import Signature
+
+        state = data.state
+        rate, window, aggregate = int(state["sample_rate"]), int(state["window_samples"]), state["aggregate"]
+        max_samples = int(state["max_seconds"] * rate)
+        names = tf.constant(state["tags"])
+        thresholds = tf.constant(self.calibrate(model, data))  # the same model gives the same thresholds
+        spec = {"waveform": tf.TensorSpec([None, None], tf.float32, name="waveform")}
+        first = data.arrays["test"]["waveforms"][:2]
+        example = {"waveform": np.stack([np.pad(w, (0, max(map(len, first)) - w.size)) for w in first])}
+
+        def checked(raw: dict[str, tf.Tensor]) -> tf.Tensor:
+            waveform = audio.assert_finite(raw["waveform"])
+            samples = tf.shape(waveform)[1]
+            checks = [tf.debugging.assert_less_equal(samples, max_samples, message=(
+                          f"a waveform is longer than max_seconds ({max_samples} samples at {rate} Hz); cut it")),
+                      tf.debugging.assert_greater(samples, 0, message="a waveform has no samples")]
+            with tf.control_dependencies(checks):
+                return tf.identity(waveform)
+
+        def from_wav(raw: dict[str, tf.Tensor]) -> tf.Tensor:
+            return audio.decode_wav(raw["wav"], rate, max_samples=max_samples)[0]
+
+        def tagged(waveform: tf.Tensor) -> dict[str, tf.Tensor]:
+            scores = track_scores(model, waveform, window, aggregate)
+            order = tf.argsort(scores, axis=1, direction="DESCENDING", stable=True)
+            return {"scores": scores, "tags": tf.gather(names, order), "detected": scores >= thresholds[None, :]}
+
+        def taggram(waveform: tf.Tensor) -> dict[str, tf.Tensor]:
+            scores = window_scores(model, waveform, window)
+            return {"window_scores": scores,
+                    "window_start": tf.cast(tf.range(tf.shape(scores)[1]) * window, tf.float32) / rate}
+
+        wav_example = {"wav": np.array([_wav_bytes(w, rate) for w in first], dtype=object)}
+        return {"serving_default": Signature(spec, example, tagged, checked),
+                "wav_bytes": Signature({"wav": tf.TensorSpec([None], tf.string, name="wav")}, wav_example, tagged,
+                                       from_wav),
+                "taggram": Signature(spec, example, taggram, checked)}
+
+    def limits(self, config: MusicTaggingConfig, data: Splits) -> Any:
+        from seqapps.export import Limits
+
+        samples = int(data.state["max_seconds"] * data.state["sample_rate"])
+        # a WAV of max_seconds at up to 48 kHz, 16-bit stereo, plus its header
+        return Limits(max_batch_size=64, max_audio_samples=samples,
+                      max_string_bytes=int(data.state["max_seconds"] * 48000 * 4) + 4096)
+
+    def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
+        """Reads audio files (any format ``read_audio`` reads) into one zero-padded batch at the model rate."""
+        from seqapps.data import audio
+
+        if not inputs:
+            raise DataError("expected one or more audio files")
+        waveforms = [audio.read_audio(name, int(state["sample_rate"]), state["max_seconds"]) for name in inputs]
+        self._files = list(inputs)
+        batch = np.zeros((len(waveforms), max(w.size for w in waveforms)), np.float32)
+        for row, waveform in zip(batch, waveforms):
+            row[: waveform.size] = waveform
+        return {"waveform": batch}
+
+    def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
+                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+        """Lists each file's tags at or above their thresholds, best first, with scores."""
+        if "scores" not in outputs:
+            return super().format_prediction(state, inputs, outputs)
+        files = getattr(self, "_files", None) or [f"input {i + 1}" for i in range(len(outputs["scores"]))]
+        rows, lines = [], []
+        for name, scores in zip(files, outputs["scores"]):
+            found = sorted(((float(s), tag) for tag, s, t in zip(state["tags"], scores, state["thresholds"])
+                            if s >= t), reverse=True)
+            rows.append({"file": name, "tags": [{"tag": tag, "score": round(s, 4)} for s, tag in found]})
+            lines.append(f"{name}: " + (", ".join(f"{tag} {s:.2f}" for s, tag in found) or "(no tag above its "
+                                        "threshold)"))
+        return "\n".join(lines), {"predictions": rows}
+

@@ -1,0 +1,189 @@
+"""Checks of the music_tagging pipeline: its tiny run (the shared session export), bad input, the baselines."""
+import csv
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+import tensorflow as tf
+
+from pipelines.music_tagging import (
+    MusicTagging,
+    clip_mfccs,
+    f1_thresholds,
+    mfcc_logistic_scores,
+)
+from seqapps.config import resolve_config
+from seqapps.data import music
+from seqapps.errors import DataError
+from tests.pipelines.cli_runner import export_metrics
+
+RATE = music.SAMPLE_RATE
+
+
+@pytest.fixture(scope="module")
+def music_run(tiny_exports):
+    export = Path(tiny_exports["music_tagging"]["export"])
+    return export, export_metrics(export)
+
+
+@pytest.mark.large
+def test_tiny_run_reports_aucs_beside_both_baselines_and_splits_by_piece(music_run):
+    _, metrics = music_run
+    assert metrics["data"]["renderer"] == "synth"
+    for report in (metrics["metrics"], *metrics["baseline"].values()):
+        assert 0 <= report["roc_auc_micro"] <= 1 and 0 <= report["pr_auc_micro"] <= 1
+    assert set(metrics["baseline"]) == {"tag_priors", "mfcc_logistic_regression"}
+    # priors give every test clip the same score per tag: no ranking, AUC 0.5
+    assert all(v == 0.5 for v in metrics["baseline"]["tag_priors"]["roc_auc_per_tag"].values())
+    root = Path(metrics["data"]["source"].partition("(")[2].rstrip(")"))
+    with open(root / "metadata.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    splits_of_piece = {}
+    for row in rows:
+        splits_of_piece.setdefault(row["piece"], set()).add(row["split"])
+        assert row["tags"].count("genre:") == 1 and "instrument:" in row["tags"] and "tempo:" in row["tags"]
+    assert all(len(splits) == 1 for splits in splits_of_piece.values())
+
+
+@pytest.mark.large
+def test_signatures_rank_tags_pad_short_clips_decode_22050_hz_wav_and_reject_nan(music_run, tmp_path):
+    export, _ = music_run
+    state = __import__("json").loads((export / "assets.extra" / "state.json").read_text())
+    loaded = tf.saved_model.load(str(export))
+    rng = np.random.default_rng(0)
+    short = 0.1 * rng.standard_normal(RATE // 4).astype(np.float32)  # shorter than one window: padded
+    batch = np.stack([np.zeros(RATE * 5, np.float32), np.pad(short, (0, RATE * 5 - short.size))])
+    out = loaded.signatures["serving_default"](waveform=tf.constant(batch))
+    scores, tags = out["scores"].numpy(), out["tags"].numpy()
+    assert scores.shape == tags.shape == (2, len(state["tags"])) and np.all((scores >= 0) & (scores <= 1))
+    for row_scores, row_tags in zip(scores, tags):  # best first, and the names match the scores
+        ranked = [row_scores[state["tags"].index(t.decode())] for t in row_tags]
+        assert np.all(np.diff(ranked) <= 0)
+    np.testing.assert_array_equal(out["detected"].numpy(), scores >= np.array(state["thresholds"])[None, :])
+    alone = loaded.signatures["serving_default"](waveform=tf.constant(short[None, :]))["scores"].numpy()
+    assert alone.shape == (1, len(state["tags"]))
+    taggram = loaded.signatures["taggram"](waveform=tf.constant(batch))
+    windows = -(-batch.shape[1] // state["window_samples"])
+    assert taggram["window_scores"].shape == (2, windows, len(state["tags"]))
+    np.testing.assert_allclose(taggram["window_start"].numpy(), np.arange(windows) * state["window_samples"] / RATE)
+
+    from scipy import signal
+
+    clip = 0.3 * np.sin(2 * np.pi * 440 * np.arange(RATE * 3) / RATE).astype(np.float32)
+    soundfile.write(tmp_path / "clip.wav", signal.resample_poly(clip, 441, 320), 22050, subtype="PCM_16")
+    wav = loaded.signatures["wav_bytes"](wav=tf.constant([(tmp_path / "clip.wav").read_bytes()]))
+    direct = loaded.signatures["serving_default"](waveform=tf.constant(clip[None, :]))
+    # the in-graph resampler and 16-bit quantisation change the features slightly
+    np.testing.assert_allclose(wav["scores"].numpy(), direct["scores"].numpy(), atol=0.05)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        loaded.signatures["serving_default"](waveform=tf.constant([[0.0, np.nan, 0.0]], tf.float32))
+
+
+def _write_clip(path: Path, frequency: float, seconds: float = 1.0) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    soundfile.write(path, 0.3 * np.sin(2 * np.pi * frequency * np.arange(int(RATE * seconds)) / RATE), RATE)
+
+
+def test_user_csv_splits_tags_on_semicolon_or_bar_and_tag_folders_are_read(tmp_path):
+    _write_clip(tmp_path / "a.wav", 220)
+    _write_clip(tmp_path / "b.wav", 880)
+    (tmp_path / "tags.csv").write_text("path,tags\na.wav,low; calm\nb.wav,high|loud|high\n")
+    clips = music.read_tagged_folder(tmp_path)
+    assert [c.tags for c in clips] == [["low", "calm"], ["high", "loud"]]
+    folders = tmp_path / "by_tag"
+    _write_clip(folders / "low" / "x.wav", 220)
+    _write_clip(folders / "calm" / "x.wav", 220)
+    assert [sorted(c.tags) for c in music.read_tagged_folder(folders)] == [["calm", "low"]]
+
+
+@pytest.mark.parametrize("table, message", [
+    ("path,tags\na.wav,low\nb.wav,\n", "tags.csv line 3: the row has no tags"),
+    ("path,tags\nmissing.wav,low\n", "tags.csv line 2: no such audio file"),
+    ("file,labels\na.wav,low\n", "tags.csv line 1: expected a header with columns path,tags"),
+])
+def test_bad_tables_are_one_line_errors_naming_the_row(tmp_path, table, message):
+    _write_clip(tmp_path / "a.wav", 220)
+    _write_clip(tmp_path / "b.wav", 220)
+    (tmp_path / "tags.csv").write_text(table)
+    with pytest.raises(DataError, match=message) as caught:
+        music.read_tagged_folder(tmp_path)
+    assert "\n" not in str(caught.value)
+
+
+def _user_folder(tmp_path: Path, count: int = 20) -> Path:
+    rows = ["path,tags"]
+    for i in range(count):
+        _write_clip(tmp_path / f"{i}.wav", 220 if i % 2 else 880, seconds=2.0)
+        rows.append(f"{i}.wav,{'low' if i % 2 else 'high'};tone")
+    (tmp_path / "tags.csv").write_text("\n".join(rows) + "\n")
+    return tmp_path
+
+
+def test_fine_tuning_on_a_new_tag_extends_the_outputs_keeping_the_old_weights(tmp_path):
+    pipeline = MusicTagging()
+    config = resolve_config(MusicTagging.Config, "tiny")
+    folder = _user_folder(tmp_path)
+    data = pipeline.load_data(config, str(folder))
+    assert data.state["tags"] == ["high", "low", "tone"] and data.report["clips"]["train"] > 0
+    old_state = {**data.state, "tags": ["tone", "high"], "thresholds": [0.3, 0.4]}
+    old_model = pipeline.build_model(config, dataclasses.replace(data, state=old_state))
+    grown_data = pipeline.load_data(config, str(folder), state=old_state)
+    assert grown_data.state["tags"] == ["tone", "high", "low"] and grown_data.state["thresholds"] == [0.3, 0.4, 0.5]
+    grown = pipeline.adapt_model(old_model, config, grown_data)
+    assert grown.output_shape == (None, 3)
+    kernel, bias = grown.get_layer("scores").get_weights()
+    old_kernel, old_bias = old_model.get_layer("scores").get_weights()
+    np.testing.assert_array_equal(kernel[:, :2], old_kernel)
+    np.testing.assert_array_equal(bias[:2], old_bias)
+    for old, new in zip(old_model.layers, grown.layers):
+        if old.name != "scores":
+            for a, b in zip(old.get_weights(), new.get_weights()):
+                np.testing.assert_array_equal(a, b)
+
+
+def test_corrupt_or_empty_audio_is_a_data_error_naming_the_file(tmp_path):
+    pipeline = MusicTagging()
+    config = resolve_config(MusicTagging.Config, "tiny")
+    folder = _user_folder(tmp_path)
+    (folder / "3.wav").write_bytes(b"")
+    with pytest.raises(DataError, match="3.wav: the file is empty"):
+        pipeline.load_data(config, str(folder))
+    (folder / "3.wav").write_bytes(b"RIFF not really a wav file")
+    with pytest.raises(DataError, match="3.wav: cannot be read as audio"):
+        pipeline.load_data(config, str(folder))
+
+
+def test_mfcc_logistic_regression_separates_low_and_high_tones_and_priors_fill_one_class_tags():
+    rng = np.random.default_rng(0)
+    frequencies = [200, 250, 300, 2000, 2500, 3000, 220, 2200]
+    clips = [0.3 * np.sin(2 * np.pi * f * np.arange(RATE // 2) / RATE) + 0.01 * rng.standard_normal(RATE // 2)
+             for f in frequencies]
+    high = np.array([[f > 1000, 1] for f in frequencies], np.float32)  # tag 1 is on everywhere
+    features = clip_mfccs(clips, RATE)
+    scores = mfcc_logistic_scores(features[:6], high[:6], features[6:])
+    assert scores[1, 0] > 0.5 > scores[0, 0]  # 2,200 Hz scores high, 220 Hz low
+    np.testing.assert_array_equal(scores[:, 1], [1.0, 1.0])  # one class in training: its prior
+
+
+def test_f1_thresholds_on_a_worked_case():
+    truth = np.array([[1, 0], [1, 0], [0, 0], [0, 0]])
+    scores = np.array([[0.9, 0.1], [0.6, 0.2], [0.55, 0.3], [0.1, 0.4]])
+    # tag 0: threshold 0.6 keeps both positives and no negative (F1 = 1); tag 1 has no positive: 0.5
+    np.testing.assert_allclose(f1_thresholds(truth, scores), [0.6, 0.5])
+
+
+def test_hrnn_model_scores_every_tag_and_needs_two_levels(tmp_path):
+    from seqapps.errors import ConfigError
+
+    pipeline = MusicTagging()
+    config = resolve_config(MusicTagging.Config, "tiny", overrides=["rnn=hrnn", "units=[8,8]"])
+    data = pipeline.load_data(config, str(_user_folder(tmp_path)))
+    model = pipeline.build_model(config, data)
+    window = data.state["window_samples"]
+    scores = model(np.zeros((3, window), np.float32)).numpy()
+    assert scores.shape == (3, 3) and np.all((scores > 0) & (scores < 1))
+    assert any(layer.name == "hrnn" for layer in model.layers)
+    with pytest.raises(ConfigError, match="units"):
+        resolve_config(MusicTagging.Config, "tiny", overrides=["rnn=hrnn", "units=[8]"])
