@@ -25,17 +25,16 @@ import dataclasses
 import hashlib
 import io
 import json
-import os
 import re
 import shutil
 import subprocess
 import tempfile
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from seqapps.data.files import build_folder_atomically
 from seqapps.data.speech import data_home
 from seqapps.errors import DataError
 
@@ -273,15 +272,7 @@ def rendered_corpus(spec: CorpusSpec) -> Path:
     final = data_home() / "music" / f"{spec.renderer}-{spec.key()}"
     if (final / "metadata.csv").is_file():
         return final
-    temporary = final.parent / f".{final.name}.{uuid.uuid4().hex[:8]}"
-    try:
-        temporary.mkdir(parents=True)
-        _generate(temporary, spec)
-        os.replace(temporary, final) if not final.exists() else shutil.rmtree(temporary)
-    finally:
-        if temporary.exists():
-            shutil.rmtree(temporary)
-    return final
+    return build_folder_atomically(final, lambda folder: _generate(folder, spec))
 
 
 @dataclasses.dataclass

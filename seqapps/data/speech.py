@@ -34,17 +34,16 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
 import unicodedata
-import uuid
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from seqapps.data.files import build_folder_atomically
 from seqapps.errors import DataError
 
 SAMPLE_RATE = 16000
@@ -349,21 +348,16 @@ def espeak_corpus(spec: CorpusSpec, lines: Callable[[], list[str]]) -> Path:
     if len(sentences) < 3 or not all(parts.values()):
         raise DataError(f"the {spec.source} text gives only {len(sentences)} speakable sentences of "
                         f"{spec.min_words}-{spec.max_words} words; widen the word range or the vocabulary")
-    temporary = final.parent / f".{final.name}.{uuid.uuid4().hex[:8]}"
-    try:
-        temporary.mkdir(parents=True)
-        (temporary / "sentences.json").write_text(json.dumps({"sentences": parts, "sizes": spec.sizes,
-                                                               "seed": spec.seed}), encoding="utf-8")
-        done = subprocess.run([sys.executable, "-m", "seqapps.data.speech", str(temporary)], capture_output=True,
+    def build(folder: Path) -> None:
+        (folder / "sentences.json").write_text(json.dumps({"sentences": parts, "sizes": spec.sizes,
+                                                           "seed": spec.seed}), encoding="utf-8")
+        done = subprocess.run([sys.executable, "-m", "seqapps.data.speech", str(folder)], capture_output=True,
                               text=True, check=False)
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no message"])[-1]
             raise DataError(f"generating the spoken corpus in {final} failed: {last}")
-        os.replace(temporary, final) if not final.exists() else shutil.rmtree(temporary)
-    finally:
-        if temporary.exists():
-            shutil.rmtree(temporary)
-    return final
+
+    return build_folder_atomically(final, build)
 
 
 # --- transcribed audio: the generated corpus and the user's ---------------------------------------
