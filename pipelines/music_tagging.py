@@ -41,10 +41,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from pipelines.speech_recognition import _wav_bytes  # the 22,050 Hz WAV example
 from seqapps.config import TrainingConfig, require
 from seqapps.data import music
-from seqapps.data.audio import LogMelSpectrogram
+from seqapps.data.audio import LogMelSpectrogram, wav_bytes
 from seqapps.errors import DataError
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 from seqapps.metrics import pr_auc, roc_auc
@@ -409,7 +408,7 @@ class MusicTagging(Pipeline):
             return {"window_scores": scores,
                     "window_start": tf.cast(tf.range(tf.shape(scores)[1]) * window, tf.float32) / rate}
 
-        wav_example = {"wav": np.array([_wav_bytes(w, rate) for w in first], dtype=object)}
+        wav_example = {"wav": np.array([wav_bytes(w, rate) for w in first], dtype=object)}
         return {"serving_default": Signature(spec, example, tagged, checked),
                 "wav_bytes": Signature({"wav": tf.TensorSpec([None], tf.string, name="wav")}, wav_example, tagged,
                                        from_wav),

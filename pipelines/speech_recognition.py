@@ -301,7 +301,7 @@ class SpeechRecognition(Pipeline):
             duration = tf.cast(inputs["length"], tf.float32)[:, None] / rate  # the last frame overhangs the end
             return {**spans, "start": tf.minimum(spans["start"], duration), "end": tf.minimum(spans["end"], duration)}
 
-        wav_example = {"wav": np.array([_wav_bytes(w[:n], rate) for w, n in zip(example["waveform"],
+        wav_example = {"wav": np.array([audio.wav_bytes(w[:n], rate) for w, n in zip(example["waveform"],
                                                                                  example["length"])], dtype=object)}
         return {"serving_default": Signature(spec, example, greedy, checked),
                 "beam": Signature(spec, example, beam, checked),
@@ -386,19 +386,6 @@ def _word_timing_error(data: Splits, found: dict[str, list]) -> dict[str, float]
 
 def _to_float(inputs: dict[str, tf.Tensor], labels: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
     return {"waveform": tf.cast(inputs["waveform"], tf.float32) / 32767.0, "length": inputs["length"]}, labels
-
-
-def _wav_bytes(waveform: np.ndarray, rate: int) -> bytes:
-    """A 16-bit PCM WAV file of ``waveform`` at 22,050 Hz (so the example exercises the in-graph resampler)."""
-    import io
-
-    import soundfile
-    from scipy import signal
-
-    buffer = io.BytesIO()
-    soundfile.write(buffer, signal.resample_poly(waveform, 22050 // 50, rate // 50), 22050, format="WAV",
-                    subtype="PCM_16")
-    return buffer.getvalue()
 
 
 def _example_batch(data: Splits, count: int = 2) -> dict[str, np.ndarray]:

@@ -4,6 +4,7 @@
   soundfile (libsndfile), other formats through an audioread backend when one is
   installed (ffmpeg, GStreamer); mono float32 at the requested rate, resampled with
   soxr's "HQ" quality (what ``librosa.resample`` does by default).
+- ``wav_bytes`` (export examples): a waveform written as WAV bytes at another rate.
 - ``decode_wav`` (exports): a batch of 16-bit PCM WAV bytes -> a zero-padded mono
   float32 batch and the lengths, resampled in the graph by ``resample_waveform``, a windowed-sinc
   (Kaiser) band-limited interpolator written in core TensorFlow ops.
@@ -214,6 +215,32 @@ def decode_wav(wav_bytes: tf.Tensor, sample_rate: int, resample: bool = True,
                                    fn_output_signature=(tf.TensorSpec([limit], tf.float32),
                                                         tf.TensorSpec([], tf.int32)))
     return waveforms[:, :tf.reduce_max(tf.concat([lengths, [0]], 0))], lengths
+
+
+def wav_bytes(waveform: np.ndarray, sample_rate: int, file_rate: int = 22050) -> bytes:
+    """A mono 16-bit PCM WAV file of ``waveform``, resampled to ``file_rate``.
+
+    Exports use it for the example of their ``wav_bytes`` signature: a file rate other than
+    the model's makes the warm-up request exercise ``decode_wav``'s in-graph resampler.
+
+    Args:
+        waveform: float samples in [-1, 1] at ``sample_rate``.
+        sample_rate: the waveform's rate in Hz.
+        file_rate: the rate written in the file, in Hz.
+
+    Returns:
+        The bytes of the WAV file.
+    """
+    import io
+
+    import soundfile
+    from scipy import signal
+
+    common = math.gcd(file_rate, sample_rate)
+    resampled = signal.resample_poly(np.asarray(waveform, np.float64), file_rate // common, sample_rate // common)
+    buffer = io.BytesIO()
+    soundfile.write(buffer, np.clip(resampled, -1.0, 1.0), file_rate, format="WAV", subtype="PCM_16")
+    return buffer.getvalue()
 
 
 def assert_finite(waveform: tf.Tensor) -> tf.Tensor:

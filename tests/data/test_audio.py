@@ -18,6 +18,7 @@ from seqapps.data.audio import (
     read_audio,
     resample_waveform,
 )
+from seqapps.data.audio import wav_bytes as resampled_wav_bytes
 from seqapps.errors import DataError
 from tests.layers.harness import run_layer_test
 
@@ -218,3 +219,15 @@ def test_wav_bytes_to_log_mel_runs_in_a_tensorflow_only_process(tmp_path):
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["frames"] == [31] and result["imported"] == []
     np.testing.assert_allclose(result["features"], expected["features"].numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("rate", [16000, 22050, 44100])
+def test_wav_bytes_writes_the_waveform_at_the_file_rate(rate):
+    waveform = 0.5 * tone_and_chirp(rate, seconds=0.5, top=4000.0)
+    data, file_rate = soundfile.read(io.BytesIO(resampled_wav_bytes(waveform, rate)), dtype="float32")
+    assert file_rate == 22050 and data.ndim == 1
+    assert abs(data.size - 0.5 * 22050) <= 1
+    # Back at the waveform's rate with librosa's soxr resampler: the two band-limited resamplers and
+    # 16-bit rounding (3e-5) differ by far less than the 0.5 peak; 0.01 allows the edges' ringing.
+    back = librosa.resample(data, orig_sr=22050, target_sr=rate)[: waveform.size]
+    assert np.max(np.abs(back[100:-100] - waveform[100:back.size - 100])) < 0.01
