@@ -54,6 +54,7 @@ AGGREGATES = ("mean", "max")
 CELLS = {"gru": keras.layers.GRU, "lstm": keras.layers.LSTM}
 RNN_CELLS = {"gru": keras.layers.GRUCell, "lstm": keras.layers.LSTMCell}
 RNNS = ("rnn", "hrnn")
+POOLINGS = ("last", "meanmax")
 
 
 @dataclasses.dataclass
@@ -68,7 +69,10 @@ class MusicTaggingConfig(TrainingConfig):
         renderer: "auto" (FluidSynth when installed), "synth" (pretty_midi) or "fluidsynth".
         csv: the tag table inside the ``--data`` folder.
         val_fraction, test_fraction: shares of the pieces (generated) or rows (user) held out.
-        window_seconds: the model's window; tracks are cut into windows of this length.
+        window_seconds: the model's window; tracks are cut into windows of this length (non-overlapping, the
+            last one ending at the track's end; a track shorter than one window is zero-padded).
+        train_hop_seconds: hop between the training windows (overlapping when < window_seconds: more, shifted
+            crops of each clip); None: the window length.
         aggregate: "mean" or "max" of the window scores.
         max_seconds: the longest track accepted (training files and serving).
         n_mels, n_fft, hop_length: the log-mel front end (samples at 16 kHz).
@@ -80,6 +84,12 @@ class MusicTaggingConfig(TrainingConfig):
         units: units of each recurrent layer (per direction), or of each HRNN level.
         bidirectional: run each recurrent layer both ways.
         hrnn_periods, hrnn_mode: the HRNN's ticks and training mode (``DecoupledHRNN``).
+        spec_masks, spec_max_frames, spec_max_bands: SpecAugment-style masking while training (``SpecAugment``):
+            masks per axis (0: off), the widest time mask in frames and the widest band mask in mel bands.
+        pooling: how the recurrent output sequence becomes one vector: "last" (its last step) or "meanmax"
+            (its mean and maximum over time, concatenated).
+        clip_statistics: also give the output layer the mean and standard deviation over the window of each
+            standardised log-mel band (what the MFCC baseline summarises).
         dropout: before the output layer.
         class_alpha: 0 for plain binary cross-entropy, else the positives' weight in (0, 1).
     """
@@ -93,6 +103,7 @@ class MusicTaggingConfig(TrainingConfig):
     val_fraction: float = 0.15
     test_fraction: float = 0.2
     window_seconds: float = 3.0
+    train_hop_seconds: float | None = None
     aggregate: str = "mean"
     max_seconds: float = 600.0
     n_mels: int = 64
@@ -105,6 +116,11 @@ class MusicTaggingConfig(TrainingConfig):
     bidirectional: bool = True
     hrnn_periods: int = 4
     hrnn_mode: str = "decoupled"
+    spec_masks: int = 0
+    spec_max_frames: int = 20
+    spec_max_bands: int = 8
+    pooling: str = "last"
+    clip_statistics: bool = False
     dropout: float = 0.2
     class_alpha: float = 0.0
     batch_size: int = 32
@@ -133,6 +149,11 @@ class MusicTaggingConfig(TrainingConfig):
         require(self.clip_seconds >= self.window_seconds, "clip_seconds", self.clip_seconds,
                 f"a number >= window_seconds ({self.window_seconds})")
         require(self.max_seconds >= self.window_seconds, "max_seconds", self.max_seconds, "a number >= window_seconds")
+        require(self.train_hop_seconds is None or 0 < self.train_hop_seconds <= self.window_seconds,
+                "train_hop_seconds", self.train_hop_seconds, "null or a number in (0, window_seconds]")
+        for name in ("spec_masks", "spec_max_frames", "spec_max_bands"):
+            require(getattr(self, name) >= 0, name, getattr(self, name), "an integer >= 0")
+        require(self.pooling in POOLINGS, "pooling", self.pooling, f"one of {', '.join(POOLINGS)}")
         require(self.aggregate in AGGREGATES, "aggregate", self.aggregate, f"one of {', '.join(AGGREGATES)}")
         require(self.rnn in RNNS, "rnn", self.rnn, f"one of {', '.join(RNNS)}")
         require(self.rnn != "hrnn" or len(self.units) >= 2, "units", self.units,
@@ -218,18 +239,176 @@ def _auc_report(y_true: np.ndarray, y_score: np.ndarray, tags: list[str]) -> dic
 # --- graph helpers ---------------------------------------------------------------------------------------------------
 
 
-def window_scores(model: keras.Model, waveform: tf.Tensor, window: int) -> tf.Tensor:
-    """Scores of each non-overlapping window of a zero-padded batch: [batch, windows, tags]."""
+def window_starts(samples: Any, window: int, hop: int) -> tf.Tensor:
+    """Start samples of the windows that cover a track: every ``hop`` samples, the last one ending at the track's end.
+
+    Args:
+        samples: the track's length (a track shorter than ``window`` is one window, zero-padded).
+        window, hop: window length and hop in samples.
+
+    Returns:
+        int32 [windows], ascending, each ``<= max(samples - window, 0)``.
+    """
+    last = tf.maximum(tf.cast(samples, tf.int32) - window, 0)
+    count = 1 + (last + hop - 1) // hop
+    return tf.minimum(tf.range(count) * hop, last)
+
+
+def cut_windows(waveform: tf.Tensor, window: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """The non-overlapping windows of a zero-padded batch (``window_starts`` with hop = window).
+
+    Returns:
+        ``(windows, starts)``: float32 [batch, windows, window] and int32 [windows].
+    """
+    samples = tf.shape(waveform)[1]
+    padded = tf.pad(waveform, [[0, 0], [0, tf.maximum(window - samples, 0)]])
+    starts = window_starts(samples, window, window)
+    return tf.gather(padded, starts[:, None] + tf.range(window)[None, :], axis=1), starts
+
+
+def window_scores(model: keras.Model, waveform: tf.Tensor, window: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """Scores of the windows of a batch (``cut_windows``): [batch, windows, tags], and the windows' start samples."""
     batch = tf.shape(waveform)[0]
-    frames = tf.signal.frame(waveform, window, window, pad_end=True)  # a short track becomes one padded window
-    scores = model(tf.reshape(frames, [-1, window]), training=False)
-    return tf.reshape(scores, [batch, tf.shape(frames)[1], -1])
+    windows, starts = cut_windows(waveform, window)
+    scores = model(tf.reshape(windows, [-1, window]), training=False)
+    return tf.reshape(scores, [batch, tf.shape(starts)[0], -1]), starts
+
+
+def window_dataset(waveforms: list[np.ndarray], targets: np.ndarray, window: int, hop: int) -> tf.data.Dataset:
+    """(window, clip targets) pairs of every clip's windows (``window_starts``), sliced from one flat array.
+
+    Args:
+        waveforms: float32 clips of any length (one shorter than ``window`` is zero-padded).
+        targets: 0/1 [clips, tags].
+        window, hop: window length and hop in samples.
+    """
+    lengths = [max(w.size, window) for w in waveforms]
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    flat = np.zeros(sum(lengths), np.float32)
+    starts, rows = [], []
+    for row, (waveform, offset) in enumerate(zip(waveforms, offsets)):
+        flat[offset:offset + waveform.size] = waveform
+        clip_starts = window_starts(waveform.size, window, hop).numpy()
+        starts.append(offset + clip_starts)
+        rows += [row] * clip_starts.size
+    flat, labels = tf.constant(flat), tf.constant(targets[rows])
+    return tf.data.Dataset.from_tensor_slices((np.concatenate(starts), np.arange(len(rows)))).map(
+        lambda start, i: (flat[start:start + window], labels[i]))
 
 
 def track_scores(model: keras.Model, waveform: tf.Tensor, window: int, aggregate: str) -> tf.Tensor:
     """Track scores [batch, tags]: the window scores aggregated by ``mean`` or ``max``."""
-    scores = window_scores(model, waveform, window)
+    scores = window_scores(model, waveform, window)[0]
     return tf.reduce_mean(scores, axis=1) if aggregate == "mean" else tf.reduce_max(scores, axis=1)
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+class TimeStatistics(keras.layers.Layer):
+    """Statistics over time of a sequence, concatenated: a fixed-size summary of every feature.
+
+    Args:
+        statistics: names from ``"mean"``, ``"max"`` and ``"std"`` (population standard deviation), in output order.
+        **kwargs: base layer arguments (name, dtype, ...).
+
+    Call arguments:
+        inputs: float [batch, time, features].
+
+    Returns:
+        float [batch, len(statistics) * features].
+
+    Example:
+    ```python
+    summary = TimeStatistics(("mean", "std"))(keras.ops.ones((2, 10, 4)))  # [2, 8]: means, then deviations
+    ```
+    """
+
+    REDUCTIONS = {"mean": keras.ops.mean, "max": keras.ops.max, "std": keras.ops.std}
+
+    def __init__(self, statistics: tuple[str, ...] | list[str] = ("mean", "max"), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        unknown = [name for name in statistics if name not in self.REDUCTIONS]
+        if not statistics or unknown:
+            raise ValueError(f"TimeStatistics: statistics must be names from {', '.join(self.REDUCTIONS)}, "
+                             f"got {list(statistics)}")
+        self.statistics = tuple(statistics)
+
+    def call(self, inputs: Any) -> Any:
+        return keras.ops.concatenate([self.REDUCTIONS[name](inputs, axis=1) for name in self.statistics], axis=-1)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        features = None if input_shape[-1] is None else input_shape[-1] * len(self.statistics)
+        return (input_shape[0], features)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "statistics": list(self.statistics)}
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+class SpecAugment(keras.layers.Layer):
+    """SpecAugment-style masking (Park et al. 2019) of a spectrogram while training; the identity otherwise.
+
+    Each example gets ``masks`` time masks and ``masks`` band masks, each of a width drawn uniformly from
+    ``0..max_width`` at a uniform position; masked values are set to 0 (the band mean of standardised features).
+
+    Args:
+        masks: masks per axis and example.
+        max_frames: the widest time mask.
+        max_bands: the widest band mask.
+        seed: seed of the draws.
+        **kwargs: base layer arguments (name, dtype, ...).
+
+    Call arguments:
+        inputs: float [batch, time, bands].
+        training: mask only when True.
+
+    Returns:
+        The inputs, masked when training.
+
+    Example:
+    ```python
+    masked = SpecAugment(masks=2, max_frames=20, max_bands=8)(log_mel, training=True)
+    ```
+    """
+
+    def __init__(self, masks: int = 2, max_frames: int = 20, max_bands: int = 8, seed: int | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if masks < 0 or max_frames < 0 or max_bands < 0:
+            raise ValueError(f"SpecAugment: masks, max_frames and max_bands must be >= 0, got {masks}, "
+                             f"{max_frames}, {max_bands}")
+        self.masks = masks
+        self.max_frames = max_frames
+        self.max_bands = max_bands
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+
+    def _keep(self, batch: Any, size: Any, max_width: int) -> Any:
+        """float [batch, size]: 0 inside any of the ``masks`` random spans, 1 elsewhere."""
+        positions = keras.ops.arange(size, dtype="float32")[None, :]
+        keep = keras.ops.ones((batch, size))
+        for _ in range(self.masks):
+            width = keras.ops.floor(keras.random.uniform((batch, 1), 0, max_width + 1, seed=self.seed_generator))
+            width = keras.ops.minimum(width, keras.ops.cast(size, "float32"))
+            start = keras.ops.floor(keras.random.uniform((batch, 1), seed=self.seed_generator)
+                                    * (keras.ops.cast(size, "float32") - width + 1))
+            inside = keras.ops.logical_and(positions >= start, positions < start + width)
+            keep = keep * keras.ops.cast(keras.ops.logical_not(inside), "float32")
+        return keep
+
+    def call(self, inputs: Any, training: bool = False) -> Any:
+        if not training or self.masks == 0:
+            return inputs
+        batch, frames, bands = keras.ops.shape(inputs)[0], keras.ops.shape(inputs)[1], keras.ops.shape(inputs)[2]
+        keep_frames = self._keep(batch, frames, self.max_frames)[:, :, None]
+        keep_bands = self._keep(batch, bands, self.max_bands)[:, None, :]
+        return inputs * keras.ops.cast(keep_frames * keep_bands, inputs.dtype)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        return tuple(input_shape)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "masks": self.masks, "max_frames": self.max_frames,
+                "max_bands": self.max_bands, "seed": self.seed}
 
 
 class MusicTagging(Pipeline):
@@ -271,6 +450,7 @@ class MusicTagging(Pipeline):
                      "thresholds": [0.5] * len(tags)}
         index = {tag: i for i, tag in enumerate(state["tags"])}
         window = state["window_samples"]
+        hop = int((config.train_hop_seconds or config.window_seconds) * rate)
         datasets, arrays = {}, {}
         for split in SPLITS:
             waveforms, targets = [], np.zeros((len(parts[split]), len(index)), np.float32)
@@ -279,14 +459,7 @@ class MusicTagging(Pipeline):
                 targets[row, [index[tag] for tag in clip.tags if tag in index]] = 1.0
                 waveforms.append(audio.read_audio(clip.path, rate, config.max_seconds))
             arrays[split] = {"waveforms": waveforms, "targets": targets, "paths": [str(c.path) for c in parts[split]]}
-            windows, labels = [], []
-            for waveform, target in zip(waveforms, targets):
-                count = max(1, waveform.size // window)
-                padded = np.zeros(count * window, np.float32)
-                padded[: min(waveform.size, padded.size)] = waveform[: padded.size]
-                windows += list(padded.reshape(count, window))
-                labels += [target] * count
-            datasets[split] = tf.data.Dataset.from_tensor_slices((np.stack(windows), np.stack(labels)))
+            datasets[split] = window_dataset(waveforms, targets, window, hop if split == "train" else window)
         report = {**source, "clips": {s: len(parts[s]) for s in SPLITS}, "tags": len(index),
                   "tag_counts": dict(zip(state["tags"], arrays["train"]["targets"].sum(axis=0).astype(int).tolist()))}
         return Splits(datasets["train"], datasets["val"], datasets["test"], state=state, report=report, arrays=arrays)
@@ -299,8 +472,13 @@ class MusicTagging(Pipeline):
                                       hop_length=config.hop_length, n_mels=config.n_mels, name="log_mel")
         inputs = keras.Input((window,), name="waveform")
         frames = front_end.compute_output_shape((None, window))[1]
-        x = keras.layers.Reshape((frames, config.n_mels, 1))(front_end(inputs))
-        x = keras.layers.BatchNormalization(name="feature_norm")(x)
+        norm = keras.layers.Normalization(axis=-1, name="band_norm")  # per mel band, statistics of the train split
+        norm.adapt(data.train.batch(64).map(lambda waveform, _: front_end(waveform)))
+        bands = norm(front_end(inputs))
+        if config.spec_masks:
+            bands = SpecAugment(config.spec_masks, config.spec_max_frames, config.spec_max_bands, seed=config.seed,
+                                name="spec_augment")(bands)
+        x = keras.layers.Reshape((frames, config.n_mels, 1))(bands)
         for filters in config.conv_filters:
             x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
             x = keras.layers.ReLU()(keras.layers.BatchNormalization()(x))
@@ -308,10 +486,17 @@ class MusicTagging(Pipeline):
         x = keras.layers.Reshape((x.shape[1], x.shape[2] * x.shape[3]))(x)
         if config.rnn == "hrnn":
             x = DecoupledHRNN([RNN_CELLS[config.cell](units) for units in config.units], periods=config.hrnn_periods,
-                              mode=config.hrnn_mode, allow_padding=True, name="hrnn")(x)[:, -1, :]
-        for i, units in enumerate(config.units if config.rnn == "rnn" else []):
-            layer = CELLS[config.cell](units, return_sequences=i < len(config.units) - 1)
+                              mode=config.hrnn_mode, allow_padding=True, name="hrnn")(x)
+        layers = config.units if config.rnn == "rnn" else []
+        for i, units in enumerate(layers):  # "last": the last layer returns its final state (both directions')
+            layer = CELLS[config.cell](units, return_sequences=i < len(layers) - 1 or config.pooling == "meanmax")
             x = keras.layers.Bidirectional(layer)(x) if config.bidirectional else layer(x)
+        if config.pooling == "meanmax":
+            x = TimeStatistics(("mean", "max"), name="pooling")(x)
+        elif config.rnn == "hrnn":
+            x = x[:, -1, :]
+        if config.clip_statistics:
+            x = keras.layers.Concatenate()([x, TimeStatistics(("mean", "std"), name="band_statistics")(bands)])
         x = keras.layers.Dropout(config.dropout)(x)
         outputs = keras.layers.Dense(len(data.state["tags"]), activation="sigmoid", name="scores")(x)
         return keras.Model(inputs, outputs, name=self.name)
@@ -404,9 +589,8 @@ class MusicTagging(Pipeline):
             return {"scores": scores, "tags": tf.gather(names, order), "detected": scores >= thresholds[None, :]}
 
         def taggram(waveform: tf.Tensor) -> dict[str, tf.Tensor]:
-            scores = window_scores(model, waveform, window)
-            return {"window_scores": scores,
-                    "window_start": tf.cast(tf.range(tf.shape(scores)[1]) * window, tf.float32) / rate}
+            scores, starts = window_scores(model, waveform, window)
+            return {"window_scores": scores, "window_start": tf.cast(starts, tf.float32) / rate}
 
         wav_example = {"wav": np.array([wav_bytes(w, rate) for w in first], dtype=object)}
         return {"serving_default": Signature(spec, example, tagged, checked),

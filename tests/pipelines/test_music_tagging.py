@@ -10,9 +10,14 @@ import tensorflow as tf
 
 from pipelines.music_tagging import (
     MusicTagging,
+    SpecAugment,
+    TimeStatistics,
     clip_mfccs,
+    cut_windows,
     f1_thresholds,
     mfcc_logistic_scores,
+    window_dataset,
+    window_starts,
 )
 from seqapps.config import resolve_config
 from seqapps.data import music
@@ -65,9 +70,12 @@ def test_signatures_rank_tags_pad_short_clips_decode_22050_hz_wav_and_reject_nan
     alone = loaded.signatures["serving_default"](waveform=tf.constant(short[None, :]))["scores"].numpy()
     assert alone.shape == (1, len(state["tags"]))
     taggram = loaded.signatures["taggram"](waveform=tf.constant(batch))
-    windows = -(-batch.shape[1] // state["window_samples"])
+    window = state["window_samples"]
+    windows = -(-batch.shape[1] // window)
     assert taggram["window_scores"].shape == (2, windows, len(state["tags"]))
-    np.testing.assert_allclose(taggram["window_start"].numpy(), np.arange(windows) * state["window_samples"] / RATE)
+    # non-overlapping windows, the last one ending at the track's end
+    starts = np.minimum(np.arange(windows) * window, batch.shape[1] - window)
+    np.testing.assert_allclose(taggram["window_start"].numpy(), starts / RATE)
 
     from scipy import signal
 
@@ -187,3 +195,50 @@ def test_hrnn_model_scores_every_tag_and_needs_two_levels(tmp_path):
     assert any(layer.name == "hrnn" for layer in model.layers)
     with pytest.raises(ConfigError, match="units"):
         resolve_config(MusicTagging.Config, "tiny", overrides=["rnn=hrnn", "units=[8]"])
+
+
+@pytest.mark.parametrize("samples, window, hop", [(10, 3, 3), (10, 3, 1), (9, 3, 3), (2, 3, 3), (3, 3, 2), (11, 4, 3)])
+def test_window_starts_cover_every_sample_and_the_last_window_ends_at_the_track_end(samples, window, hop):
+    starts = window_starts(samples, window, hop).numpy()
+    # brute force: starts every hop while a window fits, then one more ending at the end if samples are left over
+    expected = list(range(0, max(samples - window, 0) + 1, hop))
+    if expected[-1] + window < samples:
+        expected.append(samples - window)
+    np.testing.assert_array_equal(starts, expected)
+    waveform = np.arange(1, samples + 1, dtype=np.float32)[None, :]
+    windows, _ = cut_windows(tf.constant(waveform), window)
+    reference = np.pad(waveform[0], (0, max(window - samples, 0)))  # a short track: one zero-padded window
+    for row, start in zip(windows.numpy()[0], window_starts(samples, window, window).numpy()):
+        np.testing.assert_array_equal(row, reference[start:start + window])
+
+
+def test_window_dataset_slices_each_clip_and_repeats_its_targets():
+    clips = [np.arange(1, 8, dtype=np.float32), np.arange(10, 12, dtype=np.float32)]
+    targets = np.array([[1, 0], [0, 1]], np.float32)
+    rows = [(x.numpy().tolist(), y.numpy().tolist()) for x, y in window_dataset(clips, targets, 3, 2)]
+    assert rows == [([1, 2, 3], [1, 0]), ([3, 4, 5], [1, 0]), ([5, 6, 7], [1, 0]), ([10, 11, 0], [0, 1])]
+
+
+def test_time_statistics_match_numpy_and_round_trip_their_config():
+    x = np.random.default_rng(0).standard_normal((2, 5, 3)).astype(np.float32)
+    layer = TimeStatistics(("mean", "std", "max"))
+    expected = np.concatenate([x.mean(axis=1), x.std(axis=1), x.max(axis=1)], axis=-1)
+    np.testing.assert_allclose(layer(x).numpy(), expected, rtol=1e-5, atol=1e-6)  # float32 reductions
+    assert TimeStatistics.from_config(layer.get_config()).statistics == ("mean", "std", "max")
+    with pytest.raises(ValueError, match="statistics"):
+        TimeStatistics(("median",))
+
+
+def test_spec_augment_masks_whole_frames_and_bands_only_while_training():
+    x = np.ones((4, 30, 16), np.float32)
+    layer = SpecAugment(masks=2, max_frames=5, max_bands=3, seed=0)
+    np.testing.assert_array_equal(layer(x, training=False).numpy(), x)
+    masked = layer(x, training=True).numpy()
+    for example in masked:  # a masked value lies in an all-zero frame or an all-zero band; at most 2 x 5 frames
+        zero_frames, zero_bands = (example == 0).all(axis=1), (example == 0).all(axis=0)
+        assert np.all((example == 1) | zero_frames[:, None] | zero_bands[None, :])
+        assert zero_frames.sum() <= 10 and zero_bands.sum() <= 6
+    assert (masked == 0).any()
+    assert SpecAugment.from_config(layer.get_config()).get_config() == layer.get_config()
+    with pytest.raises(ValueError, match="SpecAugment"):
+        SpecAugment(masks=-1)
