@@ -1,13 +1,17 @@
 """Music auto-tagging: a convolutional-recurrent network (CRNN, Choi et al. 2017) from waveform to tag names.
 
 Model: log-mel features computed in the graph (``seqapps.data.audio.LogMelSpectrogram``)
-over a fixed-length window, 2D convolution blocks (convolution, batch normalisation,
-ReLU, 2x2 max pooling), stacked (optionally bidirectional) GRU or LSTM layers over
-time (``--set rnn=hrnn``: a ``DecoupledHRNN``), and one sigmoid per tag, trained with
-binary cross-entropy (``class_alpha`` > 0: class-balanced, positives weighted by
-``class_alpha`` and negatives by ``1 - class_alpha``).
-A track is cut into non-overlapping windows (the last one, or a track shorter than one
-window, zero-padded); its scores are the windows' scores aggregated by ``mean`` or ``max``.
+over a fixed-length window, standardised per mel band with the train split's statistics
+(a ``Normalization`` layer, saved with the model), SpecAugment-style time and band masks
+while training (``SpecAugment``), 2D convolution blocks (convolution, batch normalisation,
+ReLU, 2x2 max pooling), stacked (optionally bidirectional) GRU or LSTM layers over time
+(``--set rnn=hrnn``: a ``DecoupledHRNN``), pooled over time (mean and max, or the last
+step), optionally beside the mean and deviation of each band (``clip_statistics``), and one
+sigmoid per tag, trained with binary cross-entropy (``class_alpha`` > 0: class-balanced,
+positives weighted by ``class_alpha`` and negatives by ``1 - class_alpha``).
+A track is cut into non-overlapping windows, the last one ending at the track's end (a
+track shorter than one window is zero-padded); its scores are the windows' scores
+aggregated by ``mean`` or ``max``. Training windows may overlap (``train_hop_seconds``).
 
 Data: without ``--data``, pieces of the music21 corpus (Bach chorales, Palestrina,
 Monteverdi, Ryan's Mammoth fiddle tunes; no Essen) rendered by FluidSynth or pretty_midi
@@ -17,8 +21,8 @@ sub-folder per tag; ``val_fraction``/``test_fraction`` of the clips (seeded) are
 Fine-tuning on new tag names extends the output layer (``adapt_model``): the old tags keep
 their weights and order, the new ones (from the training clips) start fresh.
 
-Metrics: macro and micro ROC-AUC and PR-AUC and the ROC-AUC of each tag on the test
-clips, beside two baselines, tag priors (training frequencies) and a logistic regression
+Metrics: macro and micro ROC-AUC and PR-AUC, the ROC-AUC of each tag and its mean per tag
+group (``genre``, ``mode``, ... of ``group:value`` tags) on the test clips, beside two baselines, tag priors (training frequencies) and a logistic regression
 on clip-averaged MFCCs; precision and recall at per-tag F1-optimal thresholds chosen on
 the validation clips (stored in the export).
 
@@ -116,10 +120,10 @@ class MusicTaggingConfig(TrainingConfig):
     bidirectional: bool = True
     hrnn_periods: int = 4
     hrnn_mode: str = "decoupled"
-    spec_masks: int = 0
+    spec_masks: int = 2
     spec_max_frames: int = 20
     spec_max_bands: int = 8
-    pooling: str = "last"
+    pooling: str = "meanmax"
     clip_statistics: bool = False
     dropout: float = 0.2
     class_alpha: float = 0.0
@@ -130,9 +134,13 @@ class MusicTaggingConfig(TrainingConfig):
         "tiny": {"pieces_per_collection": 2, "renderings": 1, "clip_seconds": 4.0, "renderer": "synth",
                  "window_seconds": 2.0, "n_mels": 32, "conv_filters": [8, 8], "units": [8], "epochs": 1,
                  "batch_size": 4},
-        "default": {},
+        # 5 s windows cropped every second and a longer patience, chosen on validation (docs/results.md); 3 s
+        # windows at a 3 s hop stopped after 7 epochs, undertrained
+        "default": {"window_seconds": 5.0, "train_hop_seconds": 1.0, "epochs": 40, "early_stopping_patience": 8,
+                    "lr_patience": 3},
         "full": {"pieces_per_collection": 300, "renderings": 3, "conv_filters": [64, 64, 128, 128],
-                 "units": [128, 128], "epochs": 30},
+                 "units": [128, 128], "window_seconds": 5.0, "train_hop_seconds": 1.0, "epochs": 40,
+                 "early_stopping_patience": 8, "lr_patience": 3},
     }
 
     def validate(self) -> None:
@@ -230,10 +238,23 @@ def mfcc_logistic_scores(train_x: np.ndarray, train_y: np.ndarray, test_x: np.nd
     return scores
 
 
+def group_means(per_tag: dict[str, float]) -> dict[str, float]:
+    """Mean of the per-tag values of each tag group, the part of a ``group:value`` name before the colon.
+
+    Tags without a colon (the user's plain tags) form no group: for them the result is empty.
+    """
+    groups: dict[str, list[float]] = {}
+    for tag, value in per_tag.items():
+        if ":" in tag:
+            groups.setdefault(tag.partition(":")[0], []).append(value)
+    return {group: float(np.mean(values)) for group, values in sorted(groups.items())}
+
+
 def _auc_report(y_true: np.ndarray, y_score: np.ndarray, tags: list[str]) -> dict[str, Any]:
     roc, pr = roc_auc(y_true, y_score, tags), pr_auc(y_true, y_score, tags)
     return {"roc_auc_macro": roc["macro"], "roc_auc_micro": roc["micro"], "pr_auc_macro": pr["macro"],
-            "pr_auc_micro": pr["micro"], "roc_auc_per_tag": roc["per_label"], "skipped_tags": roc["skipped"]}
+            "pr_auc_micro": pr["micro"], "roc_auc_per_tag": roc["per_label"],
+            "roc_auc_per_group": group_means(roc["per_label"]), "skipped_tags": roc["skipped"]}
 
 
 # --- graph helpers ---------------------------------------------------------------------------------------------------

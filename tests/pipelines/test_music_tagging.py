@@ -15,6 +15,7 @@ from pipelines.music_tagging import (
     clip_mfccs,
     cut_windows,
     f1_thresholds,
+    group_means,
     mfcc_logistic_scores,
     window_dataset,
     window_starts,
@@ -242,3 +243,8 @@ def test_spec_augment_masks_whole_frames_and_bands_only_while_training():
     assert SpecAugment.from_config(layer.get_config()).get_config() == layer.get_config()
     with pytest.raises(ValueError, match="SpecAugment"):
         SpecAugment(masks=-1)
+
+
+def test_group_means_average_the_tags_of_each_group_and_skip_plain_tags():
+    per_tag = {"genre:reel": 0.9, "genre:jig": 0.7, "mode:major": 0.6, "loud": 0.1}
+    assert group_means(per_tag) == pytest.approx({"genre": 0.8, "mode": 0.6})
