@@ -21,6 +21,7 @@ REGISTERED = {
     "seqapps.layers.hierarchical_rnn": ("DecoupledHRNN",),
     "seqapps.layers.hrnn_model": ("HRNNSequenceModel",),
     "seqapps.layers.ngram_context": ("NGramContext",),
+    "seqapps.layers.spectrogram": ("SpecAugment", "TimeStatistics"),
     "seqapps.layers.time_features": ("CalendarFeatures", "SeasonalDifference", "SeasonalNaive"),
     "seqapps.losses": ("ScaledMeanAbsoluteError", "per_token_training_loss"),
     "seqapps.training": ("SGD", "Adam"),

@@ -10,8 +10,6 @@ import tensorflow as tf
 
 from pipelines.music_tagging import (
     MusicTagging,
-    SpecAugment,
-    TimeStatistics,
     clip_mfccs,
     cut_windows,
     f1_thresholds,
@@ -218,31 +216,6 @@ def test_window_dataset_slices_each_clip_and_repeats_its_targets():
     targets = np.array([[1, 0], [0, 1]], np.float32)
     rows = [(x.numpy().tolist(), y.numpy().tolist()) for x, y in window_dataset(clips, targets, 3, 2)]
     assert rows == [([1, 2, 3], [1, 0]), ([3, 4, 5], [1, 0]), ([5, 6, 7], [1, 0]), ([10, 11, 0], [0, 1])]
-
-
-def test_time_statistics_match_numpy_and_round_trip_their_config():
-    x = np.random.default_rng(0).standard_normal((2, 5, 3)).astype(np.float32)
-    layer = TimeStatistics(("mean", "std", "max"))
-    expected = np.concatenate([x.mean(axis=1), x.std(axis=1), x.max(axis=1)], axis=-1)
-    np.testing.assert_allclose(layer(x).numpy(), expected, rtol=1e-5, atol=1e-6)  # float32 reductions
-    assert TimeStatistics.from_config(layer.get_config()).statistics == ("mean", "std", "max")
-    with pytest.raises(ValueError, match="statistics"):
-        TimeStatistics(("median",))
-
-
-def test_spec_augment_masks_whole_frames_and_bands_only_while_training():
-    x = np.ones((4, 30, 16), np.float32)
-    layer = SpecAugment(masks=2, max_frames=5, max_bands=3, seed=0)
-    np.testing.assert_array_equal(layer(x, training=False).numpy(), x)
-    masked = layer(x, training=True).numpy()
-    for example in masked:  # a masked value lies in an all-zero frame or an all-zero band; at most 2 x 5 frames
-        zero_frames, zero_bands = (example == 0).all(axis=1), (example == 0).all(axis=0)
-        assert np.all((example == 1) | zero_frames[:, None] | zero_bands[None, :])
-        assert zero_frames.sum() <= 10 and zero_bands.sum() <= 6
-    assert (masked == 0).any()
-    assert SpecAugment.from_config(layer.get_config()).get_config() == layer.get_config()
-    with pytest.raises(ValueError, match="SpecAugment"):
-        SpecAugment(masks=-1)
 
 
 def test_group_means_average_the_tags_of_each_group_and_skip_plain_tags():
