@@ -357,9 +357,21 @@ class Forecasting(Pipeline):
                 yield slice(start + first, start + first + len(steps)), values[steps]
             start += len(origins)
 
-    def _targets(self, data: Splits, split: str) -> np.ndarray:
-        """A split's targets, shape [windows, horizon, targets] (float32, as the model sees them)."""
-        return np.concatenate([found for _, found in self._split_targets(data, (split,))])
+    def _forecast_batches(self, model: keras.Model, data: Splits, split: str, batch_size: int = 256
+                          ) -> Iterator[tuple[slice, np.ndarray, np.ndarray, np.ndarray]]:
+        """The model's forecasts of a split's windows, batch by batch, with what scores them.
+
+        Yields:
+            ``(rows, forecast, scale, targets)``: the batch's rows in the split, the forecast
+            [batch, horizon, targets], each window's local scale [batch, 1, targets] and the
+            true values [batch, horizon, targets].
+        """
+        start = 0
+        for inputs, targets in self._windows(data.arrays, data.arrays["origins"][split], data.state, batch_size):
+            forecast = model.predict_on_batch(inputs)
+            scale = keras.ops.convert_to_numpy(self._interval_scale(data.state, inputs))
+            yield slice(start, start + len(forecast)), forecast, scale, targets.numpy()
+            start += len(forecast)
 
     # --- model ----------------------------------------------------------------------------
 
@@ -421,16 +433,16 @@ class Forecasting(Pipeline):
                 scaled = ((found - mean) / std).reshape(len(found), -1)
                 targets[rows] = scaled - base_values[0][rows] if base_values else scaled
             del base_values
-            n_train = len(data.arrays["origins"]["train"])
-            fit = baselines.fit_ridge(features, targets, n_train)
-            del targets
-            test_features, *test_base = self._predict(extractor, data, ("test",), 1024)
+            fit = baselines.fit_ridge(features, targets, len(data.arrays["origins"]["train"]))
+            del features, targets  # centred by the fit
             shape = (-1, state["horizon"], len(state["target_cols"]))
+            test_features, *test_base = self._predict(extractor, data, ("test",), 1024)
             forecast = (fit.predict(test_features) + (test_base[0] if test_base else 0.0)).reshape(shape)
             data.arrays["ridge"] = fit
             data.arrays["ridge_forecast"] = forecast * std + mean
             # What the ridge part of the model would forecast on the validation split had it not seen it.
-            data.arrays["ridge_val_shift"] = (fit.val_forecast - fit.predict(features[n_train:])).reshape(shape) * std
+            val_features = self._predict(extractor, data, ("val",), 1024)[0]
+            data.arrays["ridge_val_shift"] = (fit.val_forecast - fit.predict(val_features)).reshape(shape) * std
         return data.arrays["ridge"]
 
     def build_model(self, config: ForecastingConfig, data: Splits) -> keras.Model:
@@ -488,12 +500,11 @@ class Forecasting(Pipeline):
     def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
         """Scores the model, its interval and the baselines on the test split (and calibrates the interval)."""
         arrays, state = data.arrays, data.state
-        truth = self._targets(data, "test")
-        (predicted,) = self._predict(model, data, ("test",), 256)
         self._calibrate(model, data)
         levels = state["interval"]["levels"]
         offsets = np.array(state["interval"]["offsets"])
-        scale = self._window_scales(data, "test")
+        batches = list(self._forecast_batches(model, data, "test"))
+        predicted, scale, truth = (np.concatenate([batch[i] for batch in batches]) for i in (1, 2, 3))
         origins, horizon = arrays["origins"]["test"], state["horizon"]
         forecasts = {"model": predicted}
         for label, lag in {"naive_daily": state["daily_lag"], "naive_weekly": state["weekly_lag"]}.items():
@@ -520,7 +531,6 @@ class Forecasting(Pipeline):
         the ridge fitted on the training split alone, so that they are out of sample.
         """
         arrays, state = data.arrays, data.state
-        (forecast,) = self._predict(model, data, ("train", "val"), 256)
         shift = None
         if state.get("ridge_lags"):
             self._ridge(data)
@@ -529,21 +539,16 @@ class Forecasting(Pipeline):
         floors = [1e-3 * state["std"][state["input_cols"].index(c)] for c in state["target_cols"]]
         state["interval"] = {"levels": list(levels), "scale_lag": min(state["daily_lag"], state["lookback"] - 1),
                              "scale_floor": floors}
-        scale = np.concatenate([self._window_scales(data, split) for split in ("train", "val")])
-        n_train = len(arrays["origins"]["train"])
-        residuals = np.empty(forecast.shape, forecast.dtype if shift is None else np.result_type(forecast, shift))
-        for rows, truth in self._split_targets(data, ("train", "val")):  # a chunk lies in one split
-            predicted = forecast[rows]
-            if shift is not None and rows.start >= n_train:  # the out-of-sample ridge on the validation windows
-                predicted = predicted + shift[rows.start - n_train: rows.stop - n_train]
-            np.subtract(truth / scale[rows], predicted / scale[rows], out=residuals[rows], dtype=residuals.dtype)
-        del forecast
+        sizes = [len(arrays["origins"][split]) for split in ("train", "val")]
+        shape = (sum(sizes), state["horizon"], len(state["target_cols"]))
+        residuals = np.empty(shape, "float32" if shift is None else np.result_type("float32", shift))
+        for split, first in zip(("train", "val"), (0, sizes[0])):
+            for rows, forecast, scale, truth in self._forecast_batches(model, data, split):
+                if split == "val" and shift is not None:  # the out-of-sample ridge on the validation windows
+                    forecast = forecast + shift[rows]
+                np.subtract(truth / scale, forecast / scale, out=residuals[first + rows.start: first + rows.stop],
+                            dtype=residuals.dtype)
         state["interval"]["offsets"] = intervals.conformal_offsets(residuals, levels).tolist()
-
-    def _window_scales(self, data: Splits, split: str) -> np.ndarray:
-        """Each window's local scale per target, [windows, 1, targets], computed batch by batch."""
-        return np.concatenate([keras.ops.convert_to_numpy(self._interval_scale(data.state, inputs))
-                               for inputs in self._split_windows(data, split, 4096)])
 
     @staticmethod
     def _interval_scale(state: dict[str, Any], inputs: dict[str, Any]) -> Any:

@@ -41,12 +41,14 @@ class RidgeFit:
 def fit_ridge(x: np.ndarray, y: np.ndarray, n_train: int, alphas: tuple[float, ...] = RIDGE_ALPHAS) -> RidgeFit:
     """Chooses the ridge penalty by validation MAE, then refits on train + validation.
 
-    The training and validation rows come in one array each, so that the final fit
-    reads them without a copy (scikit-learn makes its own, in the features' precision,
-    and casts the targets to it: passing them in that precision saves a copy).
+    The training and validation rows come in one array each, and the final fit
+    centres ``x`` in place instead of copying it: long series give millions of rows.
+    (Scikit-learn fits in the features' precision and casts the targets to it, so
+    targets in that precision save another copy.)
 
     Args:
-        x: features, shape [N, F] (already on comparable scales): the training rows, then the validation rows.
+        x: features, shape [N, F] (already on comparable scales): the training rows, then the validation
+            rows. Overwritten: the final fit leaves them centred.
         y: targets, shape [N, outputs], in the same order.
         n_train: how many leading rows are the training split.
         alphas: the penalties to try.
@@ -64,7 +66,7 @@ def fit_ridge(x: np.ndarray, y: np.ndarray, n_train: int, alphas: tuple[float, .
         if best is None or val_mae < best[0]:
             best = val_mae, alpha, val_forecast
     val_mae, alpha, val_forecast = best
-    final = Ridge(alpha=alpha).fit(x, y)
+    final = Ridge(alpha=alpha, copy_X=False).fit(x, y)
     coef = np.asarray(final.coef_, "float64").reshape(y.shape[1], -1).T
     return RidgeFit(float(alpha), coef, np.asarray(final.intercept_, "float64").reshape(-1), val_mae,
                     np.asarray(val_forecast, "float64").reshape(val_y.shape))

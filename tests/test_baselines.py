@@ -12,7 +12,7 @@ def test_fit_ridge_picks_the_best_validation_alpha_then_refits_on_train_and_val(
     y = x @ rng.normal(size=(5, 3)) + rng.normal(scale=2.0, size=(120, 3))
     train_x, val_x, train_y, val_y = x[:80], x[80:], y[:80], y[80:]
     alphas = (0.01, 1.0, 100.0, 10_000.0)
-    fit = fit_ridge(x, y, 80, alphas)
+    fit = fit_ridge(x.copy(), y, 80, alphas)
     # Brute force with scikit-learn: the validation MAE of each alpha fitted on train alone.
     val_maes = {a: np.mean(np.abs(Ridge(alpha=a).fit(train_x, train_y).predict(val_x) - val_y)) for a in alphas}
     assert fit.alpha == min(val_maes, key=val_maes.get)

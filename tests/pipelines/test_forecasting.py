@@ -254,7 +254,8 @@ def test_windows_cut_from_the_series_give_the_numbers_of_materialised_windows(na
         for column, expected in inputs.items():
             np.testing.assert_array_equal(np.concatenate([b[0][column] for b in batches]), expected)
         np.testing.assert_array_equal(np.concatenate([b[1] for b in batches]), targets)
-        np.testing.assert_array_equal(pipeline._targets(data, split), targets)
+        np.testing.assert_array_equal(np.concatenate([t for _, t in pipeline._split_targets(data, (split,))]),
+                                      targets)
 
     model = pipeline.build_model(config, data)
     rng = np.random.default_rng(1)
