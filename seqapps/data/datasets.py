@@ -20,6 +20,7 @@ from seqapps.errors import DataError
 if TYPE_CHECKING:
     import tensorflow as tf
 
+    from seqapps.data.pairs import Pairs
     from seqapps.data.text import Corpus
 
 TFDS_PREFIX = "tfds:"
@@ -155,3 +156,27 @@ def tfds_images(data_path: str) -> dict[str, tuple[Any, Any]]:
             labels.append(label)
         result[split] = (np.asarray(images, np.float32), np.asarray(labels, np.int64))
     return result
+
+
+def tfds_pairs(data_path: str) -> "Pairs":
+    """Reads a tfds translation data set (``ted_hrlr_translate/pt_to_en``, ``para_crawl/enfr``, ...) as pairs.
+
+    The data set's supervised keys say which language is the source and which the target.
+
+    Args:
+        data_path: ``tfds:NAME`` (its train split) or ``tfds:NAME:SPLIT``.
+
+    Raises:
+        DataError: see ``tfds_dataset``; or the data set is not text pairs.
+    """
+    from seqapps.data.pairs import Pairs
+
+    sources, targets = [], []
+    for example in tfds_dataset(data_path, as_supervised=True).as_numpy_iterator():
+        if not (isinstance(example, tuple) and len(example) == 2 and all(isinstance(v, bytes) for v in example)):
+            raise DataError(f"--data {data_path}: expected (source, target) text pairs, as translation data sets "
+                            "give; this one is not a translation data set")
+        sources.append(example[0].decode("utf-8", "replace"))
+        targets.append(example[1].decode("utf-8", "replace"))
+    return Pairs(sources, targets, [f"example {i + 1}" for i in range(len(sources))], data_path,
+                 "see the tensorflow-datasets catalog")

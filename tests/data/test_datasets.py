@@ -25,6 +25,15 @@ def test_text_sets_are_read_as_corpora_of_non_blank_lines(name):
     assert corpus.source == f"tfds:{name}" and corpus.lines and all(line.strip() == line != "" for line in corpus.lines)
 
 
+def test_translation_sets_are_read_as_source_target_pairs():
+    with tfds.testing.mock_data(num_examples=4):
+        pairs = datasets.tfds_pairs("tfds:ted_hrlr_translate/pt_to_en")
+        with pytest.raises(DataError, match="not a translation data set"):
+            datasets.tfds_pairs("tfds:mnist")
+    assert len(pairs) == 4 and pairs.origin == "tfds:ted_hrlr_translate/pt_to_en"
+    assert all(isinstance(text, str) and text for text in pairs.sources + pairs.targets)
+
+
 @pytest.mark.parametrize("data, message", [
     ("tfds:mnist", "run `tfds build mnist`"),  # no local copy in the empty data folder
     ("tfds:no_such_set", "'no_such_set' is not a tensorflow-datasets name"),
