@@ -180,3 +180,54 @@ def tfds_pairs(data_path: str) -> "Pairs":
         targets.append(example[1].decode("utf-8", "replace"))
     return Pairs(sources, targets, [f"example {i + 1}" for i in range(len(sources))], data_path,
                  "see the tensorflow-datasets catalog")
+
+
+def tfds_audio_folder(data_path: str) -> Path:
+    """Writes a tfds speech set (``librispeech``, ``ljspeech``, ...) once as the folder ``--data`` reads.
+
+    The folder holds one WAV file per example (at the set's sample rate) and a
+    ``metadata.csv`` of ``path,transcript``; it is built atomically under
+    ``$SEQAPPS_DATA/tfds/`` and reused by later runs.
+
+    Args:
+        data_path: ``tfds:NAME`` (its train split) or ``tfds:NAME:SPLIT``.
+
+    Returns:
+        The folder.
+
+    Raises:
+        DataError: see ``tfds_dataset``; or the set has no audio and text features.
+    """
+    import csv
+    import re
+
+    import numpy as np
+    import soundfile
+    import tensorflow_datasets as tfds
+
+    from seqapps.data.files import build_folder_atomically
+    from seqapps.data.speech import data_home
+
+    examples = tfds_dataset(data_path)  # checks the name and that the data is local
+    name = data_path[len(TFDS_PREFIX):].partition(":")[0]
+    features = tfds.builder(name).info.features
+    audio = [key for key, feature in features.items() if isinstance(feature, tfds.features.Audio)]
+    text = [key for key, feature in features.items() if isinstance(feature, tfds.features.Text)]
+    if not audio or not text:
+        raise DataError(f"--data {data_path}: expected a speech data set with audio and text features, got "
+                        f"{', '.join(features.keys())}")
+    rate = features[audio[0]].sample_rate
+
+    def build(folder: Path) -> None:
+        with open(folder / "metadata.csv", "w", newline="", encoding="utf-8") as table:
+            writer = csv.writer(table)
+            writer.writerow(["path", "transcript"])
+            for number, example in enumerate(examples.as_numpy_iterator()):
+                waveform = example[audio[0]]
+                if np.issubdtype(waveform.dtype, np.integer):
+                    waveform = waveform.astype(np.int16)  # tfds keeps 16-bit PCM in int64
+                soundfile.write(folder / f"{number:07d}.wav", waveform, rate)
+                writer.writerow([f"{number:07d}.wav", example[text[0]].decode("utf-8", "replace")])
+
+    return build_folder_atomically(data_home() / "tfds" / re.sub(r"[^\w.-]+", "_", data_path[len(TFDS_PREFIX):]),
+                                   build)

@@ -54,3 +54,21 @@ def test_pixel_mnist_trains_on_a_tfds_set(capsys, tmp_path):
                                     "--json", "--out", str(tmp_path))
     assert code == 0, err
     assert result["data"]["source"] == "tfds:mnist"
+
+
+def test_speech_sets_are_written_once_as_a_folder_of_wav_files_and_transcripts(monkeypatch, tmp_path):
+    import soundfile
+
+    from seqapps.data import speech
+
+    monkeypatch.setenv("SEQAPPS_DATA", str(tmp_path))
+    with tfds.testing.mock_data(num_examples=3):
+        folder = datasets.tfds_audio_folder("tfds:librispeech:test")
+        again = datasets.tfds_audio_folder("tfds:librispeech:test")
+        with pytest.raises(DataError, match="expected a speech data set with audio and text"):
+            datasets.tfds_audio_folder("tfds:mnist")
+    assert folder == again == tmp_path / "tfds" / "librispeech_test"
+    utterances = speech.read_transcripts(folder)
+    assert len(utterances) == 3
+    waveform, rate = soundfile.read(utterances[0].path, dtype="int16")
+    assert rate == 16000 and waveform.ndim == 1 and waveform.size > 0
