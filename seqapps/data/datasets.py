@@ -231,3 +231,54 @@ def tfds_audio_folder(data_path: str) -> Path:
 
     return build_folder_atomically(data_home() / "tfds" / re.sub(r"[^\w.-]+", "_", data_path[len(TFDS_PREFIX):]),
                                    build)
+
+
+def tfds_caption_folder(data_path: str) -> Path:
+    """Writes a tfds captioning set (``coco_captions``, ...) once as the folder ``--data`` reads.
+
+    The folder holds one JPEG per example and a ``captions.csv`` of ``image,caption``
+    (a row per caption: the ``captions/text`` of COCO, or the set's one text feature);
+    it is built atomically under ``$SEQAPPS_DATA/tfds/`` and reused by later runs.
+
+    Args:
+        data_path: ``tfds:NAME`` (its train split) or ``tfds:NAME:SPLIT``.
+
+    Returns:
+        The folder.
+
+    Raises:
+        DataError: see ``tfds_dataset``; or the set has no image and caption features.
+    """
+    import csv
+    import re
+
+    import numpy as np
+    import tensorflow_datasets as tfds
+    from PIL import Image
+
+    from seqapps.data.captions import CAPTIONS_FILE
+    from seqapps.data.files import build_folder_atomically
+    from seqapps.data.speech import data_home
+
+    examples = tfds_dataset(data_path)  # checks the name and that the data is local
+    features = tfds.builder(data_path[len(TFDS_PREFIX):].partition(":")[0]).info.features
+    images = [key for key, feature in features.items() if isinstance(feature, tfds.features.Image)]
+    texts = [key for key, feature in features.items() if isinstance(feature, tfds.features.Text)
+             and "filename" not in key]
+    if not images or not ("captions" in features or texts):
+        raise DataError(f"--data {data_path}: expected a captioning data set with image and caption features, got "
+                        f"{', '.join(features.keys())}")
+
+    def build(folder: Path) -> None:
+        with open(folder / CAPTIONS_FILE, "w", newline="", encoding="utf-8") as table:
+            writer = csv.writer(table)
+            writer.writerow(["image", "caption"])
+            for number, example in enumerate(examples.as_numpy_iterator()):
+                name = f"{number:07d}.jpg"
+                Image.fromarray(np.squeeze(example[images[0]])).save(folder / name, "JPEG", quality=95)
+                found = example["captions"]["text"] if "captions" in features else [example[texts[0]]]
+                for caption in found:
+                    writer.writerow([name, caption.decode("utf-8", "replace")])
+
+    return build_folder_atomically(data_home() / "tfds" / re.sub(r"[^\w.-]+", "_", data_path[len(TFDS_PREFIX):]),
+                                   build)

@@ -72,3 +72,16 @@ def test_speech_sets_are_written_once_as_a_folder_of_wav_files_and_transcripts(m
     assert len(utterances) == 3
     waveform, rate = soundfile.read(utterances[0].path, dtype="int16")
     assert rate == 16000 and waveform.ndim == 1 and waveform.size > 0
+
+
+def test_captioning_sets_are_written_once_as_a_folder_of_jpegs_and_captions(monkeypatch, tmp_path):
+    from seqapps.data import captions
+
+    monkeypatch.setenv("SEQAPPS_DATA", str(tmp_path))
+    with tfds.testing.mock_data(num_examples=3):
+        folder = datasets.tfds_caption_folder("tfds:coco_captions:val")
+        with pytest.raises(DataError, match="expected a captioning data set with image and caption"):
+            datasets.tfds_caption_folder("tfds:mnist")
+    assert folder == tmp_path / "tfds" / "coco_captions_val"
+    read = captions.read_captions(folder)  # opens every image
+    assert len(read) == 3 and all(caption.strip() for group in read.captions for caption in group)
