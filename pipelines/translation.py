@@ -53,7 +53,6 @@ from seqapps.config import TrainingConfig, require
 from seqapps.data import datasets
 from seqapps.data import pairs as pair_data
 from seqapps.data import text as text_data
-from seqapps.errors import DataError
 from seqapps.export import Limits, Signature
 from seqapps.layers.attention_decoder import CELLS, AttentionDecoder, PaddingMask, WordGenerator
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
