@@ -25,7 +25,7 @@ than the validation ones.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Iterator
 
 import keras
 import numpy as np
@@ -236,20 +236,16 @@ class Forecasting(Pipeline):
                   "target_cols": targets, "filled_values": series.filled, "timezone": series.timezone,
                   **({"csv": frame.attrs["csv"]} if "csv" in frame.attrs else {}),
                   "windows": {name: int(len(found)) for name, found in origins.items()}}
-        # The ridge baseline, the frozen ridge in the model and the interval calibration read
-        # every window, so the windows are materialised here (see docs/results.md, memory).
-        datasets_ = {name: self._window_arrays(self._windows(values, times, found, state))
-                     for name, found in origins.items()}
-        arrays = {"values": values[:, target_index], "times": times, "test_origins": origins["test"],
-                  "fit_end": bounds["val"][1], "seasonal_baseline": seasonal, "interval": config.interval,
-                  "mase_scale": forecast_metrics_lib.mase_scale(train_values[:, target_index], steps["daily_lag"]),
-                  "inputs": {name: found[0] for name, found in datasets_.items()},
-                  "targets": {name: found[1] for name, found in datasets_.items()}}
-        train = datasets_["train"]
+        # Windows are never materialised: training, the ridge fit, the calibration and evaluation
+        # cut them from the series as they read them (see docs/results.md, memory).
+        arrays = {"values": values[:, target_index], "series": values.astype("float32"), "times": times,
+                  "origins": origins, "fit_end": bounds["val"][1], "seasonal_baseline": seasonal,
+                  "interval": config.interval,
+                  "mase_scale": forecast_metrics_lib.mase_scale(train_values[:, target_index], steps["daily_lag"])}
+        train = origins["train"]
         if config.fit_on_val:  # the protocol's final fit on train + val; validation then only paces training
-            train = tuple(tf.nest.map_structure(lambda a, b: np.concatenate([a, b]), train, datasets_["val"]))
-        return Splits(*(tf.data.Dataset.from_tensor_slices(split) for split in (train, datasets_["val"],
-                                                                                datasets_["test"])),
+            train = np.concatenate([train, origins["val"]])
+        return Splits(*(self._windows(arrays, found, state) for found in (train, origins["val"], origins["test"])),
                       state=state, report=report, arrays=arrays)
 
     @staticmethod
@@ -289,31 +285,93 @@ class Forecasting(Pipeline):
         return np.arange(first, stop - horizon, dtype="int64")
 
     @staticmethod
-    def _windows(values: np.ndarray, times: np.ndarray, origins: np.ndarray, state: dict[str, Any]) -> tf.data.Dataset:
+    def _windows(arrays: dict[str, Any], origins: np.ndarray, state: dict[str, Any],
+                 batch_size: int | None = None) -> tf.data.Dataset:
         """Windows ``(inputs, targets)`` cut from the series as they are read.
 
         Only the series and the window origins are held, so memory grows with the
         series, not with the number of windows times the lookback.
+
+        Args:
+            arrays: ``Splits.arrays``: the float32 series and the Unix times of its rows.
+            origins: the index of each window's last observed step.
+            state: the pipeline state (lookback, horizon, columns).
+            batch_size: cut batches of this many windows; None: single windows (of known cardinality).
+
+        Returns:
+            A dataset of ``({column: [lookback], end_time: []}, [horizon, targets])``, batched if asked.
         """
-        lookback, horizon = state["lookback"], state["horizon"]
-        series, stamps = tf.constant(values.astype("float32")), tf.constant(times)
+        series, stamps = tf.constant(arrays["series"]), tf.constant(arrays["times"])
+        past = tf.range(1 - state["lookback"], 1, dtype=tf.int64)
+        future = tf.range(1, state["horizon"] + 1, dtype=tf.int64)
         target_index = [state["input_cols"].index(c) for c in state["target_cols"]]
 
         def cut(origin: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
-            past = tf.ensure_shape(series[origin - lookback + 1: origin + 1], [lookback, values.shape[1]])
-            inputs = {name: past[:, i] for i, name in enumerate(state["input_cols"])}
-            inputs[END_TIME] = stamps[origin]
-            future = tf.ensure_shape(series[origin + 1: origin + 1 + horizon], [horizon, values.shape[1]])
-            return inputs, tf.gather(future, target_index, axis=1)
+            window = tf.gather(series, origin[:, None] + past)  # [batch, lookback, columns]
+            inputs = {name: window[:, :, i] for i, name in enumerate(state["input_cols"])}
+            inputs[END_TIME] = tf.gather(stamps, origin)
+            return inputs, tf.gather(tf.gather(series, origin[:, None] + future), target_index, axis=2)
 
-        return tf.data.Dataset.from_tensor_slices(origins).map(cut, num_parallel_calls=tf.data.AUTOTUNE)
+        windows = tf.data.Dataset.from_tensor_slices(origins).batch(batch_size or 1024).map(
+            cut, num_parallel_calls=tf.data.AUTOTUNE)
+        if batch_size is None:
+            windows = windows.unbatch().apply(tf.data.experimental.assert_cardinality(len(origins)))
+        return windows
+
+    def _split_windows(self, data: Splits, split: str, batch_size: int) -> tf.data.Dataset:
+        """A split's window inputs (without targets), in batches of ``batch_size``, for ``predict``."""
+        return self._windows(data.arrays, data.arrays["origins"][split], data.state, batch_size).map(
+            lambda inputs, targets: inputs)
+
+    def _predict(self, model: keras.Model, data: Splits, splits: tuple[str, ...], batch_size: int) -> list[np.ndarray]:
+        """``model.predict`` over the windows of ``splits`` (in order), written into arrays allocated once.
+
+        Returns:
+            One array per model output, its rows the splits' windows.
+        """
+        total = sum(len(data.arrays["origins"][split]) for split in splits)
+        outputs, start = [], 0
+        for split in splits:
+            for inputs in self._split_windows(data, split, batch_size):
+                found = model.predict_on_batch(inputs)
+                found = found if isinstance(found, list) else [found]
+                if not outputs:
+                    outputs = [np.empty((total, *part.shape[1:]), part.dtype) for part in found]
+                for output, part in zip(outputs, found):
+                    output[start: start + len(part)] = part
+                start += len(found[0])
+        return outputs
 
     @staticmethod
-    def _window_arrays(windows: tf.data.Dataset) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """All windows of a split as NumPy ``(inputs, targets)``."""
-        inputs, targets = zip(*windows.batch(4096).as_numpy_iterator())
-        return ({name: np.concatenate([batch[name] for batch in inputs]) for name in inputs[0]},
-                np.concatenate(targets))
+    def _split_targets(data: Splits, splits: tuple[str, ...], chunk: int = 8192
+                       ) -> Iterator[tuple[slice, np.ndarray]]:
+        """The targets of the windows of ``splits`` (in order), as ``(rows, [rows, horizon, targets])`` chunks.
+
+        Values are float32, as the model sees them.
+        """
+        values, start = data.arrays["values"].astype("float32"), 0
+        for split in splits:
+            origins = data.arrays["origins"][split]
+            for first in range(0, len(origins), chunk):
+                steps = origins[first: first + chunk, None] + np.arange(1, data.state["horizon"] + 1)
+                yield slice(start + first, start + first + len(steps)), values[steps]
+            start += len(origins)
+
+    def _forecast_batches(self, model: keras.Model, data: Splits, split: str, batch_size: int = 256
+                          ) -> Iterator[tuple[slice, np.ndarray, np.ndarray, np.ndarray]]:
+        """The model's forecasts of a split's windows, batch by batch, with what scores them.
+
+        Yields:
+            ``(rows, forecast, scale, targets)``: the batch's rows in the split, the forecast
+            [batch, horizon, targets], each window's local scale [batch, 1, targets] and the
+            true values [batch, horizon, targets].
+        """
+        start = 0
+        for inputs, targets in self._windows(data.arrays, data.arrays["origins"][split], data.state, batch_size):
+            forecast = model.predict_on_batch(inputs)
+            scale = keras.ops.convert_to_numpy(self._interval_scale(data.state, inputs))
+            yield slice(start, start + len(forecast)), forecast, scale, targets.numpy()
+            start += len(forecast)
 
     # --- model ----------------------------------------------------------------------------
 
@@ -351,7 +409,12 @@ class Forecasting(Pipeline):
             [keras.layers.Flatten()(recent), keras.layers.Flatten()(calendar)])
 
     def _ridge(self, data: Splits) -> baselines.RidgeFit:
-        """Fits the ridge baseline on the residual to the seasonal-naive base (in scaled units); cached."""
+        """Fits the ridge baseline on the residual to the seasonal-naive base (in scaled units); cached.
+
+        Its features ([windows, lags x columns + calendar]) and targets ([windows,
+        horizon x targets]) are written batch by batch into arrays allocated once, for
+        the training and validation windows together.
+        """
         if "ridge" not in data.arrays:
             state = data.state
             inputs = self._inputs(state)
@@ -363,20 +426,23 @@ class Forecasting(Pipeline):
             extractor = keras.Model(inputs, outputs)
             target_index = [state["input_cols"].index(c) for c in state["target_cols"]]
             mean, std = np.array(state["mean"])[target_index], np.array(state["std"])[target_index]
-            splits = {}
-            for split in ("train", "val", "test"):
-                found = extractor.predict(data.arrays["inputs"][split], batch_size=1024, verbose=0)
-                features, base_values = (found, 0.0) if base is None else found
-                scaled_targets = ((data.arrays["targets"][split] - mean) / std).reshape(len(features), -1)
-                splits[split] = (features, scaled_targets - base_values, base_values)
-            fit = baselines.fit_ridge(splits["train"][0], splits["train"][1], splits["val"][0], splits["val"][1])
-            test_features, _, test_base = splits["test"]
-            forecast = (fit.predict(test_features) + test_base).reshape(data.arrays["targets"]["test"].shape)
-            val_shape = data.arrays["targets"]["val"].shape
+            features, *base_values = self._predict(extractor, data, ("train", "val"), 1024)
+            # In the features' precision, the one scikit-learn fits in (it would cast a float64 copy).
+            targets = np.empty((len(features), state["horizon"] * len(target_index)), features.dtype)
+            for rows, found in self._split_targets(data, ("train", "val")):
+                scaled = ((found - mean) / std).reshape(len(found), -1)
+                targets[rows] = scaled - base_values[0][rows] if base_values else scaled
+            del base_values
+            fit = baselines.fit_ridge(features, targets, len(data.arrays["origins"]["train"]))
+            del features, targets  # centred by the fit
+            shape = (-1, state["horizon"], len(state["target_cols"]))
+            test_features, *test_base = self._predict(extractor, data, ("test",), 1024)
+            forecast = (fit.predict(test_features) + (test_base[0] if test_base else 0.0)).reshape(shape)
             data.arrays["ridge"] = fit
             data.arrays["ridge_forecast"] = forecast * std + mean
             # What the ridge part of the model would forecast on the validation split had it not seen it.
-            data.arrays["ridge_val_shift"] = (fit.val_forecast - fit.predict(splits["val"][0])).reshape(val_shape) * std
+            val_features = self._predict(extractor, data, ("val",), 1024)[0]
+            data.arrays["ridge_val_shift"] = (fit.val_forecast - fit.predict(val_features)).reshape(shape) * std
         return data.arrays["ridge"]
 
     def build_model(self, config: ForecastingConfig, data: Splits) -> keras.Model:
@@ -434,13 +500,12 @@ class Forecasting(Pipeline):
     def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
         """Scores the model, its interval and the baselines on the test split (and calibrates the interval)."""
         arrays, state = data.arrays, data.state
-        truth = arrays["targets"]["test"]
-        predicted = model.predict(arrays["inputs"]["test"], batch_size=256, verbose=0)
         self._calibrate(model, data)
         levels = state["interval"]["levels"]
         offsets = np.array(state["interval"]["offsets"])
-        scale = keras.ops.convert_to_numpy(self._interval_scale(state, arrays["inputs"]["test"]))
-        origins, horizon = arrays["test_origins"], state["horizon"]
+        batches = list(self._forecast_batches(model, data, "test"))
+        predicted, scale, truth = (np.concatenate([batch[i] for batch in batches]) for i in (1, 2, 3))
+        origins, horizon = arrays["origins"]["test"], state["horizon"]
         forecasts = {"model": predicted}
         for label, lag in {"naive_daily": state["daily_lag"], "naive_weekly": state["weekly_lag"]}.items():
             forecasts[label] = forecast_metrics_lib.seasonal_naive(arrays["values"], origins, horizon, lag)
@@ -453,10 +518,9 @@ class Forecasting(Pipeline):
         score = {name: self._score(truth, forecast, arrays["mase_scale"], state["target_cols"])
                  for name, forecast in forecasts.items()}
         metrics = score.pop("model")
-        bounds = predicted[None] + offsets[:, None] * scale[None]
-        metrics["interval_coverage"] = intervals.coverage(truth, bounds[0], bounds[-1])
-        metrics["pinball"] = intervals.pinball_loss(truth, np.concatenate([bounds[:1], predicted[None], bounds[1:]]),
-                                                    (levels[0], 0.5, levels[1]))
+        lower, upper = (predicted + offset * scale for offset in offsets)
+        metrics["interval_coverage"] = intervals.coverage(truth, lower, upper)
+        metrics["pinball"] = intervals.pinball_loss(truth, (lower, predicted, upper), (levels[0], 0.5, levels[1]))
         return metrics, score
 
     def _calibrate(self, model: keras.Model, data: Splits) -> None:
@@ -467,21 +531,24 @@ class Forecasting(Pipeline):
         the ridge fitted on the training split alone, so that they are out of sample.
         """
         arrays, state = data.arrays, data.state
-        calibration = {split: model.predict(arrays["inputs"][split], batch_size=256, verbose=0)
-                       for split in ("train", "val")}
+        shift = None
         if state.get("ridge_lags"):
             self._ridge(data)
-            calibration["val"] = calibration["val"] + arrays["ridge_val_shift"]
+            shift = arrays["ridge_val_shift"]
         levels = interval_levels(arrays["interval"])
         floors = [1e-3 * state["std"][state["input_cols"].index(c)] for c in state["target_cols"]]
         state["interval"] = {"levels": list(levels), "scale_lag": min(state["daily_lag"], state["lookback"] - 1),
                              "scale_floor": floors}
-        scale = {split: keras.ops.convert_to_numpy(self._interval_scale(state, arrays["inputs"][split]))
-                 for split in ("train", "val")}
-        offsets = intervals.conformal_offsets(
-            np.concatenate([arrays["targets"][s] / scale[s] for s in ("train", "val")]),
-            np.concatenate([calibration[s] / scale[s] for s in ("train", "val")]), levels)
-        state["interval"]["offsets"] = offsets.tolist()
+        sizes = [len(arrays["origins"][split]) for split in ("train", "val")]
+        shape = (sum(sizes), state["horizon"], len(state["target_cols"]))
+        residuals = np.empty(shape, "float32" if shift is None else np.result_type("float32", shift))
+        for split, first in zip(("train", "val"), (0, sizes[0])):
+            for rows, forecast, scale, truth in self._forecast_batches(model, data, split):
+                if split == "val" and shift is not None:  # the out-of-sample ridge on the validation windows
+                    forecast = forecast + shift[rows]
+                np.subtract(truth / scale, forecast / scale, out=residuals[first + rows.start: first + rows.stop],
+                            dtype=residuals.dtype)
+        state["interval"]["offsets"] = intervals.conformal_offsets(residuals, levels).tolist()
 
     @staticmethod
     def _interval_scale(state: dict[str, Any], inputs: dict[str, Any]) -> Any:
@@ -523,7 +590,7 @@ class Forecasting(Pipeline):
             outputs[FORECAST_TIME] = raw[END_TIME][:, None] + future_offsets[None, :]
             return outputs
 
-        example = {name: value[:2] for name, value in data.arrays["inputs"]["test"].items()}
+        example = {name: value.numpy() for name, value in next(iter(self._split_windows(data, "test", 2))).items()}
         return {"serving_default": Signature(inputs, example, run=lambda x: model(x, training=False),
                                              postprocess=readable)}
 

@@ -4,10 +4,10 @@ It is ``keras.Model.fit`` with the callbacks every run needs: early stopping on
 validation loss (best weights restored), the learning rate halved on plateau,
 global gradient-norm clipping, a NaN guard that stops with an error, and
 ``BackupAndRestore`` checkpoints so that a killed run resumes where it stopped.
-The backup holds the weights, the optimizer, the epoch, and the state of early
-stopping and of the learning-rate schedule; each epoch's data order depends on the
-seed and the epoch alone. So a killed and resumed run trains exactly as the
-uninterrupted one. The backup stays until the caller removes it (after export).
+The backup holds the weights, the optimizer, the epoch, the state of early
+stopping and of the learning-rate schedule, and the layers' seed generators (the
+dropout masks); each epoch's data order depends on the seed and the epoch alone.
+So a killed and resumed run trains exactly as the uninterrupted one. The backup stays until the caller removes it (after export).
 Models are built under the chosen ``tf.distribute`` strategy; with several workers,
 the chief keeps the backup that every worker resumes from.
 """
@@ -311,8 +311,11 @@ class _Backup(keras.callbacks.BackupAndRestore):
     Keras' backup holds the weights, the optimizer (with its learning rate) and the
     epoch. Early stopping's best weights and counters and the plateau schedule's
     counters live in the callbacks; without them a resumed run forgets its best epoch
-    and restarts its patience. This backup saves them with each epoch and restores
-    them after the weights, so it must come after those callbacks in the list.
+    and restarts its patience. The layers' random state (each ``SeedGenerator``, which
+    draws the dropout masks) is in ``model.variables`` but not in the saved weights;
+    without it a resumed run draws the masks of epoch 1 again. This backup saves both
+    with each epoch and restores them after the weights, so it must come after those
+    callbacks in the list.
 
     Args:
         directory: the backup folder.
@@ -343,6 +346,13 @@ class _Backup(keras.callbacks.BackupAndRestore):
             if getattr(callback, "restore_best_weights", False) and values.get("best_weights"):
                 with np.load(self.directory / values["best_weights"]) as saved:
                     callback.best_weights = [saved[f"w{i}"] for i in range(len(saved.files))]
+        for variable, value in zip(self._seed_states(), state["seed_states"], strict=True):
+            variable.assign(np.asarray(value, variable.dtype))
+
+    def _seed_states(self) -> list[Any]:
+        """The model's ``SeedGenerator`` state variables: in ``variables`` but not in ``weights``."""
+        weights = {id(weight) for weight in self.model.weights}
+        return [variable for variable in self.model.variables if id(variable) not in weights]
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         done = epoch + 1
@@ -358,7 +368,8 @@ class _Backup(keras.callbacks.BackupAndRestore):
                     np.savez(file, **{f"w{i}": w for i, w in enumerate(best)})
             states.append(values)
         state = {"epoch": done, "stopped": bool(self.model.stop_training), "history": self.history,
-                 "callbacks": states}
+                 "callbacks": states,
+                 "seed_states": [keras.ops.convert_to_numpy(v).tolist() for v in self._seed_states()]}
         partial = self.directory / f"callbacks-{done}.json.partial"
         partial.write_text(json.dumps(state))
         os.replace(partial, self.directory / f"callbacks-{done}.json")
