@@ -57,3 +57,28 @@ def make_logs_reducible_across_workers(model: keras.Model) -> None:
     for name in ("train_step", "test_step"):
         step = getattr(model, name)
         setattr(model, name, lambda data, step=step: tf.nest.map_structure(lambda v: v[None], step(data)))
+
+
+class OwnGradientClipping:
+    """Optimizer mixin: ``clip_gradients(grads)`` decides the gradients that are applied.
+
+    Keras 3 has no public hook between the gradients and the update; every optimizer
+    passes them through the private ``BaseOptimizer._clip_gradients`` (``clipnorm``,
+    ``clipvalue``, ``global_clipnorm``) inside ``apply_gradients``. This mixin routes
+    that call to a public method. Put it before the Keras optimizer in the bases, and
+    drop it when Keras offers a gradient-transform hook.
+    """
+
+    def clip_gradients(self, grads: list) -> list:
+        """Returns the gradients to apply. Default: Keras' own clipping.
+
+        Args:
+            grads: one gradient (a tensor or ``IndexedSlices``) per trainable variable.
+
+        Returns:
+            The gradients to apply, in the same order.
+        """
+        return super()._clip_gradients(grads)  # noqa: SLF001
+
+    def _clip_gradients(self, grads: list) -> list:
+        return self.clip_gradients(grads)

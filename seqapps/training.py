@@ -183,13 +183,13 @@ def clip_by_global_norm(grads: Sequence[Any], clip_norm: float) -> list[Any]:
     return [scaled(g) for g in grads]
 
 
-class _DenseEquivalentClipping:
+class _DenseEquivalentClipping(compat.OwnGradientClipping):
     """Optimizer mixin: duplicate sparse rows summed before clipping and the update."""
 
-    def _clip_gradients(self, grads: list) -> list:
+    def clip_gradients(self, grads: list) -> list:
         if self.global_clipnorm and self.global_clipnorm > 0:
             return clip_by_global_norm(grads, self.global_clipnorm)
-        return super()._clip_gradients([sum_duplicate_rows(g) for g in grads])
+        return super().clip_gradients([sum_duplicate_rows(g) for g in grads])
 
 
 @keras.saving.register_keras_serializable(package="seqapps")

@@ -40,3 +40,19 @@ def test_logs_get_a_leading_axis_of_one():
     compat.make_logs_reducible_across_workers(model)
     logs = model.train_step((tf.ones((4, 2)), tf.zeros((4, 1))))
     assert all(tuple(value.shape) == (1,) for value in logs.values())
+
+
+def test_own_gradient_clipping_decides_the_applied_gradients():
+    class DoublingSGD(compat.OwnGradientClipping, keras.optimizers.SGD):
+        def clip_gradients(self, grads):
+            return super().clip_gradients([2.0 * g for g in grads])
+
+    variable = keras.Variable(np.zeros(3, "float32"))
+    gradient = tf.constant([1.0, -2.0, 3.0])
+    DoublingSGD(learning_rate=1.0, clipnorm=100.0).apply_gradients([(gradient, variable)])
+    # Keras still routes apply_gradients through _clip_gradients (else the update would be -gradient), and the
+    # default still applies Keras' own clipping afterwards (clipnorm 100 leaves a norm-7.5 gradient unchanged).
+    np.testing.assert_array_equal(variable.numpy(), -2.0 * gradient.numpy())
+    variable.assign(np.zeros(3, "float32"))
+    DoublingSGD(learning_rate=1.0, clipnorm=1.0).apply_gradients([(gradient, variable)])
+    np.testing.assert_allclose(np.linalg.norm(variable.numpy()), 1.0, rtol=1e-6)  # clipped to norm 1
