@@ -14,7 +14,8 @@ from tests.layers.harness import run_layer_test
 #: Layers whose harness run lives in their own test module (with their NumPy references).
 TESTED_ELSEWHERE = {"BatchNCE", "DecoupledHRNN", "CalendarFeatures", "SeasonalNaive",
                     "LogMelSpectrogram",  # tests/data/test_audio.py
-                    "AttentionDecoder", "PaddingMask"}  # tests/layers/test_attention_decoder.py
+                    "AttentionDecoder", "PaddingMask",  # tests/layers/test_attention_decoder.py
+                    "LexiconBias"}  # tests/layers/test_lexicon.py
 
 
 def test_every_registered_layer_is_covered():
