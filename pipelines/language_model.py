@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from typing import Any
 
 import keras
@@ -55,7 +54,7 @@ from seqapps.layers.ngram_context import NGramContext
 from seqapps.losses import per_token_training_loss
 from seqapps.metrics import perplexity, unigram_log_probs
 from seqapps.pipeline import Pipeline, Splits
-from seqapps.training import make_optimizer
+from seqapps.training import seconds_per_training_step
 
 ARCHITECTURES = ("ffnn", "ffnn_relu", "rnn", "rnn_relu", "lstm", "lstm_relu")
 CORPORA = {"wordnet": text_data.wordnet_glosses, "pydoc": text_data.pydoc_topics}
@@ -273,15 +272,8 @@ class LanguageModel(Pipeline):
         config = self.config
         if config.timing_steps == 0:
             return {}
-        copy = keras.Model.from_config(model.get_config())
-        copy.compile(optimizer=make_optimizer(config),
-                     **self.compile_args(config, data))
-        batches = iter(data.train.repeat().batch(config.batch_size, drop_remainder=True))
-        copy.train_on_batch(*next(batches))  # trace and compile
-        start = time.perf_counter()
-        for _ in range(config.timing_steps):
-            copy.train_on_batch(*next(batches))
-        step = (time.perf_counter() - start) / config.timing_steps
+        step = seconds_per_training_step(model, config, self.compile_args(config, data), data.train,
+                                         config.timing_steps)
         steps = config.steps_per_epoch or math.ceil(int(data.train.cardinality()) / config.batch_size)
         return {"train_tokens_per_s": round(config.batch_size * config.seq_len / step, 1),
                 "train_seconds_per_epoch": round(steps * step, 1)}

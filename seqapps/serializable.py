@@ -20,6 +20,7 @@ REGISTERED = {
     "seqapps.layers.ctc": ("CTCSpeechModel",),
     "seqapps.layers.hierarchical_rnn": ("DecoupledHRNN",),
     "seqapps.layers.hrnn_model": ("HRNNSequenceModel",),
+    "seqapps.layers.lexicon": ("LexiconBias",),
     "seqapps.layers.ngram_context": ("NGramContext",),
     "seqapps.layers.spectrogram": ("SpecAugment", "TimeStatistics"),
     "seqapps.layers.time_features": ("CalendarFeatures", "SeasonalDifference", "SeasonalNaive"),

@@ -214,6 +214,30 @@ def make_optimizer(config: TrainingConfig) -> keras.optimizers.Optimizer:
     return Adam(learning_rate=config.learning_rate, **clip)
 
 
+def seconds_per_training_step(model: keras.Model, config: TrainingConfig, compile_args: dict[str, Any],
+                              train: tf.data.Dataset, steps: int) -> float:
+    """Times training steps of a fresh copy of ``model`` (the trained weights are not touched).
+
+    Args:
+        model: the model; its config is copied and compiled with ``make_optimizer(config)``.
+        config: batch size and optimizer settings.
+        compile_args: the pipeline's other ``compile`` arguments (loss, ``jit_compile``).
+        train: the unbatched training split of ``(inputs, targets[, weights])`` elements.
+        steps: timed steps, after one untimed step that traces and compiles.
+
+    Returns:
+        The mean seconds of one step (batches of ``config.batch_size``).
+    """
+    copy = keras.Model.from_config(model.get_config())
+    copy.compile(optimizer=make_optimizer(config), **compile_args)
+    batches = iter(train.repeat().batch(config.batch_size, drop_remainder=True))
+    copy.train_on_batch(*next(batches))  # trace and compile
+    start = time.perf_counter()
+    for _ in range(steps):
+        copy.train_on_batch(*next(batches))
+    return (time.perf_counter() - start) / steps
+
+
 def _adapt_to_distribution(model: keras.Model, train: tf.data.Dataset) -> None:
     """Works around Keras 3.15 ``fit``/``evaluate`` failures under tf.distribute (see ``seqapps.compat``).
 

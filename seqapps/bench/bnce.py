@@ -38,6 +38,14 @@ METHODS = ("softmax", "snce", "snce_tf", "bnce", "adaptive_bnce")
 # V=100k) and does not help the dense softmax, whose time is the B x V matmuls.
 # "snce_tf" (tf.nn.nce_loss with tf.random.fixed_unigram_candidate_sampler) is
 # the stock TF S-NCE for reference; its sampler op has no XLA kernel.
+# --end-to-end per pipeline: its config field of the output loss, the losses compared, the metrics kept.
+END_TO_END = {
+    "language_model": ("loss", ("softmax", "snce", "bnce"),
+                       ("ppl_full", "ppl_self_normalized", "train_tokens_per_s", "parameters", "vocabulary")),
+    "translation": ("output", ("softmax", "bnce"),
+                    ("ppl_full", "greedy_bleu", "beam_bleu", "greedy_chrf", "beam_chrf", "train_tokens_per_s",
+                     "parameters")),
+}
 AUTO_JIT = {"softmax": False, "snce": True, "snce_tf": False, "bnce": True, "adaptive_bnce": True}
 LEARNING_RATE = 0.1
 
@@ -62,9 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {METHODS}")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights, targets and noise")
     parser.add_argument("--end-to-end", action="store_true",
-                        help="instead, train the language_model pipeline with each loss on the same data")
+                        help="instead, train the --task pipeline with each loss on the same data")
+    parser.add_argument("--task", choices=tuple(END_TO_END), default="language_model",
+                        help="--end-to-end: the pipeline (translation implies --end-to-end)")
     parser.add_argument("--steps", type=int, default=300, help="--end-to-end: training steps per loss")
-    parser.add_argument("--preset", default="default", help="--end-to-end: language_model preset")
+    parser.add_argument("--preset", default="default", help="--end-to-end: the pipeline's preset")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="--end-to-end: another config override of every run (repeatable)")
 
 
 def _peak_rss_mb() -> float:
@@ -208,7 +220,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ms per method, softmax/bnce and snce/bnce ratios, peak RSS) and the
         targets this run met.
     """
-    if args.end_to_end:
+    if args.end_to_end or args.task != "language_model":
         return _end_to_end(args)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = sorted(set(methods) - set(METHODS))
@@ -244,11 +256,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _end_to_end(args: argparse.Namespace) -> dict[str, Any]:
-    """Trains ``language_model`` with softmax, S-NCE and B-NCE for the same steps on the same data.
+    """Trains the ``--task`` pipeline with each output loss for the same steps on the same data.
 
-    Each run goes through the pipeline as ``seqapps run`` does (same corpus, vocabulary, model and
-    seed); runs follow one another in this process. Training tokens/s is the pipeline's own
-    measurement of timed training steps; PPL^f and PPL^n are on the validation-sized test sample.
+    ``language_model`` compares softmax, S-NCE and B-NCE; ``translation`` softmax and B-NCE (its
+    ``output``). Each run goes through the pipeline as ``seqapps run`` does (same corpus, vocabulary,
+    model and seed); runs follow one another in this process. Training tokens/s is the pipeline's own
+    measurement of timed training steps; PPL^f (and PPL^n, BLEU, chrF) are on the held-out test sample.
 
     Returns:
         One row per loss and the ratios bnce/softmax for tokens/s and PPL^f.
@@ -257,21 +270,26 @@ def _end_to_end(args: argparse.Namespace) -> dict[str, Any]:
 
     from seqapps import runner
 
+    field, losses, kept = END_TO_END[args.task]
     rows = {}
     with tempfile.TemporaryDirectory() as out:
-        for loss in ("softmax", "snce", "bnce"):
-            result = runner.run("language_model", args.preset, out=out,
-                                overrides=[f"loss={loss}", "epochs=1", f"steps_per_epoch={args.steps}"])
+        for loss in losses:
+            result = runner.run(args.task, args.preset, out=out,
+                                overrides=[*args.overrides, f"{field}={loss}", "epochs=1",
+                                           f"steps_per_epoch={args.steps}"])
             metrics = result["metrics"]
-            rows[loss] = {key: metrics[key] for key in ("ppl_full", "ppl_self_normalized", "train_tokens_per_s",
-                                                        "parameters", "vocabulary")}
+            rows[loss] = {key: metrics[key] for key in kept}
+            rows[loss]["train_s"] = result["training"]["seconds"]
             rows[loss]["wall_s"] = result["seconds"]
     softmax, bnce = rows["softmax"], rows["bnce"]
+    ratios = {"tokens_per_s": round(bnce["train_tokens_per_s"] / softmax["train_tokens_per_s"], 2),
+              "ppl_full": round(bnce["ppl_full"] / softmax["ppl_full"], 3)}
+    if "greedy_bleu" in bnce:
+        ratios["greedy_bleu_difference"] = round(bnce["greedy_bleu"] - softmax["greedy_bleu"], 2)
     return {
-        "settings": {"preset": args.preset, "steps": args.steps},
+        "settings": {"task": args.task, "preset": args.preset, "steps": args.steps, "overrides": args.overrides},
         "results": rows,
-        "bnce_over_softmax": {"tokens_per_s": round(bnce["train_tokens_per_s"] / softmax["train_tokens_per_s"], 2),
-                              "ppl_full": round(bnce["ppl_full"] / softmax["ppl_full"], 3)},
+        "bnce_over_softmax": ratios,
         "targets_met": {"bnce_tokens_per_s_at_least_5x_softmax":
                         bnce["train_tokens_per_s"] >= 5 * softmax["train_tokens_per_s"],
                         "bnce_ppl_full_within_10pct_of_softmax": bnce["ppl_full"] <= 1.1 * softmax["ppl_full"]},

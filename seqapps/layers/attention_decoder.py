@@ -155,25 +155,34 @@ class AttentionDecoder(keras.layers.Layer):
             return hidden, weights
         return hidden
 
-    def step(self, ids: tf.Tensor, state: dict[str, Any]) -> tuple[tf.Tensor, dict[str, Any]]:
+    def step(self, ids: tf.Tensor, state: dict[str, Any], return_attention: bool = False) -> tuple:
         """One decoding step, with the weights of ``call`` (no dropout).
 
         Args:
             ids: int ``[n]``, the previous words.
-            state: ``{"rnn": [...], "memory": [n, S, units]}`` and optionally ``"memory_mask": [n, S]``.
+            state: ``{"rnn": [...], "memory": [n, S, units]}`` and optionally ``"memory_mask": [n, S]``
+                (other entries are passed through).
+            return_attention: also return the attention weights ``[n, S]`` (needs attention).
 
         Returns:
-            ``(hidden [n, units], new state)`` with the same structure.
+            ``(hidden [n, units], new state)`` with the same structure (and the attention weights).
         """
         output, rnn_state = self.rnn.cell(self.embedding(ids), list(state["rnn"]), training=False)
-        hidden, _ = self._hidden(output[:, None, :], state["memory"], state.get("memory_mask"), False)
-        return hidden[:, 0, :], {**state, "rnn": list(rnn_state)}
+        hidden, weights = self._hidden(output[:, None, :], state["memory"], state.get("memory_mask"), False)
+        new_state = {**state, "rnn": list(rnn_state)}
+        return (hidden[:, 0, :], new_state, weights[:, 0, :]) if return_attention else (hidden[:, 0, :], new_state)
 
     def compute_mask(self, inputs: Any, mask: Any = None) -> None:
         return None
 
     def compute_output_shape(self, input_shape: dict[str, Any]) -> tuple:
         return tuple(input_shape["ids"]) + (self.units,)
+
+    def compute_output_spec(self, inputs: dict[str, Any], training: bool | None = None,
+                            return_attention: bool = False, mask: Any = None) -> Any:
+        ids, memory = tuple(inputs["ids"].shape), tuple(inputs["memory"].shape)
+        hidden = keras.KerasTensor(ids + (self.units,), dtype=self.compute_dtype)
+        return (hidden, keras.KerasTensor(ids + memory[1:2], dtype=self.compute_dtype)) if return_attention else hidden
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
@@ -194,18 +203,26 @@ class WordGenerator(tf.Module):
         start_id, end_id: the ids that start and end a word sequence (``end_id`` also pads).
         beam_size: hypotheses kept by ``beam``.
         length_penalty: alpha of the GNMT length penalty of ``beam``.
+        lexicon: optional ``seqapps.layers.lexicon.LexiconBias`` whose bias under each step's attention
+            is added to the output's logits; the decoder state then holds the source ids as ``"source_ids"``.
     """
 
     def __init__(self, decoder: AttentionDecoder, output: keras.layers.Layer, lookup: tf.Module, tokenizer: Any,
-                 start_id: int, end_id: int, beam_size: int = 4, length_penalty: float = 0.0) -> None:
+                 start_id: int, end_id: int, beam_size: int = 4, length_penalty: float = 0.0,
+                 lexicon: keras.layers.Layer | None = None) -> None:
         super().__init__(name="word_generator")
         self.decoder, self.output, self.lookup, self.tokenizer = decoder, output, lookup, tokenizer
         self.start_id, self.end_id = int(start_id), int(end_id)
         self.beam_size, self.length_penalty = int(beam_size), float(length_penalty)
+        self.lexicon = lexicon
 
     def _step(self, ids: tf.Tensor, state: dict[str, Any], step: tf.Tensor) -> tuple[tf.Tensor, dict[str, Any]]:
-        hidden, state = self.decoder.step(ids, state)
-        return self.output(hidden[:, None, :])[:, 0, :], state
+        if self.lexicon is None:
+            hidden, state = self.decoder.step(ids, state)
+            return self.output(hidden[:, None, :])[:, 0, :], state
+        hidden, state, weights = self.decoder.step(ids, state, return_attention=True)
+        bias = self.lexicon({"attention": weights[:, None, :], "source_ids": state["source_ids"]})
+        return self.output(hidden[:, None, :], logit_bias=bias)[:, 0, :], state
 
     def _start(self, state: dict[str, Any]) -> tf.Tensor:
         return tf.fill([tf.shape(state["memory"])[0]], self.start_id)

@@ -136,6 +136,7 @@ def batch_nce_loss(
     log_z: float = 9.0,
     extra_noise_ids: tf.Tensor | None = None,
     remove_accidental_hits: bool = False,
+    logit_bias: tf.Tensor | None = None,
 ) -> tf.Tensor:
     """Per-row B-NCE loss (Oualil & Klakow, 2017), with the optional adaptive extra noise.
 
@@ -161,6 +162,8 @@ def batch_nce_loss(
             ``[..., K_extra]`` (one set per batch) int ids drawn from ``p_n`` and
             shared by the batch's rows (adaptive B-NCE; use it when ``B`` is small).
         remove_accidental_hits: mask noise columns equal to the row's target.
+        logit_bias: optional ``[..., B, V]`` scores added per row to every word's (for example
+            ``LexiconBias``); each row's scores of the columns ``c`` get its entries of ``c``.
 
     Returns:
         ``[..., B]`` float loss per row; its gradient w.r.t. ``S`` is the paper's ``G``.
@@ -195,6 +198,9 @@ def batch_nce_loss(
         columns = tf.identity(columns)
     weights = tf.gather(kernel, columns)
     scores = tf.matmul(hidden, weights, transpose_b=True) + tf.gather(bias, columns)[..., tf.newaxis, :] - log_z
+    if logit_bias is not None:
+        row_columns = tf.broadcast_to(columns[..., tf.newaxis, :], tf.shape(scores))
+        scores += tf.gather(logit_bias, row_columns, batch_dims=row_columns.shape.rank - 1)
     ignore_mask = None
     if remove_accidental_hits:
         hits = tf.equal(targets[..., :, tf.newaxis], columns[..., tf.newaxis, :])
@@ -259,21 +265,25 @@ def sampled_nce_loss(
     return tf.math.softplus(-positive) + tf.reduce_sum(negative_losses, axis=1)
 
 
-def full_logits(hidden: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
-    """Unnormalised scores ``l.w + c`` over the whole vocabulary.
+def full_logits(hidden: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor, logit_bias: tf.Tensor | None = None
+                ) -> tf.Tensor:
+    """Unnormalised scores ``l.w + c`` (plus a per-row ``logit_bias``) over the whole vocabulary.
 
     Args:
         hidden: ``[B, H]`` hidden states.
         kernel: ``[V, H]`` output embedding.
         bias: ``[V]`` output bias.
+        logit_bias: optional ``[B, V]`` scores added per row.
 
     Returns:
         ``[B, V]`` logits.
     """
-    return tf.matmul(hidden, kernel, transpose_b=True) + bias
+    logits = tf.matmul(hidden, kernel, transpose_b=True) + bias
+    return logits if logit_bias is None else logits + logit_bias
 
 
-def softmax_loss(hidden: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
+def softmax_loss(hidden: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor, targets: tf.Tensor,
+                 logit_bias: tf.Tensor | None = None) -> tf.Tensor:
     """Per-row full-softmax cross-entropy (dense kernel gradient).
 
     Args:
@@ -281,6 +291,7 @@ def softmax_loss(hidden: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor, targets:
         kernel: ``[V, H]`` output embedding.
         bias: ``[V]`` output bias.
         targets: ``[B]`` int target ids.
+        logit_bias: optional ``[B, V]`` scores added per row.
 
     Returns:
         ``[B]`` float ``-log softmax(l W^T + c)[target]``.
@@ -288,7 +299,8 @@ def softmax_loss(hidden: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor, targets:
     targets = tf.convert_to_tensor(targets)
     with tf.control_dependencies(_check_targets(targets, tf.shape(kernel)[0])):
         targets = tf.identity(targets)
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets, logits=full_logits(hidden, kernel, bias))
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=targets,
+                                                          logits=full_logits(hidden, kernel, bias, logit_bias))
 
 
 def noise_ids_from_uniform(noise_cdf: tf.Tensor, uniform: tf.Tensor) -> tf.Tensor:
@@ -375,6 +387,10 @@ class BatchNCE(keras.layers.Layer):
             Without targets, returns log-probabilities ``[..., V]``.
         self_normalized: bool, at inference use ``s - log_z`` instead of the
             full log-softmax.
+        logit_bias: optional ``[..., V]`` scores added to every word's score,
+            per row (``hidden``'s leading shape), in training (``"softmax"``,
+            ``"bnce"``: the batch's columns get their entries) and at inference;
+            for example ``seqapps.layers.lexicon.LexiconBias``.
 
     Example:
     ```python
@@ -481,18 +497,22 @@ class BatchNCE(keras.layers.Layer):
         uniform = keras.random.uniform(shape if isinstance(shape, tuple) else (shape,), seed=self.seed_generator)
         return noise_ids_from_uniform(self.noise_cdf, uniform)
 
-    def training_loss(self, hidden: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
+    def training_loss(self, hidden: tf.Tensor, targets: tf.Tensor, logit_bias: tf.Tensor | None = None) -> tf.Tensor:
         """Per-token training loss of the configured ``loss``.
 
         Args:
             hidden: ``[B, H]`` or ``[B, T, H]`` hidden states.
             targets: ``[B]`` or ``[B, T]`` int target ids.
+            logit_bias: optional ``[..., V]`` scores added to every word's, per row (``"softmax"`` and
+                ``"bnce"`` only).
 
         Returns:
             Float loss, the shape of ``targets``.
         """
         hidden = tf.convert_to_tensor(hidden, dtype=self.compute_dtype)
         targets = tf.cast(targets, "int32")
+        if logit_bias is not None and self.loss == "snce":
+            raise ValueError("`logit_bias` is supported by the 'softmax' and 'bnce' losses, not 'snce'")
         if self.loss == "bnce" and self.noise_scope == "time_step" and hidden.shape.rank == 3:
             steps = tf.shape(hidden)[1]
             extra = self.sample_noise((steps, self.extra_noise)) if self.extra_noise else None
@@ -505,15 +525,17 @@ class BatchNCE(keras.layers.Layer):
                 log_z=self.log_z,
                 extra_noise_ids=extra,
                 remove_accidental_hits=self.remove_accidental_hits,
+                logit_bias=None if logit_bias is None else tf.transpose(logit_bias, [1, 0, 2]),
             )
             return tf.transpose(per_step)
-        flat = self._flat_training_loss(tf.reshape(hidden, [-1, tf.shape(hidden)[-1]]), tf.reshape(targets, [-1]))
+        flat = self._flat_training_loss(tf.reshape(hidden, [-1, tf.shape(hidden)[-1]]), tf.reshape(targets, [-1]),
+                                        None if logit_bias is None else tf.reshape(logit_bias, [-1, self.vocab_size]))
         return tf.reshape(flat, tf.shape(targets))
 
-    def _flat_training_loss(self, hidden: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
+    def _flat_training_loss(self, hidden: tf.Tensor, targets: tf.Tensor, logit_bias: tf.Tensor | None) -> tf.Tensor:
         """``training_loss`` of ``[N, H]`` hidden states and ``[N]`` targets as one batch."""
         if self.loss == "softmax":
-            return softmax_loss(hidden, self.kernel, self.bias, targets)
+            return softmax_loss(hidden, self.kernel, self.bias, targets, logit_bias)
         if self.loss == "snce":
             return sampled_nce_loss(
                 hidden,
@@ -534,14 +556,16 @@ class BatchNCE(keras.layers.Layer):
             log_z=self.log_z,
             extra_noise_ids=self.sample_noise(self.extra_noise) if self.extra_noise else None,
             remove_accidental_hits=self.remove_accidental_hits,
+            logit_bias=logit_bias,
         )
 
-    def target_log_probs(self, hidden: Any, targets: Any) -> dict[str, tf.Tensor]:
+    def target_log_probs(self, hidden: Any, targets: Any, logit_bias: Any = None) -> dict[str, tf.Tensor]:
         """Log-probabilities of the targets under both normalisations, for PPL^f and PPL^n.
 
         Args:
             hidden: ``[..., H]`` hidden states.
             targets: int target ids, the shape of ``hidden`` without its last axis.
+            logit_bias: optional ``[..., V]`` scores added to every word's, per row.
 
         Returns:
             Dict with ``"full"`` (log-softmax over the vocabulary) and
@@ -551,18 +575,22 @@ class BatchNCE(keras.layers.Layer):
         targets = tf.convert_to_tensor(targets)
         flat_hidden = tf.reshape(hidden, [-1, tf.shape(hidden)[-1]])
         flat_targets = tf.reshape(targets, [-1])
-        full = -softmax_loss(flat_hidden, self.kernel, self.bias, flat_targets)
+        flat_bias = None if logit_bias is None else tf.reshape(logit_bias, [-1, self.vocab_size])
+        full = -softmax_loss(flat_hidden, self.kernel, self.bias, flat_targets, flat_bias)
         score = (
             tf.reduce_sum(flat_hidden * tf.gather(self.kernel, flat_targets), axis=1)
             + tf.gather(self.bias, flat_targets)
             - self.log_z
         )
+        if flat_bias is not None:
+            score += tf.gather(flat_bias, flat_targets, batch_dims=1)
         return {
             "full": tf.reshape(full, tf.shape(targets)),
             "self_normalized": tf.reshape(score, tf.shape(targets)),
         }
 
-    def call(self, inputs: Any, training: bool | None = None, self_normalized: bool = False) -> tf.Tensor:
+    def call(self, inputs: Any, training: bool | None = None, self_normalized: bool = False,
+             logit_bias: Any = None) -> tf.Tensor:
         if isinstance(inputs, (list, tuple)):
             hidden, targets = inputs
         else:
@@ -570,13 +598,14 @@ class BatchNCE(keras.layers.Layer):
         hidden = tf.convert_to_tensor(hidden, dtype=self.compute_dtype)
         if targets is None:
             flat_hidden = tf.reshape(hidden, [-1, tf.shape(hidden)[-1]])
-            logits = full_logits(flat_hidden, self.kernel, self.bias)
+            logits = full_logits(flat_hidden, self.kernel, self.bias,
+                                 None if logit_bias is None else tf.reshape(logit_bias, [-1, self.vocab_size]))
             log_probs = logits - self.log_z if self_normalized else tf.nn.log_softmax(logits)
             return tf.reshape(log_probs, tf.concat([tf.shape(hidden)[:-1], [self.vocab_size]], axis=0))
         targets = tf.cast(targets, "int32")
         if training:
-            return self.training_loss(hidden, targets)
-        log_probs = self.target_log_probs(hidden, targets)
+            return self.training_loss(hidden, targets, logit_bias)
+        log_probs = self.target_log_probs(hidden, targets, logit_bias)
         return -log_probs["self_normalized" if self_normalized else "full"]
 
     def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:

@@ -32,11 +32,15 @@ def test_steps_equal_the_teacher_forced_call(cell, attention):
     whole, weights = decoder(inputs, return_attention=True)
     state = {"rnn": [tf.constant(s) for s in inputs["state"]], "memory": tf.constant(inputs["memory"]),
              "memory_mask": tf.constant(inputs["memory_mask"])}
+    weights = weights.numpy()
     for t in range(STEPS):
-        hidden, state = decoder.step(tf.constant(inputs["ids"][:, t]), state)
+        if attention == "none":
+            hidden, state = decoder.step(tf.constant(inputs["ids"][:, t]), state)
+        else:
+            hidden, state, step_weights = decoder.step(tf.constant(inputs["ids"][:, t]), state, return_attention=True)
+            np.testing.assert_allclose(step_weights.numpy(), weights[:, t], atol=1e-5)
         # float32 through up to five recurrent steps of one graph or another: 1e-5 is round-off.
         np.testing.assert_allclose(hidden.numpy(), whole.numpy()[:, t], atol=1e-5)
-    weights = weights.numpy()
     assert weights.shape == (BATCH, STEPS, SOURCE)
     if attention == "none":
         assert not weights.any()

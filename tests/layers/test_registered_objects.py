@@ -15,7 +15,8 @@ from tests.layers.harness import run_layer_test
 TESTED_ELSEWHERE = {"BatchNCE", "DecoupledHRNN", "CalendarFeatures", "SeasonalNaive",
                     "LogMelSpectrogram",  # tests/data/test_audio.py
                     "AttentionDecoder", "PaddingMask",  # tests/layers/test_attention_decoder.py
-                    "SpecAugment", "TimeStatistics"}  # tests/layers/test_spectrogram.py
+                    "SpecAugment", "TimeStatistics",  # tests/layers/test_spectrogram.py
+                    "LexiconBias"}  # tests/layers/test_lexicon.py
 
 
 def test_every_registered_layer_is_covered():

@@ -9,6 +9,7 @@ from pipelines import translation
 from pipelines.translation import NULL, LexicalTranslator
 from seqapps import runner
 from seqapps.config import resolve_config
+from seqapps.data.text import Vocabulary
 from tests.export_harness import call_in_tensorflow_only_process, decoded
 from tests.pipelines.cli_runner import assert_rejected_in_one_line
 
@@ -40,6 +41,20 @@ def test_ibm1_learns_the_textbook_example():
                                        [["das", "haus"], ["das", "buch"], ["ein", "buch"]], iterations=10)
     assert translator.table == {"the": "das", "house": "haus", "book": "buch", "a": "ein"}
     assert translator.translate(["a", "house", "moses"]) == ["ein", "haus", "moses"]  # unseen words are copied
+
+
+def test_ibm1_lexicon_table_gives_vocabulary_ids_with_unknown_targets_merged():
+    translator = LexicalTranslator.fit([["the", "house"], ["the", "book"], ["a", "book"]],
+                                       [["das", "haus"], ["das", "buch"], ["ein", "buch"]], iterations=10, top_k=3)
+    t = {word: dict(found) for word, found in translator.translations.items()}
+    source_vocab = Vocabulary(["<unk>", "</s>", "<s>", "the", "house", "book"], [0] * 6)  # "a" is unknown
+    target_vocab = Vocabulary(["<unk>", "</s>", "<s>", "das", "buch"], [0] * 5)  # "haus", "ein" are unknown
+    ids, probs = translator.lexicon(source_vocab, target_vocab, top_k=2)
+    assert ids.shape == probs.shape == (6, 2) and not probs[:3].any()  # no translations of the special tokens
+    assert ids[4].tolist() == [0, 3]  # house: haus (as <unk>), then das; it never met "buch"
+    np.testing.assert_allclose(probs[4], [t["house"]["haus"], t["house"]["das"]], rtol=1e-6)
+    assert ids[5, 0] == 4 and probs[5, 0] == pytest.approx(t["book"]["buch"], rel=1e-6)
+    assert probs[5, 1] == pytest.approx(max(t["book"]["ein"], t["book"]["das"]), rel=1e-6)
 
 
 def test_ibm1_matches_the_nested_loop_reference_on_random_pairs():

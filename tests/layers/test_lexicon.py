@@ -1,0 +1,129 @@
+"""Tests of the lexicon bias (seqapps.layers.lexicon) and of BatchNCE's ``logit_bias``, against NumPy."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
+from seqapps.layers.lexicon import LexiconBias, lexical_distribution
+from tests.layers.harness import run_layer_test
+
+BATCH, STEPS, SOURCE, SOURCE_VOCAB, VOCAB, TOP_K, HIDDEN = 3, 4, 5, 7, 11, 3, 6
+# float32 sums of at most SOURCE * TOP_K products of numbers in [0, 1]: round-off stays below 1e-6.
+ATOL = 1e-6
+
+
+def _problem(seed: int = 0) -> dict:
+    """Attention rows summing to 1 (masked positions 0), source ids and a top-k table with rows summing to <= 1."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(BATCH, STEPS, SOURCE))
+    logits[1, :, 3:] = -np.inf  # a shorter source
+    attention = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    ids = np.stack([rng.choice(VOCAB, TOP_K, replace=False) for _ in range(SOURCE_VOCAB)]).astype("int32")
+    probs = rng.dirichlet(np.ones(TOP_K + 1), SOURCE_VOCAB)[:, :TOP_K]  # a little mass left off the table
+    probs[0] = 0.0  # a word without translations (like <unk>)
+    return {"attention": attention.astype("float32"),
+            "source_ids": rng.integers(0, SOURCE_VOCAB, (BATCH, SOURCE)).astype("int32"),
+            "ids": ids, "probs": probs.astype("float32")}
+
+
+def _numpy_lexical(problem: dict) -> np.ndarray:
+    """sum_j attention[b, t, j] * p_lex(. | x_bj) with a dense [source vocabulary, V] table, in float64."""
+    dense = np.zeros((SOURCE_VOCAB, VOCAB))
+    for row in range(SOURCE_VOCAB):
+        dense[row, problem["ids"][row]] += problem["probs"][row]
+    return np.einsum("bts,bsv->btv", problem["attention"].astype("float64"), dense[problem["source_ids"]])
+
+
+def test_lexical_distribution_matches_the_dense_mixture_and_its_gradient():
+    problem = _problem()
+    attention = tf.Variable(problem["attention"])
+    upstream = np.random.default_rng(1).normal(size=(BATCH, STEPS, VOCAB))
+    with tf.GradientTape() as tape:
+        mixed = lexical_distribution(attention, problem["source_ids"], problem["ids"], problem["probs"], VOCAB)
+        total = tf.reduce_sum(mixed * upstream)
+    np.testing.assert_allclose(mixed.numpy(), _numpy_lexical(problem), atol=ATOL)
+    dense = np.zeros((SOURCE_VOCAB, VOCAB))
+    for row in range(SOURCE_VOCAB):
+        dense[row, problem["ids"][row]] += problem["probs"][row]
+    wanted = np.einsum("btv,bsv->bts", upstream, dense[problem["source_ids"]])  # d total / d attention
+    np.testing.assert_allclose(tape.gradient(total, attention).numpy(), wanted, atol=1e-5)
+
+
+def test_lexicon_bias_is_the_log_of_the_mixture_plus_epsilon_and_survives_save():
+    problem = _problem(2)
+    layer = LexiconBias(SOURCE_VOCAB, VOCAB, TOP_K, epsilon=1e-3)
+    layer.build(None)
+    layer.set_table(problem["ids"], problem["probs"])
+    inputs = {"attention": problem["attention"], "source_ids": problem["source_ids"]}
+    np.testing.assert_allclose(layer(inputs).numpy(), np.log(_numpy_lexical(problem) + 1e-3), atol=1e-5)
+    run_layer_test(LexiconBias, {"source_vocab_size": SOURCE_VOCAB, "target_vocab_size": VOCAB, "top_k": TOP_K,
+                                 "epsilon": 0.01}, inputs, expected_output_shape=(BATCH, STEPS, VOCAB),
+                   run_training_check=False)
+
+
+def test_bad_tables_and_arguments_are_value_errors():
+    layer = LexiconBias(SOURCE_VOCAB, VOCAB, TOP_K)
+    layer.build(None)
+    problem = _problem()
+    with pytest.raises(ValueError, match="must have shape"):
+        layer.set_table(problem["ids"][:, :1], problem["probs"][:, :1])
+    with pytest.raises(ValueError, match=r"must lie in \[0, 11\)"):
+        layer.set_table(problem["ids"] + VOCAB, problem["probs"])
+    with pytest.raises(ValueError, match="summing to at most 1"):
+        layer.set_table(problem["ids"], problem["probs"] * 3)
+    with pytest.raises(ValueError, match="`epsilon` must be > 0"):
+        LexiconBias(SOURCE_VOCAB, VOCAB, TOP_K, epsilon=0)
+
+
+def _output_problem(seed: int = 3) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"hidden": rng.normal(0, 0.5, (BATCH, STEPS, HIDDEN)).astype("float32"),
+            "targets": rng.integers(0, VOCAB, (BATCH, STEPS)).astype("int32"),
+            "bias": np.log(rng.dirichlet(np.ones(VOCAB), (BATCH, STEPS)) + 1e-3).astype("float32")}
+
+
+def _layer(loss: str) -> BatchNCE:
+    layer = BatchNCE(VOCAB, loss=loss, log_z=0.0, seed=0)
+    layer.build((None, None, HIDDEN))
+    layer.set_noise_distribution(unigram_distribution(np.arange(VOCAB) + 1.0))
+    return layer
+
+
+def _numpy_logits(layer: BatchNCE, problem: dict) -> np.ndarray:
+    return problem["hidden"] @ layer.kernel.numpy().T + layer.bias.numpy() + problem["bias"]
+
+
+def test_logit_bias_enters_the_softmax_loss_and_the_inference_log_probabilities():
+    problem = _output_problem()
+    layer = _layer("softmax")
+    logits = _numpy_logits(layer, problem).astype("float64")
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    wanted = -np.take_along_axis(log_probs, problem["targets"][..., None], -1)[..., 0]
+    # float32 logits of magnitude < 10 through a log-sum-exp of 11 terms: 1e-5 is round-off.
+    for training in (True, False):
+        loss = layer([problem["hidden"], problem["targets"]], training=training, logit_bias=problem["bias"])
+        np.testing.assert_allclose(loss.numpy(), wanted, atol=1e-5)
+    np.testing.assert_allclose(layer(problem["hidden"], logit_bias=problem["bias"]).numpy(), log_probs, atol=1e-5)
+
+
+def test_logit_bias_enters_the_bnce_scores_of_each_rows_batch_columns():
+    problem = _output_problem(4)
+    layer = _layer("bnce")
+    loss = layer([problem["hidden"], problem["targets"]], training=True, logit_bias=problem["bias"]).numpy()
+    logits = _numpy_logits(layer, problem).astype("float64")
+    noise = layer.noise_probs.numpy().astype("float64")
+    for t in range(STEPS):  # the paper's batch is one time step's targets: K = BATCH - 1 noise words per row
+        columns = problem["targets"][:, t]
+        scores = logits[:, t][:, columns]  # row i's score of column j includes row i's bias for word j
+        log_noise = np.log((BATCH - 1) * noise[columns])
+        positive = np.diagonal(scores) - log_noise
+        negative = scores - log_noise[None, :]
+        wanted = np.log1p(np.exp(-positive)) + np.where(np.eye(BATCH, dtype=bool), 0.0,
+                                                         np.log1p(np.exp(negative))).sum(1)
+        np.testing.assert_allclose(loss[:, t], wanted, rtol=1e-4, atol=1e-5)  # float32 scores and softplus
+
+
+def test_snce_rejects_a_logit_bias():
+    problem = _output_problem()
+    with pytest.raises(ValueError, match="not 'snce'"):
+        _layer("snce")([problem["hidden"], problem["targets"]], training=True, logit_bias=problem["bias"])
