@@ -1,6 +1,8 @@
 """Tests of the translation pipeline: its lexical baseline, a tiny end-to-end run and bad input."""
 import collections
+import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -83,6 +85,17 @@ def test_tiny_run_reports_bleu_and_chrf_for_greedy_beam_and_the_lexical_baseline
     assert 1 < metrics["ppl_full"] < tiny_export["data"]["target_vocabulary"] * 2
     assert len(metrics["samples/translations"]) == 5
     assert tiny_export["data"]["source"] == "num2words en-es"
+
+
+@pytest.mark.large
+def test_beam_length_penalty_is_the_best_validation_choice_and_is_exported(tiny_export):
+    metrics = tiny_export["metrics"]
+    by_alpha = {float(alpha): bleu for alpha, bleu in metrics["val_beam_bleu_by_length_penalty"].items()}
+    assert sorted(by_alpha) == [0.6, 1.4]  # the tiny preset's choices
+    best = max(by_alpha.values())
+    assert metrics["length_penalty"] == next(alpha for alpha, bleu in by_alpha.items() if bleu == best)
+    state = json.loads((Path(tiny_export["export"]) / "assets.extra" / "state.json").read_text())
+    assert state["length_penalty"] == metrics["length_penalty"]  # the export decodes with the choice
 
 
 @pytest.mark.large
