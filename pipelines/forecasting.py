@@ -289,29 +289,27 @@ class Forecasting(Pipeline):
                   **({"csv": frame.attrs["csv"]} if "csv" in frame.attrs else {}),
                   "windows": {name: int(len(found)) for name, found in origins.items()},
                   "test_period": [str(series.frame.index[i]) for i in (bounds["test"][0], n - 1)]}
-        # The ridge baseline, the frozen ridge in the model and the interval calibration read
-        # every window, so the windows are materialised here (see docs/results.md, memory).
-        datasets_ = {name: self._window_arrays(self._windows(values, times, found, state))
-                     for name, found in origins.items()}
-        arrays = {"values": values[:, target_index], "times": times, "test_origins": origins["test"],
-                  "fit_end": bounds["val"][1], "seasonal_baseline": seasonal, "interval": config.interval,
-                  "ridge_cross_fit": config.ridge_cross_fit,
-                  "mase_scale": forecast_metrics_lib.mase_scale(train_values[:, target_index], steps["daily_lag"]),
-                  "inputs": {name: found[0] for name, found in datasets_.items()},
-                  "targets": {name: found[1] for name, found in datasets_.items()}}
+        # Windows are never materialised: training, the ridge fit, the calibration and evaluation
+        # cut them from the series as they read them (see docs/results.md, memory).
+        arrays = {"values": values[:, target_index], "series": values.astype("float32"), "times": times,
+                  "origins": origins, "fit_end": bounds["val"][1], "seasonal_baseline": seasonal,
+                  "interval": config.interval, "ridge_cross_fit": config.ridge_cross_fit,
+                  "mase_scale": forecast_metrics_lib.mase_scale(train_values[:, target_index], steps["daily_lag"])}
         data = Splits(None, None, None, state=state, report=report, arrays=arrays)
-        fitting = {split: (arrays["inputs"][split], arrays["targets"][split]) for split in ("train", "val", "test")}
+        # With cross-fitting, the training and validation targets are shifted to the ridge's out-of-fold residuals.
+        shift = None
         if config.ridge_lags and config.ridge_cross_fit > 1:
             self._ridge(data)
-            shift = arrays["ridge_target_shift"]
-            fitting.update({split: (arrays["inputs"][split], arrays["targets"][split] + shift[split])
-                            for split in ("train", "val")})
-        train = fitting["train"]
+            shift = arrays.pop("ridge_target_shift")  # [train + val windows, horizon, targets]; only read here
+        n_train = len(origins["train"])
+        train = (origins["train"], None if shift is None else shift[:n_train])
+        val = (origins["val"], None if shift is None else shift[n_train:])
         if config.fit_on_val:  # the protocol's final fit on train + val; validation then only paces training
-            train = tuple(tf.nest.map_structure(lambda a, b: np.concatenate([a, b]), train, fitting["val"]))
+            train = (np.concatenate([origins["train"], origins["val"]]), shift)
         # Targets get a members axis of 1, against which every member's forecast is scored.
-        data.train, data.val, data.test = (tf.data.Dataset.from_tensor_slices((split[0], split[1][:, None]))
-                                           for split in (train, fitting["val"], fitting["test"]))
+        data.train, data.val, data.test = (
+            self._windows(arrays, found, state, shift=offset).map(lambda inputs, targets: (inputs, targets[None]))
+            for found, offset in (train, val, (origins["test"], None)))
         return data
 
     @staticmethod
@@ -351,31 +349,96 @@ class Forecasting(Pipeline):
         return np.arange(first, stop - horizon, dtype="int64")
 
     @staticmethod
-    def _windows(values: np.ndarray, times: np.ndarray, origins: np.ndarray, state: dict[str, Any]) -> tf.data.Dataset:
+    def _windows(arrays: dict[str, Any], origins: np.ndarray, state: dict[str, Any],
+                 batch_size: int | None = None, shift: np.ndarray | None = None) -> tf.data.Dataset:
         """Windows ``(inputs, targets)`` cut from the series as they are read.
 
         Only the series and the window origins are held, so memory grows with the
         series, not with the number of windows times the lookback.
+
+        Args:
+            arrays: ``Splits.arrays``: the float32 series and the Unix times of its rows.
+            origins: the index of each window's last observed step.
+            state: the pipeline state (lookback, horizon, columns).
+            batch_size: cut batches of this many windows; None: single windows (of known cardinality).
+            shift: added to each window's targets, shape [windows, horizon, targets] (the targets then
+                take its dtype); None: the series' values.
+
+        Returns:
+            A dataset of ``({column: [lookback], end_time: []}, [horizon, targets])``, batched if asked.
         """
-        lookback, horizon = state["lookback"], state["horizon"]
-        series, stamps = tf.constant(values.astype("float32")), tf.constant(times)
+        series, stamps = tf.constant(arrays["series"]), tf.constant(arrays["times"])
+        past = tf.range(1 - state["lookback"], 1, dtype=tf.int64)
+        future = tf.range(1, state["horizon"] + 1, dtype=tf.int64)
         target_index = [state["input_cols"].index(c) for c in state["target_cols"]]
 
-        def cut(origin: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
-            past = tf.ensure_shape(series[origin - lookback + 1: origin + 1], [lookback, values.shape[1]])
-            inputs = {name: past[:, i] for i, name in enumerate(state["input_cols"])}
-            inputs[END_TIME] = stamps[origin]
-            future = tf.ensure_shape(series[origin + 1: origin + 1 + horizon], [horizon, values.shape[1]])
-            return inputs, tf.gather(future, target_index, axis=1)
+        def cut(origin: tf.Tensor, offset: tf.Tensor | None = None) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+            window = tf.gather(series, origin[:, None] + past)  # [batch, lookback, columns]
+            inputs = {name: window[:, :, i] for i, name in enumerate(state["input_cols"])}
+            inputs[END_TIME] = tf.gather(stamps, origin)
+            targets = tf.gather(tf.gather(series, origin[:, None] + future), target_index, axis=2)
+            return inputs, targets if offset is None else tf.cast(targets, offset.dtype) + offset
 
-        return tf.data.Dataset.from_tensor_slices(origins).map(cut, num_parallel_calls=tf.data.AUTOTUNE)
+        windows = tf.data.Dataset.from_tensor_slices(origins if shift is None else (origins, shift))
+        windows = windows.batch(batch_size or 1024).map(cut, num_parallel_calls=tf.data.AUTOTUNE)
+        if batch_size is None:
+            windows = windows.unbatch().apply(tf.data.experimental.assert_cardinality(len(origins)))
+        return windows
+
+    def _split_windows(self, data: Splits, split: str, batch_size: int) -> tf.data.Dataset:
+        """A split's window inputs (without targets), in batches of ``batch_size``, for ``predict``."""
+        return self._windows(data.arrays, data.arrays["origins"][split], data.state, batch_size).map(
+            lambda inputs, targets: inputs)
+
+    def _predict(self, model: keras.Model, data: Splits, splits: tuple[str, ...], batch_size: int) -> list[np.ndarray]:
+        """``model.predict`` over the windows of ``splits`` (in order), written into arrays allocated once.
+
+        Returns:
+            One array per model output, its rows the splits' windows.
+        """
+        total = sum(len(data.arrays["origins"][split]) for split in splits)
+        outputs, start = [], 0
+        for split in splits:
+            for inputs in self._split_windows(data, split, batch_size):
+                found = model.predict_on_batch(inputs)
+                found = found if isinstance(found, list) else [found]
+                if not outputs:
+                    outputs = [np.empty((total, *part.shape[1:]), part.dtype) for part in found]
+                for output, part in zip(outputs, found):
+                    output[start: start + len(part)] = part
+                start += len(found[0])
+        return outputs
 
     @staticmethod
-    def _window_arrays(windows: tf.data.Dataset) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """All windows of a split as NumPy ``(inputs, targets)``."""
-        inputs, targets = zip(*windows.batch(4096).as_numpy_iterator())
-        return ({name: np.concatenate([batch[name] for batch in inputs]) for name in inputs[0]},
-                np.concatenate(targets))
+    def _split_targets(data: Splits, splits: tuple[str, ...], chunk: int = 8192
+                       ) -> Iterator[tuple[slice, np.ndarray]]:
+        """The targets of the windows of ``splits`` (in order), as ``(rows, [rows, horizon, targets])`` chunks.
+
+        Values are float32, as the model sees them.
+        """
+        values, start = data.arrays["values"].astype("float32"), 0
+        for split in splits:
+            origins = data.arrays["origins"][split]
+            for first in range(0, len(origins), chunk):
+                steps = origins[first: first + chunk, None] + np.arange(1, data.state["horizon"] + 1)
+                yield slice(start + first, start + first + len(steps)), values[steps]
+            start += len(origins)
+
+    def _forecast_batches(self, model: keras.Model, data: Splits, split: str, batch_size: int = 256
+                          ) -> Iterator[tuple[slice, np.ndarray, np.ndarray, np.ndarray]]:
+        """The model's forecasts of a split's windows, batch by batch, with what scores them.
+
+        Yields:
+            ``(rows, forecast, scale, targets)``: the batch's rows in the split, the ensemble's
+            forecast (the mean of its members) [batch, horizon, targets], each window's local
+            scale [batch, 1, targets] and the true values [batch, horizon, targets].
+        """
+        start = 0
+        for inputs, targets in self._windows(data.arrays, data.arrays["origins"][split], data.state, batch_size):
+            forecast = model.predict_on_batch(inputs).mean(axis=1)  # over the members axis
+            scale = keras.ops.convert_to_numpy(self._interval_scale(data.state, inputs))
+            yield slice(start, start + len(forecast)), forecast, scale, targets.numpy()
+            start += len(forecast)
 
     # --- model ----------------------------------------------------------------------------
 
@@ -413,7 +476,12 @@ class Forecasting(Pipeline):
             [keras.layers.Flatten()(recent), keras.layers.Flatten()(calendar)])
 
     def _ridge(self, data: Splits) -> baselines.RidgeFit:
-        """Fits the ridge baseline on the residual to the seasonal-naive base (in scaled units); cached."""
+        """Fits the ridge baseline on the residual to the seasonal-naive base (in scaled units); cached.
+
+        Its features ([windows, lags x columns + calendar]) and targets ([windows,
+        horizon x targets]) are written batch by batch into arrays allocated once, for
+        the training and validation windows together.
+        """
         if "ridge" not in data.arrays:
             state = data.state
             inputs = self._inputs(state)
@@ -425,30 +493,34 @@ class Forecasting(Pipeline):
             extractor = keras.Model(inputs, outputs)
             target_index = [state["input_cols"].index(c) for c in state["target_cols"]]
             mean, std = np.array(state["mean"])[target_index], np.array(state["std"])[target_index]
-            splits = {}
-            for split in ("train", "val", "test"):
-                found = extractor.predict(data.arrays["inputs"][split], batch_size=1024, verbose=0)
-                features, base_values = (found, 0.0) if base is None else found
-                scaled_targets = ((data.arrays["targets"][split] - mean) / std).reshape(len(features), -1)
-                splits[split] = (features, scaled_targets - base_values, base_values)
-            fit = baselines.fit_ridge(splits["train"][0], splits["train"][1], splits["val"][0], splits["val"][1])
-            test_features, _, test_base = splits["test"]
-            forecast = (fit.predict(test_features) + test_base).reshape(data.arrays["targets"]["test"].shape)
-            val_shape = data.arrays["targets"]["val"].shape
+            features, *base_values = self._predict(extractor, data, ("train", "val"), 1024)
+            # In the features' precision, the one scikit-learn fits in (it would cast a float64 copy).
+            targets = np.empty((len(features), state["horizon"] * len(target_index)), features.dtype)
+            for rows, found in self._split_targets(data, ("train", "val")):
+                scaled = ((found - mean) / std).reshape(len(found), -1)
+                targets[rows] = scaled - base_values[0][rows] if base_values else scaled
+            del base_values
+            n_train, folds = len(data.arrays["origins"]["train"]), data.arrays["ridge_cross_fit"]
+            fit = baselines.fit_ridge(features, targets, n_train)
+            del features  # centred in place by the fit: cut again for the validation shift (and the cross-fit)
+            features = self._predict(extractor, data, ("train", "val") if folds > 1 else ("val",), 1024)[0]
+            shape = (-1, state["horizon"], len(state["target_cols"]))
+            # What the ridge part of the model would forecast on the validation split had it not seen it.
+            val_features = features[len(features) - len(data.arrays["origins"]["val"]):]
+            data.arrays["ridge_val_shift"] = (fit.val_forecast - fit.predict(val_features)).reshape(shape) * std
+            if folds > 1:  # the full fit's forecast minus one that did not see the window (user units)
+                shift = baselines.out_of_fold_forecasts(features, targets, fit.alpha, folds, gap=state["horizon"])
+                for first in range(0, len(shift), 8192):  # in place, chunk by chunk: no float64 copy of features
+                    rows = slice(first, first + 8192)
+                    np.subtract(fit.predict(features[rows]), shift[rows], out=shift[rows])
+                shift = shift.reshape(shape)
+                shift *= std
+                data.arrays["ridge_target_shift"] = shift
+            del features, val_features, targets
+            test_features, *test_base = self._predict(extractor, data, ("test",), 1024)
+            forecast = (fit.predict(test_features) + (test_base[0] if test_base else 0.0)).reshape(shape)
             data.arrays["ridge"] = fit
             data.arrays["ridge_forecast"] = forecast * std + mean
-            # What the ridge part of the model would forecast on the validation split had it not seen it.
-            data.arrays["ridge_val_shift"] = (fit.val_forecast - fit.predict(splits["val"][0])).reshape(val_shape) * std
-            folds = data.arrays["ridge_cross_fit"]
-            if folds > 1:  # the full fit's forecast minus one that did not see the window (user units)
-                features = np.concatenate([splits["train"][0], splits["val"][0]])
-                residuals = np.concatenate([splits["train"][1], splits["val"][1]])
-                shift = (fit.predict(features) - baselines.out_of_fold_forecasts(
-                    features, residuals, fit.alpha, folds, gap=state["horizon"]))
-                n_train = len(splits["train"][0])
-                data.arrays["ridge_target_shift"] = {
-                    split: part.reshape(data.arrays["targets"][split].shape) * std
-                    for split, part in (("train", shift[:n_train]), ("val", shift[n_train:]))}
         return data.arrays["ridge"]
 
     def build_model(self, config: ForecastingConfig, data: Splits) -> keras.Model:
@@ -519,13 +591,12 @@ class Forecasting(Pipeline):
     def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
         """Scores the model, its interval and the baselines on the test split (and calibrates the interval)."""
         arrays, state = data.arrays, data.state
-        truth = arrays["targets"]["test"]
-        predicted = self.forecast(model, arrays["inputs"]["test"])
         self._calibrate(model, data)
         levels = state["interval"]["levels"]
         offsets = np.array(state["interval"]["offsets"])
-        scale = keras.ops.convert_to_numpy(self._interval_scale(state, arrays["inputs"]["test"]))
-        origins, horizon = arrays["test_origins"], state["horizon"]
+        batches = list(self._forecast_batches(model, data, "test"))
+        predicted, scale, truth = (np.concatenate([batch[i] for batch in batches]) for i in (1, 2, 3))
+        origins, horizon = arrays["origins"]["test"], state["horizon"]
         forecasts = {"model": predicted}
         for label, lag in {"naive_daily": state["daily_lag"], "naive_weekly": state["weekly_lag"]}.items():
             forecasts[label] = forecast_metrics_lib.seasonal_naive(arrays["values"], origins, horizon, lag)
@@ -538,16 +609,10 @@ class Forecasting(Pipeline):
         score = {name: self._score(truth, forecast, arrays["mase_scale"], state["target_cols"])
                  for name, forecast in forecasts.items()}
         metrics = score.pop("model")
-        bounds = predicted[None] + offsets[:, None] * scale[None]
-        metrics["interval_coverage"] = intervals.coverage(truth, bounds[0], bounds[-1])
-        metrics["pinball"] = intervals.pinball_loss(truth, np.concatenate([bounds[:1], predicted[None], bounds[1:]]),
-                                                    (levels[0], 0.5, levels[1]))
+        lower, upper = (predicted + offset * scale for offset in offsets)
+        metrics["interval_coverage"] = intervals.coverage(truth, lower, upper)
+        metrics["pinball"] = intervals.pinball_loss(truth, (lower, predicted, upper), (levels[0], 0.5, levels[1]))
         return metrics, score
-
-    @staticmethod
-    def forecast(model: keras.Model, inputs: dict[str, np.ndarray]) -> np.ndarray:
-        """The ensemble's forecast in user units, [N, horizon, targets]: the mean of its members."""
-        return model.predict(inputs, batch_size=256, verbose=0).mean(axis=1)
 
     def _calibrate(self, model: keras.Model, data: Splits) -> None:
         """Stores the interval's offsets in ``data.state["interval"]`` (locally weighted split conformal).
@@ -557,20 +622,24 @@ class Forecasting(Pipeline):
         the ridge fitted on the training split alone, so that they are out of sample.
         """
         arrays, state = data.arrays, data.state
-        calibration = {split: self.forecast(model, arrays["inputs"][split]) for split in ("train", "val")}
+        shift = None
         if state.get("ridge_lags"):
             self._ridge(data)
-            calibration["val"] = calibration["val"] + arrays["ridge_val_shift"]
+            shift = arrays["ridge_val_shift"]
         levels = interval_levels(arrays["interval"])
         floors = [1e-3 * state["std"][state["input_cols"].index(c)] for c in state["target_cols"]]
         state["interval"] = {"levels": list(levels), "scale_lag": min(state["daily_lag"], state["lookback"] - 1),
                              "scale_floor": floors}
-        scale = {split: keras.ops.convert_to_numpy(self._interval_scale(state, arrays["inputs"][split]))
-                 for split in ("train", "val")}
-        offsets = intervals.conformal_offsets(
-            np.concatenate([arrays["targets"][s] / scale[s] for s in ("train", "val")]),
-            np.concatenate([calibration[s] / scale[s] for s in ("train", "val")]), levels)
-        state["interval"]["offsets"] = offsets.tolist()
+        sizes = [len(arrays["origins"][split]) for split in ("train", "val")]
+        shape = (sum(sizes), state["horizon"], len(state["target_cols"]))
+        residuals = np.empty(shape, "float32" if shift is None else np.result_type("float32", shift))
+        for split, first in zip(("train", "val"), (0, sizes[0])):
+            for rows, forecast, scale, truth in self._forecast_batches(model, data, split):
+                if split == "val" and shift is not None:  # the out-of-sample ridge on the validation windows
+                    forecast = forecast + shift[rows]
+                np.subtract(truth / scale, forecast / scale, out=residuals[first + rows.start: first + rows.stop],
+                            dtype=residuals.dtype)
+        state["interval"]["offsets"] = intervals.conformal_offsets(residuals, levels).tolist()
 
     @staticmethod
     def _interval_scale(state: dict[str, Any], inputs: dict[str, Any]) -> Any:
@@ -612,7 +681,7 @@ class Forecasting(Pipeline):
             outputs[FORECAST_TIME] = raw[END_TIME][:, None] + future_offsets[None, :]
             return outputs
 
-        example = {name: value[:2] for name, value in data.arrays["inputs"]["test"].items()}
+        example = {name: value.numpy() for name, value in next(iter(self._split_windows(data, "test", 2))).items()}
         return {"serving_default": Signature(inputs, example, postprocess=readable,
                                              run=lambda x: tf.reduce_mean(model(x, training=False), axis=1))}
 

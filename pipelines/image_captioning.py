@@ -38,6 +38,7 @@ import tensorflow as tf
 from seqapps import metrics as seqapps_metrics
 from seqapps.config import TrainingConfig, require
 from seqapps.data import captions as caption_data
+from seqapps.data import datasets
 from seqapps.data import images as image_data
 from seqapps.data import scenes
 from seqapps.data import text as text_data
@@ -161,7 +162,8 @@ def scene_splits(config: CaptioningConfig) -> dict[str, caption_data.CaptionedIm
 
 def user_splits(config: CaptioningConfig, data_path: str) -> dict[str, caption_data.CaptionedImages]:
     """The user's images, split by image (every 100 images: the first ``val`` to val, then test)."""
-    read = caption_data.read_captions(data_path)
+    read = caption_data.read_captions(datasets.tfds_caption_folder(data_path) if datasets.is_tfds(data_path)
+                                      else data_path)
     indices = {"train": [], "val": [], "test": []}
     val_cut, test_cut = round(100 * config.val_fraction), round(100 * (config.val_fraction + config.test_fraction))
     for i in range(len(read)):

@@ -51,7 +51,7 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps.config import TrainingConfig, require
-from seqapps.data import speech
+from seqapps.data import datasets, speech
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.layers import ctc
@@ -158,7 +158,11 @@ class SpeechRecognition(Pipeline):
     def load_data(self, config: SpeechRecognitionConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
         words: dict[str, list] = {}
-        if data_path:
+        if datasets.is_tfds(data_path):
+            rows = speech.read_transcripts(datasets.tfds_audio_folder(data_path))
+            parts = text_data.split_lines(rows, config.val_fraction, config.test_fraction)
+            source = {"source": data_path, "licence": "see the tensorflow-datasets catalog"}
+        elif data_path:
             rows = speech.read_transcripts(data_path, config.csv)
             parts = text_data.split_lines(rows, config.val_fraction, config.test_fraction)
             source = {"source": str(Path(data_path) / config.csv), "licence": "the user's"}
@@ -177,7 +181,7 @@ class SpeechRecognition(Pipeline):
                      "max_seconds": config.max_seconds}
         charset = state["chars"][1:]
         index = {c: i for i, c in enumerate(state["chars"]) if c}
-        datasets, arrays = {}, {}
+        split_data, arrays = {}, {}
         for split in SPLITS:
             utterances = speech.apply_charset(parts[split], charset, config.oov)
             labels = [[index[c] for c in u.transcript] for u in utterances]
@@ -195,13 +199,13 @@ class SpeechRecognition(Pipeline):
             inputs = tf.data.Dataset.from_tensor_slices(
                 {"waveform": tf.RaggedTensor.from_row_lengths(np.concatenate(clips), lengths), "length": lengths})
             targets = tf.data.Dataset.from_tensor_slices(tf.ragged.constant(labels, dtype=tf.int32))
-            datasets[split] = tf.data.Dataset.zip(inputs, targets).map(_to_float)
+            split_data[split] = tf.data.Dataset.zip(inputs, targets).map(_to_float)
             arrays[split] = {"transcripts": [u.transcript for u in utterances],
                              "paths": [str(u.path) for u in utterances]}
         arrays["words"] = words
         report = {**source, "utterances": {s: len(arrays[s]["transcripts"]) for s in SPLITS},
                   "characters": len(charset)}
-        return Splits(datasets["train"], datasets["val"], datasets["test"], state=state, report=report, arrays=arrays)
+        return Splits(split_data["train"], split_data["val"], split_data["test"], state=state, report=report, arrays=arrays)
 
     # --- model ------------------------------------------------------------------------------
 

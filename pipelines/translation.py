@@ -50,6 +50,7 @@ import tensorflow as tf
 
 from seqapps import metrics as seqapps_metrics
 from seqapps.config import TrainingConfig, require
+from seqapps.data import datasets
 from seqapps.data import pairs as pair_data
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
@@ -173,8 +174,8 @@ class TranslationConfig(TrainingConfig):
 
 def read_pairs(config: TranslationConfig, data_path: str | None) -> pair_data.Pairs:
     """The configured pairs, before the length limit: the user's file or tfds data, or the default corpus."""
-    if data_path and data_path.startswith("tfds:"):
-        found = _tfds_pairs(data_path.removeprefix("tfds:"))
+    if datasets.is_tfds(data_path):
+        found = datasets.tfds_pairs(data_path)
     elif data_path:
         found = pair_data.read_pairs_file(data_path)
     elif config.corpus == "numbers":
@@ -182,27 +183,6 @@ def read_pairs(config: TranslationConfig, data_path: str | None) -> pair_data.Pa
     else:
         found = pair_data.bible_pairs()
     return found.reversed() if config.reverse else found
-
-
-def _tfds_pairs(name: str) -> pair_data.Pairs:
-    """The train split of a tfds translation dataset already in the local data dir (no download)."""
-    import tensorflow_datasets as tfds
-
-    try:
-        builder = tfds.builder(name)
-        keys = builder.info.supervised_keys
-        data = builder.as_dataset(split="train")
-    except Exception as error:  # tfds raises many types for a missing or unknown dataset
-        raise DataError(f"tfds:{name}: not available in the local tfds data dir ({type(error).__name__}); "
-                        "download it with tfds first, or pass a TSV of pairs") from None
-    if not keys or len(keys) != 2:
-        raise DataError(f"tfds:{name}: has no (source, target) supervised keys; it is not a translation dataset")
-    sources, targets = [], []
-    for example in data.as_numpy_iterator():
-        sources.append(example[keys[0]].decode("utf-8"))
-        targets.append(example[keys[1]].decode("utf-8"))
-    return pair_data.Pairs(sources, targets, [f"example {i + 1}" for i in range(len(sources))], f"tfds:{name}",
-                           f"see the tfds catalogue entry of {name}")
 
 
 def _padded(rows: Sequence[np.ndarray], width: int) -> np.ndarray:

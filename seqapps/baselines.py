@@ -38,20 +38,27 @@ class RidgeFit:
         return features @ self.coef + self.intercept
 
 
-def fit_ridge(train_x: np.ndarray, train_y: np.ndarray, val_x: np.ndarray, val_y: np.ndarray,
-              alphas: tuple[float, ...] = RIDGE_ALPHAS) -> RidgeFit:
+def fit_ridge(x: np.ndarray, y: np.ndarray, n_train: int, alphas: tuple[float, ...] = RIDGE_ALPHAS) -> RidgeFit:
     """Chooses the ridge penalty by validation MAE, then refits on train + validation.
 
+    The training and validation rows come in one array each, and the final fit
+    centres ``x`` in place instead of copying it: long series give millions of rows.
+    (Scikit-learn fits in the features' precision and casts the targets to it, so
+    targets in that precision save another copy.)
+
     Args:
-        train_x, val_x: features, shape [N, F] (already on comparable scales).
-        train_y, val_y: targets, shape [N, outputs].
+        x: features, shape [N, F] (already on comparable scales): the training rows, then the validation
+            rows. Overwritten: the final fit leaves them centred.
+        y: targets, shape [N, outputs], in the same order.
+        n_train: how many leading rows are the training split.
         alphas: the penalties to try.
 
     Returns:
-        The fit on the concatenated splits with the best penalty.
+        The fit on all rows with the best penalty.
     """
     from sklearn.linear_model import Ridge
 
+    train_x, train_y, val_x, val_y = x[:n_train], y[:n_train], x[n_train:], y[n_train:]
     best = None
     for alpha in alphas:
         val_forecast = Ridge(alpha=alpha).fit(train_x, train_y).predict(val_x)
@@ -59,8 +66,8 @@ def fit_ridge(train_x: np.ndarray, train_y: np.ndarray, val_x: np.ndarray, val_y
         if best is None or val_mae < best[0]:
             best = val_mae, alpha, val_forecast
     val_mae, alpha, val_forecast = best
-    final = Ridge(alpha=alpha).fit(np.concatenate([train_x, val_x]), np.concatenate([train_y, val_y]))
-    coef = np.asarray(final.coef_, "float64").reshape(train_y.shape[1], -1).T
+    final = Ridge(alpha=alpha, copy_X=False).fit(x, y)
+    coef = np.asarray(final.coef_, "float64").reshape(y.shape[1], -1).T
     return RidgeFit(float(alpha), coef, np.asarray(final.intercept_, "float64").reshape(-1), val_mae,
                     np.asarray(val_forecast, "float64").reshape(val_y.shape))
 
@@ -89,7 +96,8 @@ def out_of_fold_forecasts(features: np.ndarray, targets: np.ndarray, alpha: floa
     rows = np.arange(len(features))
     for start, stop in zip(edges[:-1], edges[1:]):
         fit_rows = (rows < start - gap) | (rows >= stop + gap)
-        model = Ridge(alpha=alpha).fit(features[fit_rows], targets[fit_rows])
+        # features[fit_rows] is a copy already, which the fit may centre in place.
+        model = Ridge(alpha=alpha, copy_X=False).fit(features[fit_rows], targets[fit_rows])
         forecasts[start:stop] = np.asarray(model.predict(features[start:stop])).reshape(stop - start, -1)
     return forecasts
 

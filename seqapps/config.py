@@ -12,7 +12,7 @@ import difflib
 import types
 import typing
 from pathlib import Path
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar, Collection, Union
 
 import yaml
 
@@ -145,28 +145,60 @@ def resolve_config(
     Raises:
         ConfigError: unknown preset or key, a value of the wrong type, or out of range.
     """
-    if preset not in config_class.PRESETS:
-        raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(config_class.PRESETS)}")
-    fields = {f.name: f for f in dataclasses.fields(config_class)}
+    _check_preset(preset, config_class.PRESETS)
+    fields = [f.name for f in dataclasses.fields(config_class)]
     values: dict[str, Any] = {}
-    layers: list[tuple[str, dict[str, Any]]] = [(f"preset {preset!r}", config_class.PRESETS[preset])]
-    if base is not None:
-        layers = [("saved config", base)]
-    if config_file is not None:
-        layers.append((str(config_file), _read_yaml_mapping(Path(config_file))))
-    layers.append(("--set", _parse_overrides(overrides)))
-    for source, layer in layers:
+    layers = [("saved config", base)] if base is not None else [(f"preset {preset!r}", config_class.PRESETS[preset])]
+    for source, layer in layers + _user_layers(config_file, overrides):
         for key, value in layer.items():
-            if key not in fields:
-                close = difflib.get_close_matches(key, fields, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise ConfigError(f"{source}: unknown config field {key!r} for {config_class.__name__}{hint}")
+            _check_field(key, fields, source, config_class.__name__)
             values[key] = value
     hints = typing.get_type_hints(config_class)
     coerced = {key: _coerce(key, value, hints[key]) for key, value in values.items()}
     config = config_class(**coerced)
     config.validate()
     return config
+
+
+def check_names(class_name: str, fields: Collection[str], presets: Collection[str], preset: str | None,
+                config_file: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> None:
+    """Checks a run's preset and field names before its config class (and TensorFlow) is imported.
+
+    ``resolve_config`` makes the same checks, with the same messages, on the class itself.
+
+    Args:
+        class_name: the config class's name (for the messages).
+        fields, presets: its field and preset names.
+        preset: the preset asked for (None: not checked, as in finetune).
+        config_file, overrides: as for ``resolve_config``.
+
+    Raises:
+        ConfigError: an unknown preset or field, or an unreadable config file.
+    """
+    if preset is not None:
+        _check_preset(preset, presets)
+    for source, layer in _user_layers(config_file, overrides):
+        for key in layer:
+            _check_field(key, fields, source, class_name)
+
+
+def _check_preset(preset: str, presets: Collection[str]) -> None:
+    if preset not in presets:
+        raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(presets)}")
+
+
+def _check_field(key: str, fields: Collection[str], source: str, class_name: str) -> None:
+    if key not in fields:
+        close = difflib.get_close_matches(key, sorted(fields), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"{source}: unknown config field {key!r} for {class_name}{hint}")
+
+
+def _user_layers(config_file: str | Path | None, overrides: list[str] | tuple[str, ...]
+                 ) -> list[tuple[str, dict[str, Any]]]:
+    """The user's ``(source, fields)`` layers: the YAML file, then ``--set``."""
+    layers = [(str(config_file), _read_yaml_mapping(Path(config_file)))] if config_file is not None else []
+    return layers + [("--set", _parse_overrides(overrides))]
 
 
 def _read_yaml_mapping(path: Path) -> dict[str, Any]:

@@ -7,12 +7,12 @@ is the forecast plus the calibrated offsets times the window's own scale.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 
-def conformal_offsets(truth: np.ndarray, forecast: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
+def conformal_offsets(residuals: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
     """Per-step residual quantiles on a calibration split: forecast + offset is that quantile.
 
     Each forecast step (and target) gets its own offsets, since errors grow with the
@@ -20,13 +20,14 @@ def conformal_offsets(truth: np.ndarray, forecast: np.ndarray, quantiles: tuple[
     residual (the split-conformal rank) for q above one half, and the mirror rank below.
 
     Args:
-        truth, forecast: calibration values, shape [N, ...].
+        residuals: calibration truth minus forecast, shape [N, ...]; sorted in place (along the first axis),
+            so that a large calibration set is not copied.
         quantiles: levels in (0, 1).
 
     Returns:
         Offsets of shape [len(quantiles), ...].
     """
-    residuals = np.sort(truth - forecast, axis=0)
+    residuals.sort(axis=0)
     n = len(residuals)
     ranks = [min(n, int(np.ceil((n + 1) * q))) - 1 if q >= 0.5 else max(0, int(np.floor((n + 1) * q)) - 1)
              for q in quantiles]
@@ -52,20 +53,24 @@ def local_scale(window: Any, lag: int, floor: float) -> Any:
     return ops.mean(ops.abs(window[:, lag:] - window[:, :-lag]), axis=1) + floor
 
 
-def pinball_loss(truth: np.ndarray, quantile_forecasts: np.ndarray, quantiles: tuple[float, ...]) -> float:
+def pinball_loss(truth: np.ndarray, quantile_forecasts: Sequence[np.ndarray], quantiles: tuple[float, ...]) -> float:
     """The mean pinball (quantile) loss over quantile levels and values.
 
     Args:
         truth: shape [N, ...].
-        quantile_forecasts: shape [len(quantiles), N, ...].
+        quantile_forecasts: one forecast per level, each shaped like ``truth`` (or an array [levels, N, ...]).
         quantiles: levels in (0, 1).
 
     Returns:
         The mean over levels of mean(max(q (y - f), (q - 1) (y - f))); at q = 0.5 it is half the MAE.
     """
-    errors = truth[None] - quantile_forecasts
-    levels = np.asarray(quantiles).reshape((-1,) + (1,) * truth.ndim)
-    return float(np.mean(np.maximum(levels * errors, (levels - 1) * errors)))
+    losses = []
+    for forecast, level in zip(quantile_forecasts, quantiles):  # one level at a time: two work arrays
+        error = np.subtract(truth, forecast, dtype=np.float64)
+        below = error * (level - 1)
+        error *= level
+        losses.append(float(np.maximum(error, below, out=error).mean()))
+    return float(np.mean(losses))
 
 
 def coverage(truth: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> float:

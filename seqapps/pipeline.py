@@ -218,22 +218,29 @@ class PipelineRegistry:
                     return str(statement.value.value)
         return Pipeline.predict_input
 
+    def config_outline(self, name: str) -> ConfigOutline | None:
+        """Returns the pipeline's config class name, fields and presets, read without importing the pipeline.
+
+        The config class is the ``Config = ...`` of the pipeline class (or a base); its
+        fields and ``PRESETS`` keys are read from its source and its bases' sources,
+        following ``from module import Base``. None when the source does not say them
+        plainly (then the checks happen once the pipeline is imported).
+        """
+        self._load_entry_points()
+        module_name = self._targets[name].partition(":")[0]
+        for node in self._class_nodes(name):
+            for statement in node.body:
+                if (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Name)
+                        and any(isinstance(t, ast.Name) and t.id == "Config" for t in statement.targets)):
+                    return _config_outline(module_name, statement.value.id)
+        return None
+
     def _class_nodes(self, name: str) -> list[ast.ClassDef]:
         """The pipeline's class definition and its bases defined in the same module, from the source."""
         self._load_entry_points()
         module_name, _, class_name = self._targets[name].partition(":")
-        spec = importlib.util.find_spec(module_name)
-        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-            return []
-        tree = ast.parse(open(spec.origin, encoding="utf-8").read())
-        defined = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-        chain, pending = [], [class_name]
-        while pending:
-            node = defined.get(pending.pop(0))
-            if node is not None and node not in chain:
-                chain.append(node)
-                pending.extend(base.id for base in node.bases if isinstance(base, ast.Name))
-        return chain
+        tree = _module_tree(module_name)
+        return [] if tree is None else _class_chain(tree, class_name)
 
     def check(self, name: str) -> None:
         """Raises ConfigError unless ``name`` is declared; imports no pipeline module (nor TensorFlow)."""
@@ -265,6 +272,82 @@ class PipelineRegistry:
         for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
             if importlib.util.find_spec(entry.module) is not None:
                 self.declare(entry.name, entry.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigOutline:
+    """What the command line checks before importing a pipeline (and TensorFlow).
+
+    Attributes:
+        class_name: the config dataclass's name.
+        fields: its field names.
+        presets: its preset names.
+    """
+
+    class_name: str
+    fields: frozenset[str]
+    presets: tuple[str, ...]
+
+
+def _module_tree(module_name: str) -> ast.Module | None:
+    """The parsed source of a module, found without importing it; None without a ``.py`` source."""
+    spec = importlib.util.find_spec(module_name)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    with open(spec.origin, encoding="utf-8") as source:
+        return ast.parse(source.read())
+
+
+def _class_chain(tree: ast.Module, class_name: str) -> list[ast.ClassDef]:
+    """The class ``class_name`` of a module and its bases defined in that module, the class first."""
+    defined = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    chain, pending = [], [class_name]
+    while pending:
+        node = defined.get(pending.pop(0))
+        if node is not None and node not in chain:
+            chain.append(node)
+            pending.extend(base.id for base in node.bases if isinstance(base, ast.Name))
+    return chain
+
+
+def _config_outline(module_name: str, class_name: str) -> ConfigOutline | None:
+    """Reads a config dataclass's fields and preset names from its module's source and its bases'."""
+    tree = _module_tree(module_name)
+    chain = [] if tree is None else _class_chain(tree, class_name)
+    if not chain:
+        return None
+    fields: set[str] = set()
+    presets: tuple[str, ...] | None = None
+    local = {node.name for node in chain}
+    for node in chain:
+        for statement in node.body:
+            target = statement.target if isinstance(statement, ast.AnnAssign) else (
+                statement.targets[0] if isinstance(statement, ast.Assign) and len(statement.targets) == 1 else None)
+            if not isinstance(target, ast.Name):
+                continue
+            if target.id == "PRESETS":
+                if presets is None:  # the class nearest to the config's own wins, as in Python
+                    if not isinstance(statement.value, ast.Dict) or not all(
+                            isinstance(k, ast.Constant) for k in statement.value.keys):
+                        return None
+                    presets = tuple(k.value for k in statement.value.keys)
+            elif isinstance(statement, ast.AnnAssign) and "ClassVar" not in ast.unparse(statement.annotation):
+                fields.add(target.id)
+    imported = {alias.asname or alias.name: statement.module for statement in tree.body
+                if isinstance(statement, ast.ImportFrom) and statement.module and statement.level == 0
+                for alias in statement.names}
+    for node in chain:
+        for base in node.bases:
+            if not isinstance(base, ast.Name) or base.id in local:
+                continue
+            if base.id not in imported:
+                return None
+            outline = _config_outline(imported[base.id], base.id)
+            if outline is None:
+                return None
+            fields |= outline.fields
+            presets = outline.presets if presets is None else presets
+    return None if presets is None else ConfigOutline(class_name, frozenset(fields), presets)
 
 
 REGISTRY = PipelineRegistry()

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from seqapps.config import TrainingConfig, dump_config, resolve_config
+from seqapps.config import TrainingConfig, check_names, dump_config, resolve_config
 from seqapps.errors import DataError, ExportError
 from seqapps.pipeline import REGISTRY, Pipeline, Splits
 
@@ -27,6 +27,14 @@ def check_data_path(data_path: str | None) -> None:
     """
     if data_path and not data_path.startswith(TFDS_PREFIX) and not Path(data_path).exists():
         raise DataError(f"{data_path}: file not found")
+
+
+def _check_config_names(name: str, preset: str | None, config_file: str | None,
+                        overrides: tuple[str, ...] | list[str]) -> None:
+    """Checks the preset, config file and ``--set`` field names from the pipeline's source, before TensorFlow."""
+    outline = REGISTRY.config_outline(name)
+    if outline is not None:
+        check_names(outline.class_name, outline.fields, outline.presets, preset, config_file, overrides)
 
 
 # seqapps.metrics.forecast_metrics returns NaN for MASE exactly when its scale is 0.
@@ -166,6 +174,7 @@ def run(name: str, preset: str = "default", data_path: str | None = None, config
     start = time.perf_counter()
     REGISTRY.check(name)  # names and files first: they need no TensorFlow
     check_data_path(data_path)
+    _check_config_names(name, preset, config_file, overrides)
     pipeline_class = REGISTRY.get(name)
     from seqapps.training import make_strategy
 
@@ -200,6 +209,7 @@ def finetune(name: str, from_path: str | Path, data_path: str, overrides: tuple[
     if not data_path:
         raise DataError("finetune needs --data PATH with your own data")
     check_data_path(data_path)
+    _check_config_names(name, None, None, overrides)
     from seqapps.export import read_export
 
     info = read_export(from_path)

@@ -12,7 +12,7 @@ def test_fit_ridge_picks_the_best_validation_alpha_then_refits_on_train_and_val(
     y = x @ rng.normal(size=(5, 3)) + rng.normal(scale=2.0, size=(120, 3))
     train_x, val_x, train_y, val_y = x[:80], x[80:], y[:80], y[80:]
     alphas = (0.01, 1.0, 100.0, 10_000.0)
-    fit = fit_ridge(train_x, train_y, val_x, val_y, alphas)
+    fit = fit_ridge(x.copy(), y, 80, alphas)
     # Brute force with scikit-learn: the validation MAE of each alpha fitted on train alone.
     val_maes = {a: np.mean(np.abs(Ridge(alpha=a).fit(train_x, train_y).predict(val_x) - val_y)) for a in alphas}
     assert fit.alpha == min(val_maes, key=val_maes.get)
@@ -41,7 +41,7 @@ def test_holt_winters_matches_statsmodels_forecast_and_reads_no_future():
 def test_fit_ridge_keeps_the_shape_of_a_single_output():
     rng = np.random.default_rng(2)
     x, y = rng.normal(size=(40, 3)), rng.normal(size=(40, 1))
-    fit = fit_ridge(x[:30], y[:30], x[30:], y[30:])
+    fit = fit_ridge(x, y, 30)
     assert fit.coef.shape == (3, 1) and fit.val_forecast.shape == (10, 1) and fit.predict(x).shape == (40, 1)
 
 

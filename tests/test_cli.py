@@ -68,19 +68,42 @@ def test_bad_csv_in_a_fresh_process_prints_one_line_without_tensorflow_start_up_
 
 
 def test_unknown_names_and_missing_files_are_answered_before_tensorflow_is_imported(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("horizn: 1D\n")
     script = f"""
 import sys
 from seqapps import cli
 codes = [cli.main(["run", "nosuch_pipeline"]),
          cli.main(["run", "weather_forecasting", "--data", {str(tmp_path / "missing.csv")!r}]),
-         cli.main(["finetune", "weather_forecasting", "--from", "x", "--data", {str(tmp_path / "missing.csv")!r}])]
-print(codes, "tensorflow" in sys.modules)
+         cli.main(["finetune", "weather_forecasting", "--from", "x", "--data", {str(tmp_path / "missing.csv")!r}]),
+         cli.main(["run", "copy_task", "--set", "nosuch=1"]),
+         cli.main(["run", "copy_task", "--preset", "nosuch"]),
+         cli.main(["run", "load_forecasting", "--config", {str(config)!r}]),
+         cli.main(["finetune", "copy_task", "--from", "x", "--data", {str(config)!r}, "--set", "unitz=4"])]
+print(codes, "tensorflow" in sys.modules, "keras" in sys.modules)
 """
     completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert completed.stdout.split() == ["[2,", "2,", "2]", "False"], completed.stderr
+    assert completed.stdout.split() == ["[2,", "2,", "2,", "2,", "2,", "2,", "2]", "False", "False"], completed.stderr
     lines = completed.stderr.splitlines()
-    assert len(lines) == 3 and "unknown pipeline 'nosuch_pipeline'" in lines[0]
+    assert len(lines) == 7 and "unknown pipeline 'nosuch_pipeline'" in lines[0]
     assert lines[1].endswith("missing.csv: file not found") and lines[2].endswith("missing.csv: file not found")
+    # The messages are resolve_config's own (the config class read from the pipeline's source).
+    assert lines[3].endswith("--set: unknown config field 'nosuch' for CopyTaskConfig")
+    assert lines[4].endswith("unknown preset 'nosuch'; choose one of tiny, default, full, three_level")
+    assert lines[5].endswith(f"{config}: unknown config field 'horizn' for LoadConfig; did you mean 'horizon'?")
+    assert lines[6].endswith("--set: unknown config field 'unitz' for CopyTaskConfig; did you mean 'units'?")
+
+
+def test_the_config_outline_read_from_source_matches_each_imported_config_class():
+    import dataclasses
+
+    from seqapps.pipeline import REGISTRY
+
+    for name in REGISTRY.names():
+        outline, config_class = REGISTRY.config_outline(name), REGISTRY.get(name).Config
+        assert outline.class_name == config_class.__name__, name
+        assert outline.fields == {field.name for field in dataclasses.fields(config_class)}, name
+        assert outline.presets == tuple(config_class.PRESETS), name
 
 
 def test_json_failure_is_the_last_stdout_line(capsys, tmp_path):

@@ -8,7 +8,7 @@ from seqapps.intervals import conformal_offsets, coverage, local_scale, pinball_
 def test_conformal_offsets_take_the_split_conformal_ranks_per_step():
     rng = np.random.default_rng(0)
     residuals = np.stack([rng.permutation(99) + 1.0, 10 * (rng.permutation(99) + 1.0)], axis=1)  # [99, 2 steps]
-    offsets = conformal_offsets(residuals, np.zeros_like(residuals), (0.1, 0.9))
+    offsets = conformal_offsets(residuals, (0.1, 0.9))
     # n = 99: the upper rank is ceil(100 * 0.9) = 90, the lower floor(100 * 0.1) = 10 (1-based).
     np.testing.assert_array_equal(offsets, [[10, 100], [90, 900]])
 

@@ -20,6 +20,7 @@ from seqapps.errors import DataError
 if TYPE_CHECKING:
     import tensorflow as tf
 
+    from seqapps.data.pairs import Pairs
     from seqapps.data.text import Corpus
 
 TFDS_PREFIX = "tfds:"
@@ -155,3 +156,129 @@ def tfds_images(data_path: str) -> dict[str, tuple[Any, Any]]:
             labels.append(label)
         result[split] = (np.asarray(images, np.float32), np.asarray(labels, np.int64))
     return result
+
+
+def tfds_pairs(data_path: str) -> "Pairs":
+    """Reads a tfds translation data set (``ted_hrlr_translate/pt_to_en``, ``para_crawl/enfr``, ...) as pairs.
+
+    The data set's supervised keys say which language is the source and which the target.
+
+    Args:
+        data_path: ``tfds:NAME`` (its train split) or ``tfds:NAME:SPLIT``.
+
+    Raises:
+        DataError: see ``tfds_dataset``; or the data set is not text pairs.
+    """
+    from seqapps.data.pairs import Pairs
+
+    sources, targets = [], []
+    for example in tfds_dataset(data_path, as_supervised=True).as_numpy_iterator():
+        if not (isinstance(example, tuple) and len(example) == 2 and all(isinstance(v, bytes) for v in example)):
+            raise DataError(f"--data {data_path}: expected (source, target) text pairs, as translation data sets "
+                            "give; this one is not a translation data set")
+        sources.append(example[0].decode("utf-8", "replace"))
+        targets.append(example[1].decode("utf-8", "replace"))
+    return Pairs(sources, targets, [f"example {i + 1}" for i in range(len(sources))], data_path,
+                 "see the tensorflow-datasets catalog")
+
+
+def tfds_audio_folder(data_path: str) -> Path:
+    """Writes a tfds speech set (``librispeech``, ``ljspeech``, ...) once as the folder ``--data`` reads.
+
+    The folder holds one WAV file per example (at the set's sample rate) and a
+    ``metadata.csv`` of ``path,transcript``; it is built atomically under
+    ``$SEQAPPS_DATA/tfds/`` and reused by later runs.
+
+    Args:
+        data_path: ``tfds:NAME`` (its train split) or ``tfds:NAME:SPLIT``.
+
+    Returns:
+        The folder.
+
+    Raises:
+        DataError: see ``tfds_dataset``; or the set has no audio and text features.
+    """
+    import csv
+    import re
+
+    import numpy as np
+    import soundfile
+    import tensorflow_datasets as tfds
+
+    from seqapps.data.files import build_folder_atomically
+    from seqapps.data.speech import data_home
+
+    examples = tfds_dataset(data_path)  # checks the name and that the data is local
+    name = data_path[len(TFDS_PREFIX):].partition(":")[0]
+    features = tfds.builder(name).info.features
+    audio = [key for key, feature in features.items() if isinstance(feature, tfds.features.Audio)]
+    text = [key for key, feature in features.items() if isinstance(feature, tfds.features.Text)]
+    if not audio or not text:
+        raise DataError(f"--data {data_path}: expected a speech data set with audio and text features, got "
+                        f"{', '.join(features.keys())}")
+    rate = features[audio[0]].sample_rate
+
+    def build(folder: Path) -> None:
+        with open(folder / "metadata.csv", "w", newline="", encoding="utf-8") as table:
+            writer = csv.writer(table)
+            writer.writerow(["path", "transcript"])
+            for number, example in enumerate(examples.as_numpy_iterator()):
+                waveform = example[audio[0]]
+                if np.issubdtype(waveform.dtype, np.integer):
+                    waveform = waveform.astype(np.int16)  # tfds keeps 16-bit PCM in int64
+                soundfile.write(folder / f"{number:07d}.wav", waveform, rate)
+                writer.writerow([f"{number:07d}.wav", example[text[0]].decode("utf-8", "replace")])
+
+    return build_folder_atomically(data_home() / "tfds" / re.sub(r"[^\w.-]+", "_", data_path[len(TFDS_PREFIX):]),
+                                   build)
+
+
+def tfds_caption_folder(data_path: str) -> Path:
+    """Writes a tfds captioning set (``coco_captions``, ...) once as the folder ``--data`` reads.
+
+    The folder holds one JPEG per example and a ``captions.csv`` of ``image,caption``
+    (a row per caption: the ``captions/text`` of COCO, or the set's one text feature);
+    it is built atomically under ``$SEQAPPS_DATA/tfds/`` and reused by later runs.
+
+    Args:
+        data_path: ``tfds:NAME`` (its train split) or ``tfds:NAME:SPLIT``.
+
+    Returns:
+        The folder.
+
+    Raises:
+        DataError: see ``tfds_dataset``; or the set has no image and caption features.
+    """
+    import csv
+    import re
+
+    import numpy as np
+    import tensorflow_datasets as tfds
+    from PIL import Image
+
+    from seqapps.data.captions import CAPTIONS_FILE
+    from seqapps.data.files import build_folder_atomically
+    from seqapps.data.speech import data_home
+
+    examples = tfds_dataset(data_path)  # checks the name and that the data is local
+    features = tfds.builder(data_path[len(TFDS_PREFIX):].partition(":")[0]).info.features
+    images = [key for key, feature in features.items() if isinstance(feature, tfds.features.Image)]
+    texts = [key for key, feature in features.items() if isinstance(feature, tfds.features.Text)
+             and "filename" not in key]
+    if not images or not ("captions" in features or texts):
+        raise DataError(f"--data {data_path}: expected a captioning data set with image and caption features, got "
+                        f"{', '.join(features.keys())}")
+
+    def build(folder: Path) -> None:
+        with open(folder / CAPTIONS_FILE, "w", newline="", encoding="utf-8") as table:
+            writer = csv.writer(table)
+            writer.writerow(["image", "caption"])
+            for number, example in enumerate(examples.as_numpy_iterator()):
+                name = f"{number:07d}.jpg"
+                Image.fromarray(np.squeeze(example[images[0]])).save(folder / name, "JPEG", quality=95)
+                found = example["captions"]["text"] if "captions" in features else [example[texts[0]]]
+                for caption in found:
+                    writer.writerow([name, caption.decode("utf-8", "replace")])
+
+    return build_folder_atomically(data_home() / "tfds" / re.sub(r"[^\w.-]+", "_", data_path[len(TFDS_PREFIX):]),
+                                   build)

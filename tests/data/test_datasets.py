@@ -25,6 +25,15 @@ def test_text_sets_are_read_as_corpora_of_non_blank_lines(name):
     assert corpus.source == f"tfds:{name}" and corpus.lines and all(line.strip() == line != "" for line in corpus.lines)
 
 
+def test_translation_sets_are_read_as_source_target_pairs():
+    with tfds.testing.mock_data(num_examples=4):
+        pairs = datasets.tfds_pairs("tfds:ted_hrlr_translate/pt_to_en")
+        with pytest.raises(DataError, match="not a translation data set"):
+            datasets.tfds_pairs("tfds:mnist")
+    assert len(pairs) == 4 and pairs.origin == "tfds:ted_hrlr_translate/pt_to_en"
+    assert all(isinstance(text, str) and text for text in pairs.sources + pairs.targets)
+
+
 @pytest.mark.parametrize("data, message", [
     ("tfds:mnist", "run `tfds build mnist`"),  # no local copy in the empty data folder
     ("tfds:no_such_set", "'no_such_set' is not a tensorflow-datasets name"),
@@ -45,3 +54,34 @@ def test_pixel_mnist_trains_on_a_tfds_set(capsys, tmp_path):
                                     "--json", "--out", str(tmp_path))
     assert code == 0, err
     assert result["data"]["source"] == "tfds:mnist"
+
+
+def test_speech_sets_are_written_once_as_a_folder_of_wav_files_and_transcripts(monkeypatch, tmp_path):
+    import soundfile
+
+    from seqapps.data import speech
+
+    monkeypatch.setenv("SEQAPPS_DATA", str(tmp_path))
+    with tfds.testing.mock_data(num_examples=3):
+        folder = datasets.tfds_audio_folder("tfds:librispeech:test")
+        again = datasets.tfds_audio_folder("tfds:librispeech:test")
+        with pytest.raises(DataError, match="expected a speech data set with audio and text"):
+            datasets.tfds_audio_folder("tfds:mnist")
+    assert folder == again == tmp_path / "tfds" / "librispeech_test"
+    utterances = speech.read_transcripts(folder)
+    assert len(utterances) == 3
+    waveform, rate = soundfile.read(utterances[0].path, dtype="int16")
+    assert rate == 16000 and waveform.ndim == 1 and waveform.size > 0
+
+
+def test_captioning_sets_are_written_once_as_a_folder_of_jpegs_and_captions(monkeypatch, tmp_path):
+    from seqapps.data import captions
+
+    monkeypatch.setenv("SEQAPPS_DATA", str(tmp_path))
+    with tfds.testing.mock_data(num_examples=3):
+        folder = datasets.tfds_caption_folder("tfds:coco_captions:val")
+        with pytest.raises(DataError, match="expected a captioning data set with image and caption"):
+            datasets.tfds_caption_folder("tfds:mnist")
+    assert folder == tmp_path / "tfds" / "coco_captions_val"
+    read = captions.read_captions(folder)  # opens every image
+    assert len(read) == 3 and all(caption.strip() for group in read.captions for caption in group)

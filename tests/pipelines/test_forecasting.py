@@ -262,10 +262,83 @@ def test_untrained_model_is_the_ridge_baseline(name):
     config = resolve_config(pipeline.Config, "tiny")
     data = pipeline.load_data(config, None)
     model = pipeline.build_model(config, data)  # the RNN's correction starts at zero
-    forecast = pipeline.forecast(model, data.arrays["inputs"]["test"])
+    forecast = model.predict(pipeline._split_windows(data, "test", 256), verbose=0).mean(axis=1)  # of the members
     # The frozen layer holds the closed-form fit: float32 graph vs float64 NumPy, on values of O(10)-O(10^4).
     np.testing.assert_allclose(forecast, data.arrays["ridge_forecast"], rtol=1e-4, atol=1e-3)
     assert data.arrays["ridge"].alpha in baselines.RIDGE_ALPHAS
+
+
+@pytest.mark.parametrize("name", ["weather_forecasting", "load_forecasting"])
+def test_windows_cut_from_the_series_give_the_numbers_of_materialised_windows(name):
+    """The reference is the implementation that held every window as NumPy arrays (before issue 16, item 6)."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    from seqapps import intervals
+    from seqapps.config import resolve_config
+
+    pipeline = REGISTRY.get(name)()
+    config = resolve_config(pipeline.Config, "tiny", overrides=["members=2", "ridge_cross_fit=3"])
+    data = pipeline.load_data(config, None)
+    state, series = data.state, data.arrays["series"]
+    lookback, horizon = state["lookback"], state["horizon"]
+    target_index = [state["input_cols"].index(c) for c in state["target_cols"]]
+
+    def materialised(split):
+        origins = data.arrays["origins"][split]
+        past = sliding_window_view(series, lookback, axis=0)[origins - lookback + 1]  # [N, columns, lookback]
+        inputs = {column: past[:, i] for i, column in enumerate(state["input_cols"])}
+        inputs["end_time"] = data.arrays["times"][origins]
+        return inputs, series[origins[:, None] + np.arange(1, horizon + 1)][:, :, target_index]
+
+    reference = {split: materialised(split) for split in ("train", "val", "test")}
+    for split, (inputs, targets) in reference.items():
+        batches = list(pipeline._windows(data.arrays, data.arrays["origins"][split], state, 500).as_numpy_iterator())
+        for column, expected in inputs.items():
+            np.testing.assert_array_equal(np.concatenate([b[0][column] for b in batches]), expected)
+        np.testing.assert_array_equal(np.concatenate([b[1] for b in batches]), targets)
+        np.testing.assert_array_equal(np.concatenate([t for _, t in pipeline._split_targets(data, (split,))]),
+                                      targets)
+
+    model = pipeline.build_model(config, data)
+    rng = np.random.default_rng(1)
+    for weight in model.trainable_weights:  # a non-zero correction on the frozen ridge
+        weight.assign(rng.normal(0, 0.05, weight.shape).astype("float32"))
+    pipeline.evaluate(model, data)
+    # The ridge, fitted on features of the materialised windows.
+    outputs = [model.get_layer("ridge_features").output]
+    if state["residual_period"]:
+        outputs.append(model.get_layer("seasonal_naive").output)
+    extractor = keras.Model(model.inputs, outputs)
+    mean, std = np.array(state["mean"])[target_index], np.array(state["std"])[target_index]
+    fit_data = []
+    for split in ("train", "val"):
+        found = extractor.predict(reference[split][0], batch_size=1024, verbose=0)
+        features, base = (found, 0.0) if len(outputs) == 1 else (found[0], found[1].reshape(len(found[1]), -1))
+        fit_data.append((features, ((reference[split][1] - mean) / std).reshape(len(features), -1) - base))
+    ridge = baselines.fit_ridge(*map(np.concatenate, zip(*fit_data)), len(fit_data[0][0]))
+    np.testing.assert_array_equal(data.arrays["ridge"].coef, ridge.coef)
+    np.testing.assert_array_equal(data.arrays["ridge"].intercept, ridge.intercept)
+    # The RNN's targets, shifted by the full fit's forecast minus the out-of-fold one (ridge_cross_fit).
+    features, residuals = map(np.concatenate, zip(*fit_data))
+    shift = ridge.predict(features) - baselines.out_of_fold_forecasts(features, residuals, ridge.alpha, 3, horizon)
+    shifted = np.concatenate([reference[s][1] for s in ("train", "val")]) + shift.reshape(-1, horizon, len(std)) * std
+    n_train = len(reference["train"][1])
+    expected = {"train": shifted if config.fit_on_val else shifted[:n_train], "val": shifted[n_train:]}
+    for split, dataset in (("train", data.train), ("val", data.val)):
+        found = np.concatenate([targets for _, targets in dataset.batch(4096).as_numpy_iterator()])
+        np.testing.assert_array_equal(found, expected[split][:, None])  # a members axis of 1
+    # The interval's offsets, from the residuals of the materialised windows (the members' mean).
+    forecast = {split: model.predict(reference[split][0], batch_size=256, verbose=0).mean(axis=1)
+                for split in ("train", "val")}
+    forecast["val"] = forecast["val"] + data.arrays["ridge_val_shift"]
+    scale = {split: keras.ops.convert_to_numpy(pipeline._interval_scale(state, reference[split][0]))
+             for split in ("train", "val")}
+    offsets = intervals.conformal_offsets(
+        np.concatenate([reference[s][1] / scale[s] for s in ("train", "val")])
+        - np.concatenate([forecast[s] / scale[s] for s in ("train", "val")]), state["interval"]["levels"])
+    np.testing.assert_array_equal(np.array(state["interval"]["offsets"]), offsets)
+    np.testing.assert_array_equal(model.predict(pipeline._split_windows(data, "test", 256), verbose=0),
+                                  model.predict(reference["test"][0], batch_size=256, verbose=0))
 
 
 def test_a_local_series_across_a_daylight_saving_change_trains_and_forecasts_in_its_offsets(capsys, tmp_path):
