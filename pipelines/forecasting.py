@@ -480,7 +480,9 @@ class Forecasting(Pipeline):
 
         Its features ([windows, lags x columns + calendar]) and targets ([windows,
         horizon x targets]) are written batch by batch into arrays allocated once, for
-        the training and validation windows together.
+        the training and validation windows together. With ``ridge_cross_fit`` > 1 it also
+        stores ``ridge_target_shift`` ([train + val windows, horizon, targets], user units),
+        computed from those arrays, which ``load_data`` adds to the RNN's targets.
         """
         if "ridge" not in data.arrays:
             state = data.state
