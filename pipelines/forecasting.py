@@ -48,6 +48,29 @@ END_TIME = "end_time"
 FORECAST_TIME = "forecast_time"
 
 
+def fold_bounds(rows: int, val_fraction: float, test_fraction: float,
+                folds: int) -> list[dict[str, tuple[int, int]]]:
+    """The row ranges ``[start, stop)`` of each backtest fold's splits, oldest fold first.
+
+    The last fold is the ordinary chronological split of all rows. Each earlier fold
+    ends one test split sooner: its series is cut there and split with the same
+    validation and test lengths, so the folds' test splits tile the series' end.
+
+    Args:
+        rows: the length of the series.
+        val_fraction, test_fraction: the split sizes, as fractions of ``rows``.
+        folds: how many cut points.
+
+    Returns:
+        ``folds`` dicts mapping "train", "val", "test" to row ranges (train may be empty
+        or negative for a short series: the caller checks).
+    """
+    n_test, n_val = int(round(rows * test_fraction)), int(round(rows * val_fraction))
+    ends = [rows - (folds - 1 - k) * n_test for k in range(folds)]
+    return [{"train": (0, end - n_val - n_test), "val": (end - n_val - n_test, end - n_test),
+             "test": (end - n_test, end)} for end in ends]
+
+
 def interval_levels(coverage: float) -> tuple[float, float]:
     """The lower and upper quantile levels of a central interval (0.8 -> 0.1, 0.9)."""
     return round((1 - coverage) / 2, 6), round((1 + coverage) / 2, 6)
@@ -74,11 +97,18 @@ class ForecastingConfig(TrainingConfig):
         cell: "gru" or "lstm".
         units: units per recurrent layer.
         layers: stacked recurrent layers.
+        members: independently initialised corrections (RNN and head each), trained side by
+            side, each on its own loss, and averaged: a deep ensemble in one graph.
         dropout: input dropout of each recurrent layer.
         l2: L2 penalty on the recurrent layers' kernels.
         calendar_features: add time-of-day/week features.
         ridge_lags: how many recent steps the ridge baseline reads (None: no ridge, and
             the model forecasts on top of the seasonal-naive forecast or directly).
+        ridge_cross_fit: with K > 1, the RNN learns to correct the ridge's out-of-sample errors:
+            its training and validation targets are shifted by the full ridge fit's forecast
+            minus the forecast of a fit that left the window's block out (K contiguous
+            blocks of the training and validation windows), so that it sees residuals like
+            those on the test split rather than the ridge's smaller in-sample ones.
         ridge_trainable: let training adjust the ridge weights (a linear highway, as in
             LSTNet) instead of keeping the closed-form fit frozen.
         seasonal_baseline: the season of the Holt-Winters baseline (None: skip it; it
@@ -88,6 +118,9 @@ class ForecastingConfig(TrainingConfig):
             validation loss, then in-sample, still drives early stopping).
         fill_gaps: "none" (gaps and empty cells are errors), "interpolate" or "ffill".
         val_fraction, test_fraction: chronological split sizes.
+        backtest_folds: with N > 1, ``seqapps run`` also trains and scores on N - 1 earlier
+            cut points (see ``fold_bounds``) and reports each metric's mean and spread
+            over the N folds; the export is the last fold's model.
         timezone: the series' IANA time zone (e.g. Europe/London) for calendar features
             and printed forecasts; None: the file's UTC offsets, or wall-clock time.
         decimal: the CSV's decimal mark, "." or "," (the separator is detected).
@@ -102,10 +135,12 @@ class ForecastingConfig(TrainingConfig):
     cell: str = "gru"
     units: int = 64
     layers: int = 2
+    members: int = 1
     dropout: float = 0.0
     l2: float = 0.0
     calendar_features: bool = True
     ridge_lags: int | str | None = None
+    ridge_cross_fit: int = 0
     ridge_trainable: bool = False
     seasonal_baseline: int | str | None = None
     interval: float = 0.8
@@ -113,6 +148,7 @@ class ForecastingConfig(TrainingConfig):
     fill_gaps: str = "none"
     val_fraction: float = 0.1
     test_fraction: float = 0.2
+    backtest_folds: int = 1
     timezone: str | None = None
     decimal: str = "."
 
@@ -122,10 +158,12 @@ class ForecastingConfig(TrainingConfig):
         require(self.decimal in DECIMAL_MARKS, "decimal", self.decimal, f"one of {' '.join(DECIMAL_MARKS)}")
         require(bool(self.target_cols), "target_cols", self.target_cols, "at least one column name")
         require(self.cell in ("gru", "lstm"), "cell", self.cell, "gru or lstm")
-        require(self.units >= 1 and self.layers >= 1, "units/layers", (self.units, self.layers), "integers >= 1")
+        require(self.units >= 1 and self.layers >= 1 and self.members >= 1, "units/layers/members",
+                (self.units, self.layers, self.members), "integers >= 1")
         require(0 <= self.dropout < 1, "dropout", self.dropout, "a number in [0, 1)")
         require(self.l2 >= 0, "l2", self.l2, "a number >= 0")
         require(0 < self.interval < 1, "interval", self.interval, "a coverage in (0, 1), such as 0.8")
+        require(self.backtest_folds >= 1, "backtest_folds", self.backtest_folds, "an integer >= 1")
         require(self.fill_gaps in FILL_METHODS, "fill_gaps", self.fill_gaps, f"one of {', '.join(FILL_METHODS)}")
         require(0 < self.val_fraction < 0.5 and 0 < self.test_fraction < 0.5
                  and self.val_fraction + self.test_fraction < 0.8,
@@ -161,14 +199,16 @@ class LoadConfig(ForecastingConfig):
     residual_period: int | str | None = "7D"
     ridge_lags: int | str | None = "1D"
     seasonal_baseline: int | str | None = "7D"
-    # On the ridge base (measured, docs/results.md): 336.1 / 334.2 MW (seeds 42 / 7) against the ridge's
-    # 336.8 once the head reads the seasonal-naive forecast; 339.5-361.9 without it.
+    # On the ridge base (measured, docs/results.md; ridge 336.8 MW): one correction 335.6-337.5 MW,
+    # 5 members 336.8; 3 members on cross-fitted ridge residuals 334.8 / 335.1 (seeds 42 / 7).
     units: int = 32
     dropout: float = 0.2
     learning_rate: float = 3e-4
     fit_on_val: bool = True
+    members: int = 3
+    ridge_cross_fit: int = 5
     PRESETS = {
-        "tiny": {"lookback": "8D", "seasonal_baseline": None, "units": 8, "layers": 1, "epochs": 1,
+        "tiny": {"lookback": "8D", "seasonal_baseline": None, "units": 8, "layers": 1, "members": 1, "epochs": 1,
                  "steps_per_epoch": 4, "batch_size": 32},
         "default": {},
         "full": {"units": 128, "epochs": 60, "early_stopping_patience": 8},
@@ -189,7 +229,19 @@ class Forecasting(Pipeline):
 
     def load_data(self, config: ForecastingConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
-        frame = read_csv(data_path, decimal=config.decimal) if data_path else self.default_data()
+        return self._fold_splits(config, self._frame(config, data_path), state, config.backtest_folds - 1)
+
+    def backtest_splits(self, config: ForecastingConfig, data_path: str | None) -> Iterator[Splits]:
+        frame = self._frame(config, data_path)
+        for fold in range(config.backtest_folds - 1):
+            yield self._fold_splits(config, frame, None, fold)
+
+    def _frame(self, config: ForecastingConfig, data_path: str | None) -> pd.DataFrame:
+        return read_csv(data_path, decimal=config.decimal) if data_path else self.default_data()
+
+    def _fold_splits(self, config: ForecastingConfig, frame: pd.DataFrame, state: dict[str, Any] | None,
+                     fold: int) -> Splits:
+        """The splits of backtest fold ``fold`` (see ``fold_bounds``; the last fold is the whole series)."""
         source = frame.attrs.get("source", "data")
         if state is not None:
             input_cols, targets = state["input_cols"], state["target_cols"]
@@ -207,18 +259,18 @@ class Forecasting(Pipeline):
                                       "weekly_lag")}
         seasonal = None if config.seasonal_baseline is None else parse_duration(
             config.seasonal_baseline, series.step, "seasonal_baseline")
-        values = series.frame.to_numpy(dtype="float64")
-        n = len(values)
-        n_test = int(round(n * config.test_fraction))
-        n_val = int(round(n * config.val_fraction))
-        bounds = {"train": (0, n - n_val - n_test), "val": (n - n_val - n_test, n - n_test), "test": (n - n_test, n)}
+        folds, rows = config.backtest_folds, len(series.frame)
+        bounds = fold_bounds(rows, config.val_fraction, config.test_fraction, folds)[fold]
+        n = bounds["test"][1]  # this fold sees the first n rows
+        values = series.frame.to_numpy(dtype="float64")[:n]
+        where = f" (backtest fold {fold + 1} of {folds}: its first {n} rows)" if folds > 1 else ""
         lookback, horizon = steps["lookback"], steps["horizon"]
         history = max(lookback, steps["weekly_lag"])
         origins = {name: self._origins(start, stop, lookback, horizon) for name, (start, stop) in bounds.items()}
         for name, found in origins.items():
             if len(found) == 0 or (name == "test" and found[0] < history - 1):
                 raise DataError(
-                    f"{source}: series of {n} rows is too short: the {name} split "
+                    f"{source}: series of {rows} rows{where} is too short: the {name} split "
                     f"({bounds[name][1] - bounds[name][0]} rows) must hold a {horizon}-step horizon after "
                     f"{lookback} steps of lookback and a week of history for the baselines")
         train_values = values[: bounds["train"][1]]
@@ -230,23 +282,35 @@ class Forecasting(Pipeline):
                 "std": np.maximum(train_values.std(axis=0), 1e-6).tolist(),
                 "timezone": series.timezone, "utc_offsets": series.utc_offsets, "decimal": config.decimal,
             }
-        times = series.frame.index.to_numpy().astype("datetime64[s]").astype("int64")
+        times = series.frame.index.to_numpy().astype("datetime64[s]").astype("int64")[:n]
         target_index = [input_cols.index(c) for c in targets]
         report = {"source": source, "rows": n, "step": str(series.step), "input_cols": input_cols,
                   "target_cols": targets, "filled_values": series.filled, "timezone": series.timezone,
                   **({"csv": frame.attrs["csv"]} if "csv" in frame.attrs else {}),
-                  "windows": {name: int(len(found)) for name, found in origins.items()}}
+                  "windows": {name: int(len(found)) for name, found in origins.items()},
+                  "test_period": [str(series.frame.index[i]) for i in (bounds["test"][0], n - 1)]}
         # Windows are never materialised: training, the ridge fit, the calibration and evaluation
         # cut them from the series as they read them (see docs/results.md, memory).
         arrays = {"values": values[:, target_index], "series": values.astype("float32"), "times": times,
                   "origins": origins, "fit_end": bounds["val"][1], "seasonal_baseline": seasonal,
-                  "interval": config.interval,
+                  "interval": config.interval, "ridge_cross_fit": config.ridge_cross_fit,
                   "mase_scale": forecast_metrics_lib.mase_scale(train_values[:, target_index], steps["daily_lag"])}
-        train = origins["train"]
+        data = Splits(None, None, None, state=state, report=report, arrays=arrays)
+        # With cross-fitting, the training and validation targets are shifted to the ridge's out-of-fold residuals.
+        shift = None
+        if config.ridge_lags and config.ridge_cross_fit > 1:
+            self._ridge(data)
+            shift = arrays.pop("ridge_target_shift")  # [train + val windows, horizon, targets]; only read here
+        n_train = len(origins["train"])
+        train = (origins["train"], None if shift is None else shift[:n_train])
+        val = (origins["val"], None if shift is None else shift[n_train:])
         if config.fit_on_val:  # the protocol's final fit on train + val; validation then only paces training
-            train = np.concatenate([train, origins["val"]])
-        return Splits(*(self._windows(arrays, found, state) for found in (train, origins["val"], origins["test"])),
-                      state=state, report=report, arrays=arrays)
+            train = (np.concatenate([origins["train"], origins["val"]]), shift)
+        # Targets get a members axis of 1, against which every member's forecast is scored.
+        data.train, data.val, data.test = (
+            self._windows(arrays, found, state, shift=offset).map(lambda inputs, targets: (inputs, targets[None]))
+            for found, offset in (train, val, (origins["test"], None)))
+        return data
 
     @staticmethod
     def _feature_columns(frame: pd.DataFrame, config: ForecastingConfig) -> list[str]:
@@ -286,7 +350,7 @@ class Forecasting(Pipeline):
 
     @staticmethod
     def _windows(arrays: dict[str, Any], origins: np.ndarray, state: dict[str, Any],
-                 batch_size: int | None = None) -> tf.data.Dataset:
+                 batch_size: int | None = None, shift: np.ndarray | None = None) -> tf.data.Dataset:
         """Windows ``(inputs, targets)`` cut from the series as they are read.
 
         Only the series and the window origins are held, so memory grows with the
@@ -297,6 +361,8 @@ class Forecasting(Pipeline):
             origins: the index of each window's last observed step.
             state: the pipeline state (lookback, horizon, columns).
             batch_size: cut batches of this many windows; None: single windows (of known cardinality).
+            shift: added to each window's targets, shape [windows, horizon, targets] (the targets then
+                take its dtype); None: the series' values.
 
         Returns:
             A dataset of ``({column: [lookback], end_time: []}, [horizon, targets])``, batched if asked.
@@ -306,14 +372,15 @@ class Forecasting(Pipeline):
         future = tf.range(1, state["horizon"] + 1, dtype=tf.int64)
         target_index = [state["input_cols"].index(c) for c in state["target_cols"]]
 
-        def cut(origin: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+        def cut(origin: tf.Tensor, offset: tf.Tensor | None = None) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
             window = tf.gather(series, origin[:, None] + past)  # [batch, lookback, columns]
             inputs = {name: window[:, :, i] for i, name in enumerate(state["input_cols"])}
             inputs[END_TIME] = tf.gather(stamps, origin)
-            return inputs, tf.gather(tf.gather(series, origin[:, None] + future), target_index, axis=2)
+            targets = tf.gather(tf.gather(series, origin[:, None] + future), target_index, axis=2)
+            return inputs, targets if offset is None else tf.cast(targets, offset.dtype) + offset
 
-        windows = tf.data.Dataset.from_tensor_slices(origins).batch(batch_size or 1024).map(
-            cut, num_parallel_calls=tf.data.AUTOTUNE)
+        windows = tf.data.Dataset.from_tensor_slices(origins if shift is None else (origins, shift))
+        windows = windows.batch(batch_size or 1024).map(cut, num_parallel_calls=tf.data.AUTOTUNE)
         if batch_size is None:
             windows = windows.unbatch().apply(tf.data.experimental.assert_cardinality(len(origins)))
         return windows
@@ -362,13 +429,13 @@ class Forecasting(Pipeline):
         """The model's forecasts of a split's windows, batch by batch, with what scores them.
 
         Yields:
-            ``(rows, forecast, scale, targets)``: the batch's rows in the split, the forecast
-            [batch, horizon, targets], each window's local scale [batch, 1, targets] and the
-            true values [batch, horizon, targets].
+            ``(rows, forecast, scale, targets)``: the batch's rows in the split, the ensemble's
+            forecast (the mean of its members) [batch, horizon, targets], each window's local
+            scale [batch, 1, targets] and the true values [batch, horizon, targets].
         """
         start = 0
         for inputs, targets in self._windows(data.arrays, data.arrays["origins"][split], data.state, batch_size):
-            forecast = model.predict_on_batch(inputs)
+            forecast = model.predict_on_batch(inputs).mean(axis=1)  # over the members axis
             scale = keras.ops.convert_to_numpy(self._interval_scale(data.state, inputs))
             yield slice(start, start + len(forecast)), forecast, scale, targets.numpy()
             start += len(forecast)
@@ -413,7 +480,9 @@ class Forecasting(Pipeline):
 
         Its features ([windows, lags x columns + calendar]) and targets ([windows,
         horizon x targets]) are written batch by batch into arrays allocated once, for
-        the training and validation windows together.
+        the training and validation windows together. With ``ridge_cross_fit`` > 1 it also
+        stores ``ridge_target_shift`` ([train + val windows, horizon, targets], user units),
+        computed from those arrays, which ``load_data`` adds to the RNN's targets.
         """
         if "ridge" not in data.arrays:
             state = data.state
@@ -433,16 +502,27 @@ class Forecasting(Pipeline):
                 scaled = ((found - mean) / std).reshape(len(found), -1)
                 targets[rows] = scaled - base_values[0][rows] if base_values else scaled
             del base_values
-            fit = baselines.fit_ridge(features, targets, len(data.arrays["origins"]["train"]))
-            del features, targets  # centred by the fit
+            n_train, folds = len(data.arrays["origins"]["train"]), data.arrays["ridge_cross_fit"]
+            fit = baselines.fit_ridge(features, targets, n_train)
+            del features  # centred in place by the fit: cut again for the validation shift (and the cross-fit)
+            features = self._predict(extractor, data, ("train", "val") if folds > 1 else ("val",), 1024)[0]
             shape = (-1, state["horizon"], len(state["target_cols"]))
+            # What the ridge part of the model would forecast on the validation split had it not seen it.
+            val_features = features[len(features) - len(data.arrays["origins"]["val"]):]
+            data.arrays["ridge_val_shift"] = (fit.val_forecast - fit.predict(val_features)).reshape(shape) * std
+            if folds > 1:  # the full fit's forecast minus one that did not see the window (user units)
+                shift = baselines.out_of_fold_forecasts(features, targets, fit.alpha, folds, gap=state["horizon"])
+                for first in range(0, len(shift), 8192):  # in place, chunk by chunk: no float64 copy of features
+                    rows = slice(first, first + 8192)
+                    np.subtract(fit.predict(features[rows]), shift[rows], out=shift[rows])
+                shift = shift.reshape(shape)
+                shift *= std
+                data.arrays["ridge_target_shift"] = shift
+            del features, val_features, targets
             test_features, *test_base = self._predict(extractor, data, ("test",), 1024)
             forecast = (fit.predict(test_features) + (test_base[0] if test_base else 0.0)).reshape(shape)
             data.arrays["ridge"] = fit
             data.arrays["ridge_forecast"] = forecast * std + mean
-            # What the ridge part of the model would forecast on the validation split had it not seen it.
-            val_features = self._predict(extractor, data, ("val",), 1024)[0]
-            data.arrays["ridge_val_shift"] = (fit.val_forecast - fit.predict(val_features)).reshape(shape) * std
         return data.arrays["ridge"]
 
     def build_model(self, config: ForecastingConfig, data: Splits) -> keras.Model:
@@ -460,35 +540,48 @@ class Forecasting(Pipeline):
                                                               name="calendar")(inputs[END_TIME])
             sequence = keras.layers.Concatenate()([sequence, past_calendar])
             future = keras.layers.Flatten()(future_calendar)
-        recurrent = {"gru": keras.layers.GRU, "lstm": keras.layers.LSTM}[config.cell]
-        regularizer = keras.regularizers.L2(config.l2) if config.l2 else None
-        for i in range(config.layers):
-            sequence = recurrent(config.units, return_sequences=i < config.layers - 1, dropout=config.dropout,
-                                 kernel_regularizer=regularizer, name=f"{config.cell}_{i + 1}")(sequence)
         base = self._base(state, scaled)
         # The head reads the target hours' calendar and, with a residual period, the seasonal-naive
         # forecast itself (last week's values at the target hours): a seasonal lookback.
         extra = ([future] if future is not None else []) + ([keras.layers.Flatten()(base)] if base is not None else [])
-        summary = keras.layers.Concatenate()([sequence, *extra]) if extra else sequence
-        summary = keras.layers.Dense(config.units, activation="relu", name="head")(summary)
-        correction = keras.layers.Dense(horizon * len(targets), kernel_initializer="zeros", name="forecast")(summary)
-        parts = [keras.layers.Reshape((horizon, len(targets)))(correction)]
+        members = [self._correction(config, sequence, extra, horizon, len(targets), f"member{m + 1}_")
+                   for m in range(config.members)]
+        corrections = keras.layers.Concatenate(axis=1, name="members")(members) if len(members) > 1 else members[0]
+        parts = [corrections]
         if base is not None:
-            parts.append(base)
+            parts.append(keras.layers.Reshape((1, horizon, len(targets)))(base))
         if state["ridge_lags"]:
             ridge = keras.layers.Dense(horizon * len(targets), trainable=config.ridge_trainable, name="ridge")(
                 self._ridge_features(state, inputs, scaled))
-            parts.append(keras.layers.Reshape((horizon, len(targets)))(ridge))
+            parts.append(keras.layers.Reshape((1, horizon, len(targets)))(ridge))
         scaled_forecast = keras.layers.Add()(parts) if len(parts) > 1 else parts[0]
         target_index = [state["input_cols"].index(c) for c in targets]
         mean, std = np.array(state["mean"])[target_index], np.array(state["std"])[target_index]
         forecast = keras.layers.Normalization(axis=-1, mean=mean, variance=np.square(std), invert=True,
                                               name="unscale_forecast")(scaled_forecast)
-        model = keras.Model(inputs, forecast, name=self.name)
+        model = keras.Model(inputs, forecast, name=self.name)  # [batch, members, horizon, targets]
         if state["ridge_lags"]:
             fit = self._ridge(data)
             model.get_layer("ridge").set_weights([fit.coef.astype("float32"), fit.intercept.astype("float32")])
         return model
+
+    @staticmethod
+    def _correction(config: ForecastingConfig, sequence: Any, extra: list[Any], horizon: int, targets: int,
+                    prefix: str) -> Any:
+        """One ensemble member's correction, [batch, 1, horizon, targets]: its own RNN and head.
+
+        The last layer starts at zero, so that every member starts at the base forecast.
+        """
+        recurrent = {"gru": keras.layers.GRU, "lstm": keras.layers.LSTM}[config.cell]
+        regularizer = keras.regularizers.L2(config.l2) if config.l2 else None
+        for i in range(config.layers):
+            sequence = recurrent(config.units, return_sequences=i < config.layers - 1, dropout=config.dropout,
+                                 kernel_regularizer=regularizer, name=f"{prefix}{config.cell}_{i + 1}")(sequence)
+        summary = keras.layers.Concatenate()([sequence, *extra]) if extra else sequence
+        summary = keras.layers.Dense(config.units, activation="relu", name=f"{prefix}head")(summary)
+        correction = keras.layers.Dense(horizon * targets, kernel_initializer="zeros", name=f"{prefix}forecast")(
+            summary)
+        return keras.layers.Reshape((1, horizon, targets))(correction)
 
     def compile_args(self, config: ForecastingConfig, data: Splits) -> dict[str, Any]:
         target_index = [data.state["input_cols"].index(c) for c in data.state["target_cols"]]
@@ -591,8 +684,8 @@ class Forecasting(Pipeline):
             return outputs
 
         example = {name: value.numpy() for name, value in next(iter(self._split_windows(data, "test", 2))).items()}
-        return {"serving_default": Signature(inputs, example, run=lambda x: model(x, training=False),
-                                             postprocess=readable)}
+        return {"serving_default": Signature(inputs, example, postprocess=readable,
+                                             run=lambda x: tf.reduce_mean(model(x, training=False), axis=1))}
 
     def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
         if len(inputs) != 1:

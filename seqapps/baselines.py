@@ -72,6 +72,36 @@ def fit_ridge(x: np.ndarray, y: np.ndarray, n_train: int, alphas: tuple[float, .
                     np.asarray(val_forecast, "float64").reshape(val_y.shape))
 
 
+def out_of_fold_forecasts(features: np.ndarray, targets: np.ndarray, alpha: float, folds: int,
+                          gap: int) -> np.ndarray:
+    """Ridge forecasts of each of ``folds`` contiguous blocks by a fit on the other rows (cross-fitting).
+
+    Rows are forecast windows in time order; a window's targets overlap its neighbours',
+    so the ``gap`` rows on each side of a block are left out of its fit too.
+
+    Args:
+        features: shape [N, F].
+        targets: shape [N, outputs].
+        alpha: the ridge penalty.
+        folds: the number of blocks.
+        gap: rows left out on each side of the held-out block.
+
+    Returns:
+        Out-of-fold forecasts, shape [N, outputs].
+    """
+    from sklearn.linear_model import Ridge
+
+    forecasts = np.empty(targets.shape, "float64")
+    edges = np.linspace(0, len(features), folds + 1).round().astype(int)
+    rows = np.arange(len(features))
+    for start, stop in zip(edges[:-1], edges[1:]):
+        fit_rows = (rows < start - gap) | (rows >= stop + gap)
+        # features[fit_rows] is a copy already, which the fit may centre in place.
+        model = Ridge(alpha=alpha, copy_X=False).fit(features[fit_rows], targets[fit_rows])
+        forecasts[start:stop] = np.asarray(model.predict(features[start:stop])).reshape(stop - start, -1)
+    return forecasts
+
+
 def holt_winters(series: np.ndarray, fit_end: int, origins: np.ndarray, horizon: int, period: int) -> np.ndarray:
     """Additive Holt-Winters (ETS(A,N,A)) forecasts from many origins, with statsmodels.
 

@@ -223,6 +223,14 @@ def _summary(result: dict[str, Any]) -> str:
     lines += [f"{name:<{width}}" + "".join(f"{values[k]:>12.4g}" if values.get(k) is not None else f"{'n/a':>12}"
                                            for k in keys)
               for name, values in rows.items()]
+    if "backtest" in result:
+        backtest = result["backtest"]
+        spread = {"model": backtest["metrics"], **backtest["baseline"]}
+        lines.append(f"backtest over {backtest['folds']} folds (mean +- standard deviation):")
+        lines.append(" " * width + "".join(f"{k:>20}" for k in keys))
+        lines += [f"{name:<{width}}" + "".join(
+            f"{values[k]['mean']:>10.4g} +- {values[k]['std']:<6.3g}" if values.get(k, {}).get("mean") is not None
+            else f"{'n/a':>20}" for k in keys) for name, values in spread.items()]
     data = result.get("data", {})
     if "csv" in data or data.get("timezone"):
         read = [f"separator {data['csv']['separator']!r}, decimal {data['csv']['decimal']!r}"] if "csv" in data else []

@@ -17,7 +17,7 @@ import dataclasses
 import importlib
 import importlib.util
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
 from seqapps.config import TrainingConfig
 from seqapps.errors import ConfigError, DataError
@@ -81,6 +81,14 @@ class Pipeline:
             The train/val/test splits and the state to save.
         """
         raise NotImplementedError
+
+    def backtest_splits(self, config: TrainingConfig, data_path: str | None) -> Iterator[Splits]:
+        """The splits of the earlier folds of a backtest, oldest first; default: none.
+
+        ``seqapps run`` trains and scores a fresh model on each, and reports every metric's
+        mean and spread over them and the run's own split (the last fold).
+        """
+        return iter(())
 
     def build_model(self, config: TrainingConfig, data: Splits) -> "keras.Model":
         """Returns an uncompiled Keras model that maps raw inputs to outputs in user units."""

@@ -10,7 +10,7 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from seqapps.config import TrainingConfig, check_names, dump_config, resolve_config
 from seqapps.errors import DataError, ExportError
@@ -68,40 +68,87 @@ def _checkpoint_dir(model_root: Path, key: dict[str, Any]) -> Path:
     return model_root / ".checkpoints" / digest
 
 
-def _train_evaluate_export(pipeline: Pipeline, config: TrainingConfig, preset: str, data: Splits,
-                           model_root: Path, checkpoint_key: dict[str, Any], strategy: Any,
-                           progress: str, load_model: Any = None) -> dict[str, Any]:
-    """Builds (or loads), trains, evaluates and, on the chief, exports; returns the result fields.
+def backtest_summary(folds: list[tuple[dict[str, Any], dict[str, Any]]],
+                     periods: list[Any]) -> dict[str, Any]:
+    """The mean and spread of every metric of the model and of each baseline over backtest folds.
 
-    The training backup is removed only once the export is in place: a run killed
-    during evaluation or export resumes after its last epoch instead of training again.
+    Args:
+        folds: ``(metrics, baselines)`` of each fold, as ``Pipeline.evaluate`` returns them.
+        periods: what each fold tested on (for the report).
+
+    Returns:
+        ``{"folds", "periods", "metrics": {metric: {"mean", "std", "values"}}, "baseline":
+        {name: {metric: ...}}}``; ``std`` is the sample standard deviation (ddof 1).
+    """
+    import numpy as np
+
+    def spread(scores: list[dict[str, float]]) -> dict[str, dict[str, Any]]:
+        values = {key: [float(score[key]) for score in scores] for key in scores[0]}
+        return {key: {"mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
+                      "values": v} for key, v in values.items()}
+
+    return {"folds": len(folds), "periods": periods, "metrics": spread([m for m, _ in folds]),
+            "baseline": {name: spread([b[name] for _, b in folds]) for name in folds[0][1]}}
+
+
+def _fit_and_evaluate(pipeline: Pipeline, config: TrainingConfig, data: Splits, checkpoint_dir: Path,
+                      strategy: Any, progress: str, load_model: Any = None) -> tuple[Any, dict[str, Any], Any]:
+    """Builds (or loads) and trains a model; returns it, the training report and ``(metrics, baselines)``.
+
+    With ``load_model`` the baselines are preceded by the loaded model's metrics (``metrics_before``).
     """
     import keras
 
-    from seqapps import export, training
+    from seqapps import training
 
     keras.utils.set_random_seed(config.seed)
     model = training.build_and_compile(pipeline, config, data, strategy, load_model=load_model)
     before = pipeline.evaluate(model, data)[0] if load_model else None
-    checkpoint_dir = _checkpoint_dir(model_root, checkpoint_key)
     report = training.fit(model, data, config, checkpoint_dir, progress=progress)
-    metrics, baseline = pipeline.evaluate(model, data)
+    return model, {"training": report, "metrics_before": before}, pipeline.evaluate(model, data)
+
+
+def _train_evaluate_export(pipeline: Pipeline, config: TrainingConfig, preset: str, data: Splits,
+                           model_root: Path, checkpoint_key: dict[str, Any], strategy: Any,
+                           progress: str, load_model: Any = None,
+                           earlier_folds: Iterable[Splits] = ()) -> dict[str, Any]:
+    """Builds (or loads), trains, evaluates and, on the chief, exports; returns the result fields.
+
+    With ``earlier_folds`` (a backtest), a fresh model is trained and scored on each of
+    them too, and ``backtest`` summarises them with this run's split as the last fold.
+    The training backups are removed only once the export is in place: a run killed
+    during evaluation or export resumes after its last epoch instead of training again.
+    """
+    from seqapps import export, training
+
+    checkpoint_dir = _checkpoint_dir(model_root, checkpoint_key)
+    model, fitted, (metrics, baseline) = _fit_and_evaluate(pipeline, config, data, checkpoint_dir, strategy,
+                                                          progress, load_model)
     result: dict[str, Any] = {"metrics": metrics, "baseline": baseline}
-    if before is not None:
-        result["metrics_before"] = before
-    result.update(training=report, data=data.report)
+    if fitted["metrics_before"] is not None:
+        result["metrics_before"] = fitted["metrics_before"]
+    folds, periods, fold_dirs = [], [], []
+    for index, fold in enumerate(earlier_folds):
+        fold_dirs.append(_checkpoint_dir(model_root, {**checkpoint_key, "backtest_fold": index}))
+        folds.append(_fit_and_evaluate(pipeline, config, fold, fold_dirs[-1], strategy, progress)[2])
+        periods.append(fold.report.get("test_period"))
+    if folds:
+        result["backtest"] = backtest_summary([*folds, (metrics, baseline)], [*periods, data.report.get("test_period")])
+    result.update(training=fitted["training"], data=data.report)
     nulls: dict[str, str] = {}
     result = json_safe(result, nulls)  # the export's metrics.json and --json are standard JSON
     if nulls:
         result["nulls"] = nulls
     if not training.is_chief(strategy):
-        training.remove_backup(checkpoint_dir, strategy)
+        for folder in [checkpoint_dir, *fold_dirs]:
+            training.remove_backup(folder, strategy)
         result["export"] = None
         return result
     path = export.write_export(model, pipeline.signatures(model, data), model_root,
                                dump_config(config, pipeline.name, preset), result, data.state,
                                limits=pipeline.limits(config, data))
-    training.remove_backup(checkpoint_dir, strategy)
+    for folder in [checkpoint_dir, *fold_dirs]:
+        training.remove_backup(folder, strategy)
     result["export"] = str(path)
     return result
 
@@ -136,7 +183,8 @@ def run(name: str, preset: str = "default", data_path: str | None = None, config
     pipeline = pipeline_class()
     data = pipeline.load_data(config, data_path)
     key = {"pipeline": name, "config": config.to_dict(), "data": str(Path(data_path).resolve()) if data_path else None}
-    result = _train_evaluate_export(pipeline, config, preset, data, Path(out) / name, key, distribution, progress)
+    result = _train_evaluate_export(pipeline, config, preset, data, Path(out) / name, key, distribution, progress,
+                                    earlier_folds=pipeline.backtest_splits(config, data_path))
     return {"pipeline": name, "preset": preset, **result, "seconds": round(time.perf_counter() - start, 1)}
 
 

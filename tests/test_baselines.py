@@ -3,7 +3,7 @@ import pytest
 from sklearn.linear_model import Ridge
 from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
-from seqapps.baselines import fit_ridge, holt_winters
+from seqapps.baselines import fit_ridge, holt_winters, out_of_fold_forecasts
 
 
 def test_fit_ridge_picks_the_best_validation_alpha_then_refits_on_train_and_val():
@@ -43,3 +43,19 @@ def test_fit_ridge_keeps_the_shape_of_a_single_output():
     x, y = rng.normal(size=(40, 3)), rng.normal(size=(40, 1))
     fit = fit_ridge(x, y, 30)
     assert fit.coef.shape == (3, 1) and fit.val_forecast.shape == (10, 1) and fit.predict(x).shape == (40, 1)
+
+
+def test_out_of_fold_forecasts_come_from_fits_that_left_the_block_and_its_neighbours_out():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(50, 4))
+    y = x @ rng.normal(size=(4, 2)) + rng.normal(size=(50, 2))
+    forecast = out_of_fold_forecasts(x, y, alpha=0.5, folds=3, gap=2)
+    # Brute force: blocks [0, 17), [17, 33), [33, 50); each fit skips the block and 2 rows either side.
+    for start, stop in [(0, 17), (17, 33), (33, 50)]:
+        kept = [i for i in range(50) if i < start - 2 or i >= stop + 2]
+        expected = Ridge(alpha=0.5).fit(x[kept], y[kept]).predict(x[start:stop])
+        np.testing.assert_allclose(forecast[start:stop], expected, rtol=1e-10, atol=1e-10)
+    changed = y.copy()
+    changed[18] += 1e3  # a target inside the second block (and within the gap of the first) moves neither
+    moved = out_of_fold_forecasts(x, changed, alpha=0.5, folds=3, gap=2)
+    np.testing.assert_allclose(moved[:33], forecast[:33], rtol=1e-10, atol=1e-10)

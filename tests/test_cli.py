@@ -141,3 +141,20 @@ def test_json_never_holds_nan_a_perfectly_periodic_series_gets_null_with_a_reaso
         assert "zero error on the training split" in result["nulls"]["metrics.mase"]
         # Only float32 rounding of the targets (values near 1000, float32 step 6e-5) separates them.
         assert result["baseline"]["naive_daily"]["mae"] < 1e-4
+
+
+def test_run_summary_lists_the_backtest_mean_and_spread_beside_the_split_metrics():
+    from seqapps.runner import backtest_summary
+
+    folds = [({"mae": m}, {"ridge": {"mae": r}}) for m, r in [(3.0, 2.0), (5.0, 4.0), (4.0, 6.0)]]
+    backtest = backtest_summary(folds, ["a", "b", "c"])
+    # Reference: NumPy's sample standard deviation of each column of fold values.
+    assert backtest["metrics"]["mae"] == {"mean": 4.0, "std": pytest.approx(np.std([3, 5, 4], ddof=1)),
+                                          "values": [3.0, 5.0, 4.0]}
+    assert backtest["baseline"]["ridge"]["mae"]["mean"] == 4.0 and backtest["periods"] == ["a", "b", "c"]
+    result = {"pipeline": "p", "preset": "tiny", "seconds": 1.0, "metrics": folds[-1][0], "baseline": folds[-1][1],
+              "backtest": backtest, "export": "out/p/1"}
+    lines = cli._summary(result).splitlines()
+    start = lines.index("backtest over 3 folds (mean +- standard deviation):")
+    assert lines[start + 2].split() == ["model", "4", "+-", "1"]
+    assert lines[start + 3].split() == ["ridge", "4", "+-", "2"]

@@ -88,9 +88,22 @@ def write_load_csv(path, rows=2000, freq="30min", column="demand"):
     return path
 
 
-def test_load_finetune_on_a_user_csv_exports_the_next_version(capsys, tmp_path):
-    code, first, _ = run_cli(capsys, "run", "load_forecasting", "--preset", "tiny", "--json", "--out", str(tmp_path))
+def test_load_backtest_then_finetune_on_a_user_csv_exports_the_next_version(capsys, tmp_path):
+    code, first, _ = run_cli(capsys, "run", "load_forecasting", "--preset", "tiny", "--json", "--out", str(tmp_path),
+                             "--set", "backtest_folds=2", "--set", "members=2")
     assert code == 0
+    backtest = first["backtest"]
+    assert backtest["folds"] == 2 and set(backtest["baseline"]) == set(first["baseline"])
+    # The last fold is the run's own split; the earlier one tests on the test-length block just before it.
+    for name, score in [("model", first["metrics"]), *first["baseline"].items()]:
+        spread = backtest["metrics"] if name == "model" else backtest["baseline"][name]
+        assert set(spread) == set(score)
+        for key, value in score.items():
+            assert spread[key]["values"][-1] == pytest.approx(value)
+            assert spread[key]["mean"] == pytest.approx(np.mean(spread[key]["values"]))
+            assert spread[key]["std"] == pytest.approx(np.std(spread[key]["values"], ddof=1))
+    earlier, last = backtest["periods"]
+    assert last == first["data"]["test_period"] and pd.Timestamp(earlier[1]) < pd.Timestamp(last[0])
     user_csv = write_load_csv(tmp_path / "my_load.csv")
     # Column names must match the export's; the timestamp column is read from the export.
     renamed = pd.read_csv(user_csv).rename(columns={"time": "timestamp"})
@@ -212,6 +225,35 @@ def test_killed_training_resumes_from_its_checkpoint(tmp_path):
     assert list(tmp_path.iterdir()) == []  # the backup and its empty parent are gone
 
 
+@pytest.mark.parametrize("rows, folds", [(4032, 1), (4032, 3), (1001, 4), (17, 2)])
+def test_backtest_folds_tile_the_series_end_with_the_default_split_last(rows, folds):
+    from pipelines.forecasting import fold_bounds
+
+    n_val, n_test = round(rows * 0.1), round(rows * 0.2)
+    for k, bounds in enumerate(fold_bounds(rows, 0.1, 0.2, folds)):
+        # Brute force: fold k keeps all but the last (folds - 1 - k) test blocks, then splits it as usual.
+        kept = rows - (folds - 1 - k) * n_test
+        expected = ["train"] * (kept - n_val - n_test) + ["val"] * n_val + ["test"] * n_test
+        labels = [next((name for name, (start, stop) in bounds.items() if start <= i < stop), None)
+                  for i in range(rows)]
+        assert labels == expected + [None] * (rows - kept)
+    default = fold_bounds(rows, 0.1, 0.2, 1)[0]
+    assert fold_bounds(rows, 0.1, 0.2, folds)[-1] == default == {
+        "train": (0, rows - n_val - n_test), "val": (rows - n_val - n_test, rows - n_test),
+        "test": (rows - n_test, rows)}
+
+
+def test_a_backtest_with_too_many_folds_names_the_fold_that_is_too_short():
+    from seqapps.config import resolve_config
+    from seqapps.errors import DataError
+
+    pipeline = REGISTRY.get("load_forecasting")()
+    config = resolve_config(pipeline.Config, "tiny", overrides=["backtest_folds=5"])
+    message = r"series of 4032 rows \(backtest fold 1 of 5: its first 808 rows\) is too short"
+    with pytest.raises(DataError, match=message):
+        next(pipeline.backtest_splits(config, None))
+
+
 @pytest.mark.parametrize("name", ["weather_forecasting", "load_forecasting"])
 def test_untrained_model_is_the_ridge_baseline(name):
     from seqapps.config import resolve_config
@@ -220,7 +262,7 @@ def test_untrained_model_is_the_ridge_baseline(name):
     config = resolve_config(pipeline.Config, "tiny")
     data = pipeline.load_data(config, None)
     model = pipeline.build_model(config, data)  # the RNN's correction starts at zero
-    forecast = model.predict(pipeline._split_windows(data, "test", 256), verbose=0)
+    forecast = model.predict(pipeline._split_windows(data, "test", 256), verbose=0).mean(axis=1)  # of the members
     # The frozen layer holds the closed-form fit: float32 graph vs float64 NumPy, on values of O(10)-O(10^4).
     np.testing.assert_allclose(forecast, data.arrays["ridge_forecast"], rtol=1e-4, atol=1e-3)
     assert data.arrays["ridge"].alpha in baselines.RIDGE_ALPHAS
@@ -235,7 +277,7 @@ def test_windows_cut_from_the_series_give_the_numbers_of_materialised_windows(na
     from seqapps.config import resolve_config
 
     pipeline = REGISTRY.get(name)()
-    config = resolve_config(pipeline.Config, "tiny")
+    config = resolve_config(pipeline.Config, "tiny", overrides=["members=2", "ridge_cross_fit=3"])
     data = pipeline.load_data(config, None)
     state, series = data.state, data.arrays["series"]
     lookback, horizon = state["lookback"], state["horizon"]
@@ -276,8 +318,18 @@ def test_windows_cut_from_the_series_give_the_numbers_of_materialised_windows(na
     ridge = baselines.fit_ridge(*map(np.concatenate, zip(*fit_data)), len(fit_data[0][0]))
     np.testing.assert_array_equal(data.arrays["ridge"].coef, ridge.coef)
     np.testing.assert_array_equal(data.arrays["ridge"].intercept, ridge.intercept)
-    # The interval's offsets, from the residuals of the materialised windows.
-    forecast = {split: model.predict(reference[split][0], batch_size=256, verbose=0) for split in ("train", "val")}
+    # The RNN's targets, shifted by the full fit's forecast minus the out-of-fold one (ridge_cross_fit).
+    features, residuals = map(np.concatenate, zip(*fit_data))
+    shift = ridge.predict(features) - baselines.out_of_fold_forecasts(features, residuals, ridge.alpha, 3, horizon)
+    shifted = np.concatenate([reference[s][1] for s in ("train", "val")]) + shift.reshape(-1, horizon, len(std)) * std
+    n_train = len(reference["train"][1])
+    expected = {"train": shifted if config.fit_on_val else shifted[:n_train], "val": shifted[n_train:]}
+    for split, dataset in (("train", data.train), ("val", data.val)):
+        found = np.concatenate([targets for _, targets in dataset.batch(4096).as_numpy_iterator()])
+        np.testing.assert_array_equal(found, expected[split][:, None])  # a members axis of 1
+    # The interval's offsets, from the residuals of the materialised windows (the members' mean).
+    forecast = {split: model.predict(reference[split][0], batch_size=256, verbose=0).mean(axis=1)
+                for split in ("train", "val")}
     forecast["val"] = forecast["val"] + data.arrays["ridge_val_shift"]
     scale = {split: keras.ops.convert_to_numpy(pipeline._interval_scale(state, reference[split][0]))
              for split in ("train", "val")}
