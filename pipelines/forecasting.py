@@ -25,7 +25,8 @@ than the validation ones.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator
+import weakref
+from typing import Any, Callable, Iterator
 
 import keras
 import numpy as np
@@ -215,6 +216,24 @@ class LoadConfig(ForecastingConfig):
     }
 
 
+def _batch_predictor(model: keras.Model) -> Callable[[Any], Any]:
+    """``model(inputs, training=False)`` compiled once, for scoring many batches.
+
+    ``model.predict_on_batch`` does not split a batch across a ``tf.distribute`` strategy's
+    replicas (Keras 3.15: with two mirrored replicas it returns the batch's outputs twice),
+    and ``model.predict`` over a whole split would hold every output at once; a plain
+    call in a ``tf.function`` reads the (mirrored) variables and computes each batch once.
+    One function per model, kept as long as the model lives, so it is traced once.
+    """
+    if model not in _PREDICTORS:
+        own = weakref.ref(model)  # the function must not keep its model alive
+        _PREDICTORS[model] = tf.function(lambda inputs: own()(inputs, training=False), reduce_retracing=True)
+    return _PREDICTORS[model]
+
+
+_PREDICTORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 class Forecasting(Pipeline):
     """Shared implementation; subclasses name the default data and defaults."""
 
@@ -397,11 +416,10 @@ class Forecasting(Pipeline):
             One array per model output, its rows the splits' windows.
         """
         total = sum(len(data.arrays["origins"][split]) for split in splits)
-        outputs, start = [], 0
+        outputs, start, predict = [], 0, _batch_predictor(model)
         for split in splits:
             for inputs in self._split_windows(data, split, batch_size):
-                found = model.predict_on_batch(inputs)
-                found = found if isinstance(found, list) else [found]
+                found = [part.numpy() for part in tf.nest.flatten(predict(inputs))]
                 if not outputs:
                     outputs = [np.empty((total, *part.shape[1:]), part.dtype) for part in found]
                 for output, part in zip(outputs, found):
@@ -433,9 +451,9 @@ class Forecasting(Pipeline):
             forecast (the mean of its members) [batch, horizon, targets], each window's local
             scale [batch, 1, targets] and the true values [batch, horizon, targets].
         """
-        start = 0
+        start, predict = 0, _batch_predictor(model)
         for inputs, targets in self._windows(data.arrays, data.arrays["origins"][split], data.state, batch_size):
-            forecast = model.predict_on_batch(inputs).mean(axis=1)  # over the members axis
+            forecast = predict(inputs).numpy().mean(axis=1)  # over the members axis
             scale = keras.ops.convert_to_numpy(self._interval_scale(data.state, inputs))
             yield slice(start, start + len(forecast)), forecast, scale, targets.numpy()
             start += len(forecast)
