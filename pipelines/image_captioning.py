@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -42,6 +41,7 @@ from seqapps.data import datasets
 from seqapps.data import images as image_data
 from seqapps.data import scenes
 from seqapps.data import text as text_data
+from seqapps.data.files import data_home
 from seqapps.errors import ConfigError, DataError
 from seqapps.export import Limits, Signature
 from seqapps.layers.attention_decoder import ATTENTIONS, CELLS, AttentionDecoder, WordGenerator
@@ -142,18 +142,13 @@ class CaptioningConfig(TrainingConfig):
                 "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
 
 
-def data_cache() -> Path:
-    """The folder for generated data: ``$SEQAPPS_DATA``, default ``~/.cache/seqapps``."""
-    return Path(os.environ.get("SEQAPPS_DATA") or Path.home() / ".cache" / "seqapps")
-
-
 def scene_splits(config: CaptioningConfig) -> dict[str, caption_data.CaptionedImages]:
     """Generated scenes for train/val/test (no held-out pair) and test_novel (at least one), from the seed."""
     counts = {"train": config.num_train, "val": config.num_val, "test": config.num_test,
               "test_novel": config.num_novel}
     found = {}
     for offset, (name, count) in enumerate(counts.items()):
-        folder = data_cache() / "scenes" / f"v{SCENES_VERSION}-{name}-{count}-seed{config.seed}-{config.image_size}px"
+        folder = data_home() / "scenes" / f"v{SCENES_VERSION}-{name}-{count}-seed{config.seed}-{config.image_size}px"
         csv_path = scenes.write_scenes(folder, count, seed=config.seed * 10 + offset, held_out=name == "test_novel",
                                        image_size=config.image_size)
         found[name] = caption_data.read_captions(csv_path, check_images=False)

@@ -11,7 +11,7 @@ nothing is ever downloaded. A missing one is one error line naming the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import pandas as pd
 
@@ -182,6 +182,24 @@ def tfds_pairs(data_path: str) -> "Pairs":
                  "see the tensorflow-datasets catalog")
 
 
+def _tfds_examples_and_features(data_path: str) -> tuple[Any, Any]:
+    """The examples of ``tfds:NAME[:SPLIT]`` (see ``tfds_dataset``) and the set's feature dict."""
+    import tensorflow_datasets as tfds
+
+    examples = tfds_dataset(data_path)  # checks the name and that the data is local
+    return examples, tfds.builder(data_path[len(TFDS_PREFIX):].partition(":")[0]).info.features
+
+
+def _tfds_folder(data_path: str, build: Callable[[Path], None]) -> Path:
+    """The folder ``build`` writes a tfds set into once: ``$SEQAPPS_DATA/tfds/<NAME[_SPLIT]>``, built atomically."""
+    import re
+
+    from seqapps.data.files import build_folder_atomically, data_home
+
+    return build_folder_atomically(data_home() / "tfds" / re.sub(r"[^\w.-]+", "_", data_path[len(TFDS_PREFIX):]),
+                                   build)
+
+
 def tfds_audio_folder(data_path: str) -> Path:
     """Writes a tfds speech set (``librispeech``, ``ljspeech``, ...) once as the folder ``--data`` reads.
 
@@ -199,18 +217,12 @@ def tfds_audio_folder(data_path: str) -> Path:
         DataError: see ``tfds_dataset``; or the set has no audio and text features.
     """
     import csv
-    import re
 
     import numpy as np
     import soundfile
     import tensorflow_datasets as tfds
 
-    from seqapps.data.files import build_folder_atomically
-    from seqapps.data.speech import data_home
-
-    examples = tfds_dataset(data_path)  # checks the name and that the data is local
-    name = data_path[len(TFDS_PREFIX):].partition(":")[0]
-    features = tfds.builder(name).info.features
+    examples, features = _tfds_examples_and_features(data_path)
     audio = [key for key, feature in features.items() if isinstance(feature, tfds.features.Audio)]
     text = [key for key, feature in features.items() if isinstance(feature, tfds.features.Text)]
     if not audio or not text:
@@ -229,8 +241,7 @@ def tfds_audio_folder(data_path: str) -> Path:
                 soundfile.write(folder / f"{number:07d}.wav", waveform, rate)
                 writer.writerow([f"{number:07d}.wav", example[text[0]].decode("utf-8", "replace")])
 
-    return build_folder_atomically(data_home() / "tfds" / re.sub(r"[^\w.-]+", "_", data_path[len(TFDS_PREFIX):]),
-                                   build)
+    return _tfds_folder(data_path, build)
 
 
 def tfds_caption_folder(data_path: str) -> Path:
@@ -250,18 +261,14 @@ def tfds_caption_folder(data_path: str) -> Path:
         DataError: see ``tfds_dataset``; or the set has no image and caption features.
     """
     import csv
-    import re
 
     import numpy as np
     import tensorflow_datasets as tfds
     from PIL import Image
 
     from seqapps.data.captions import CAPTIONS_FILE
-    from seqapps.data.files import build_folder_atomically
-    from seqapps.data.speech import data_home
 
-    examples = tfds_dataset(data_path)  # checks the name and that the data is local
-    features = tfds.builder(data_path[len(TFDS_PREFIX):].partition(":")[0]).info.features
+    examples, features = _tfds_examples_and_features(data_path)
     images = [key for key, feature in features.items() if isinstance(feature, tfds.features.Image)]
     texts = [key for key, feature in features.items() if isinstance(feature, tfds.features.Text)
              and "filename" not in key]
@@ -280,5 +287,4 @@ def tfds_caption_folder(data_path: str) -> Path:
                 for caption in found:
                     writer.writerow([name, caption.decode("utf-8", "replace")])
 
-    return build_folder_atomically(data_home() / "tfds" / re.sub(r"[^\w.-]+", "_", data_path[len(TFDS_PREFIX):]),
-                                   build)
+    return _tfds_folder(data_path, build)

@@ -1,5 +1,5 @@
-"""Data files: how errors name a file (the file alone, or the CSV line that lists it), and
-generated data folders written atomically."""
+"""Data files: how errors name a file (the file alone, or the CSV line that lists it), the data
+cache, and generated data folders written atomically."""
 from __future__ import annotations
 
 import os
@@ -7,6 +7,12 @@ import shutil
 import uuid
 from pathlib import Path
 from typing import Callable
+
+
+def data_home() -> Path:
+    """The data cache, where generated corpora and converted tfds sets are kept: ``$SEQAPPS_DATA``, else
+    ``~/.cache/seqapps``."""
+    return Path(os.environ.get("SEQAPPS_DATA") or Path.home() / ".cache" / "seqapps")
 
 
 def where(path: str | Path, csv_path: str | Path | None = None, row: int | None = None, kind: str = "file") -> str:

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from seqapps.data.files import build_folder_atomically
-from seqapps.data.speech import data_home
+from seqapps.data.files import data_home
 from seqapps.errors import DataError
 
 SAMPLE_RATE = 16000

@@ -32,7 +32,6 @@ import dataclasses
 import hashlib
 import io
 import json
-import os
 import re
 import subprocess
 import sys
@@ -43,7 +42,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from seqapps.data.files import build_folder_atomically
+from seqapps.data.files import build_folder_atomically, data_home
 from seqapps.errors import DataError
 
 SAMPLE_RATE = 16000
@@ -67,11 +66,6 @@ _WORD = re.compile(r"[a-z]+(?:'[a-z]+)*")
 _CLAUSE_BREAK = re.compile(r"[,;:.!?()\[\]{}]+|\s[-\u2013\u2014]+\s|--")
 _QUOTES = re.compile("[\"`\u201c\u201d\u2018]|(?<![a-z])'|'(?![a-z])")
 _SPACES = re.compile(r"\s+")
-
-
-def data_home() -> Path:
-    """The data cache: ``$SEQAPPS_DATA``, else ``~/.cache/seqapps``."""
-    return Path(os.environ.get("SEQAPPS_DATA") or Path.home() / ".cache" / "seqapps")
 
 
 def normalize_transcript(text: str) -> str:
