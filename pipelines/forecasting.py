@@ -25,6 +25,7 @@ than the validation ones.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import weakref
 from typing import Any, Callable, Iterator
 
@@ -495,21 +496,21 @@ class Forecasting(Pipeline):
 
             fit = baselines.fit_ridge(batches, n_train, len(origins) - n_train, folds=folds if folds > 1 else 0,
                                       gap=state["horizon"])
+            shape = (-1, state["horizon"], len(target_index))
             # What the ridge part of the model would forecast on the validation split had it not seen it.
-            arrays["ridge_val_shift"] = self._ridge_outputs(
-                data, extractor, "val", lambda features, _: fit.train.predict(features) - fit.predict(features)) * std
-            arrays["ridge_forecast"] = self._ridge_outputs(
-                data, extractor, "test", lambda features, base_values: fit.predict(features) + base_values) * std + mean
+            arrays["ridge_val_shift"] = self._ridge_outputs(data, extractor, "val", lambda features, _: (
+                fit.train.predict(features) - fit.predict(features)).reshape(shape) * std)
+            arrays["ridge_forecast"] = self._ridge_outputs(data, extractor, "test", lambda features, base_values: (
+                fit.predict(features) + base_values).reshape(shape) * std + mean)
             arrays["ridge"] = fit
             if folds > 1:  # the full fit's forecast minus one that did not see the window's block (user units)
                 coef = np.stack([fit.coef - fold.coef for fold in fit.folds], axis=1)  # [features, folds, outputs]
                 coef = tf.constant(coef.reshape(len(coef), -1))
                 intercept = tf.constant(np.concatenate([fit.intercept - fold.intercept for fold in fit.folds]))
-                shape = (-1, folds, state["horizon"], len(target_index))
 
                 def target_shift(batch: dict[str, tf.Tensor], blocks: tf.Tensor) -> tf.Tensor:
                     features = tf.cast(tf.nest.flatten(extractor(batch, training=False))[0], tf.float64)
-                    every = tf.reshape(tf.matmul(features, coef) + intercept, shape)  # each fold's shift
+                    every = tf.reshape(tf.matmul(features, coef) + intercept, (-1, folds, *shape[1:]))  # per fold
                     return tf.gather(every, blocks, batch_dims=1) * std
 
                 arrays["ridge_target_shift"] = target_shift
@@ -531,12 +532,17 @@ class Forecasting(Pipeline):
 
     def _ridge_outputs(self, data: Splits, extractor: keras.Model, split: str,
                        output: Callable[[np.ndarray, np.ndarray | float], np.ndarray]) -> np.ndarray:
-        """``output(features, base)`` of each window of ``split``, shape [windows, horizon, targets]."""
+        """``output(features, base)`` ([batch, horizon, targets]) of each window of ``split``.
+
+        Returns:
+            Shape [windows, horizon, targets], float32 like the model's forecasts: a long
+            series' test split holds millions of values.
+        """
         origins, state = data.arrays["origins"][split], data.state
-        found = np.empty((len(origins), state["horizon"], len(state["target_cols"])), "float64")
+        found = np.empty((len(origins), state["horizon"], len(state["target_cols"])), "float32")
         first = 0
         for features, base, _ in self._ridge_batches(data, extractor, origins):
-            found[first: first + len(features)] = output(features, base).reshape(len(features), *found.shape[1:])
+            found[first: first + len(features)] = output(features, base)
             first += len(features)
         return found
 
@@ -610,20 +616,23 @@ class Forecasting(Pipeline):
         arrays, state = data.arrays, data.state
         self._calibrate(model, data)
         levels = state["interval"]["levels"]
-        offsets = np.array(state["interval"]["offsets"])
+        offsets = np.array(state["interval"]["offsets"], "float32")  # as the export serves them
         batches = list(self._forecast_batches(model, data, "test"))
         predicted, scale, truth = (np.concatenate([batch[i] for batch in batches]) for i in (1, 2, 3))
+        del batches
         origins, horizon = arrays["origins"]["test"], state["horizon"]
-        forecasts = {"model": predicted}
+        # Each forecast is made when it is scored: a long series' test split holds millions of values.
+        forecasts = {"model": lambda: predicted}
         for label, lag in {"naive_daily": state["daily_lag"], "naive_weekly": state["weekly_lag"]}.items():
-            forecasts[label] = forecast_metrics_lib.seasonal_naive(arrays["values"], origins, horizon, lag)
+            forecasts[label] = functools.partial(forecast_metrics_lib.seasonal_naive, arrays["values"], origins,
+                                                 horizon, lag)
         if state.get("ridge_lags"):
-            forecasts["ridge"] = arrays["ridge_forecast"]
+            forecasts["ridge"] = lambda: arrays["ridge_forecast"]
         if arrays["seasonal_baseline"]:
-            forecasts["holt_winters"] = np.stack(
+            forecasts["holt_winters"] = lambda: np.stack(
                 [baselines.holt_winters(arrays["values"][:, i], arrays["fit_end"], origins, horizon,
                                         arrays["seasonal_baseline"]) for i in range(truth.shape[-1])], axis=-1)
-        score = {name: self._score(truth, forecast, arrays["mase_scale"], state["target_cols"])
+        score = {name: self._score(truth, forecast(), arrays["mase_scale"], state["target_cols"])
                  for name, forecast in forecasts.items()}
         metrics = score.pop("model")
         lower, upper = (predicted + offset * scale for offset in offsets)
