@@ -136,7 +136,7 @@ def abc_tunes(path: Path) -> list[tuple[int, str]]:
 
 
 def collection_pieces(name: str) -> list[Piece]:
-    """Every usable piece of a collection, sorted by file (and tune number); a tune number found in two
+    """Every usable piece of a collection, sorted by file (a book's tunes in file order); a tune number found in two
     files (O'Neill's has some tunes in two transcriptions) is taken from the first."""
     import music21
 
