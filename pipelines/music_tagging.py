@@ -14,8 +14,9 @@ track shorter than one window is zero-padded); its scores are the windows' score
 aggregated by ``mean`` or ``max``. Training windows may overlap (``train_hop_seconds``).
 
 Data: without ``--data``, pieces of the music21 corpus (Bach chorales, Palestrina,
-Monteverdi, Ryan's Mammoth fiddle tunes; no Essen) rendered by FluidSynth or pretty_midi
-(``seqapps.data.music``; ``renderer`` is recorded in the report). ``--data folder/``
+Monteverdi, the reels, jigs and hornpipes of Ryan's Mammoth Collection and of O'Neill's
+Music of Ireland; no Essen) rendered by FluidSynth or pretty_midi (``seqapps.data.music``;
+``renderer`` is recorded in the report). ``--data folder/``
 reads ``folder/tags.csv`` (``path,tags``, tags separated by ``;`` or ``|``) or one
 sub-folder per tag; ``val_fraction``/``test_fraction`` of the clips (seeded) are held out.
 Fine-tuning on new tag names extends the output layer (``adapt_model``): the old tags keep
@@ -353,7 +354,7 @@ class MusicTagging(Pipeline):
             if not all(parts.values()):
                 raise DataError(f"{root}: a split has no clips; take more pieces_per_collection")
             source = {"source": f"music21 corpus rendered ({root})", "renderer": spec.renderer,
-                      "licence": "; ".join(f"{name}: {music.COLLECTIONS[name][4]}" for name in spec.collections)}
+                      "licence": "; ".join(f"{name}: {music.COLLECTIONS[name].licence}" for name in spec.collections)}
         if state is not None:  # fine-tuning: new training tags extend the exported ones, which keep their order
             new = sorted({tag for clip in parts["train"] for tag in clip.tags} - set(state["tags"]))
             state = {**state, "tags": [*state["tags"], *new], "thresholds": [*state["thresholds"], *[0.5] * len(new)]}

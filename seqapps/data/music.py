@@ -2,18 +2,22 @@
 
 Generated corpus (``rendered_corpus``): pieces from licence-checked collections of the
 music21 corpus (Bach chorales, Palestrina masses, Monteverdi madrigals, reels, jigs and
-hornpipes from Ryan's Mammoth Collection; the Essen folk songs are left out, their
-licence is non-commercial only) are parsed, written to MIDI, given an instrument program
-and a tempo drawn from the seed for each rendering, and rendered to 16 kHz audio by
-FluidSynth with a General MIDI soundfont (``renderer="fluidsynth"``, when the
-``fluidsynth`` binary and a soundfont exist) or by ``pretty_midi``'s synthesiser
-(``renderer="synth"``: one oscillator waveform per instrument family, so the family is
-audible). Every tag is true by construction or from the score: ``genre:``,
-``composer:`` (where known), ``mode:`` (music21's key analysis), ``meter:``,
-``tempo:`` (band of the drawn tempo) and ``instrument:`` (family of the drawn
-program). Fixed-length clips go to ``$SEQAPPS_DATA/music/<hash>/`` with a
+hornpipes from Ryan's Mammoth Collection and from O'Neill's Music of Ireland; the Essen
+folk songs are left out, their licence is non-commercial only) are parsed, written to
+MIDI, given an instrument program and a tempo drawn from the seed for each rendering, and
+rendered to 16 kHz audio by FluidSynth with a General MIDI soundfont
+(``renderer="fluidsynth"``, when the ``fluidsynth`` binary and a soundfont exist) or by
+``pretty_midi``'s synthesiser (``renderer="synth"``: one oscillator waveform per
+instrument family, so the family is audible). Every tag is true by construction or from
+the score: ``genre:``, ``composer:`` (where known), ``mode:`` (music21's key analysis),
+``meter:``, ``tempo:`` (band of the drawn tempo) and ``instrument:`` (family of the drawn
+program). Fixed-length clips go to ``$SEQAPPS_DATA/music/<renderer>-<hash>/`` with a
 ``metadata.csv`` (path, tags, piece, split) and ``info.json`` naming the renderer.
-Splits are by piece: no piece is in two splits.
+Splits are by piece: no piece is in two splits. Each rendered clip is also kept under
+``$SEQAPPS_DATA/music/renders/``, keyed by everything that makes it (the piece's MIDI,
+its place in the corpus and take, the seed, the renderer and soundfont), so a corpus
+that shares pieces with an earlier one (another collection appended, more renderings)
+renders only the new clips.
 
 User data (``read_tagged_folder``): a folder with a CSV ``path,tags`` (tags separated
 by ``;`` or ``|``), or one sub-folder per tag.
@@ -25,12 +29,14 @@ import dataclasses
 import hashlib
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -48,19 +54,108 @@ AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")
 FAMILIES = {"piano": ((0, 1, 4), "sine"), "organ": ((16, 19), "square"), "strings": ((40, 42, 48), "sawtooth"),
             "flute": ((73, 72), "sine"), "brass": ((56, 61), "sawtooth"), "reed": ((71, 68), "square")}
 TEMPO_BANDS = ((0, 80, "slow"), (80, 120, "moderate"), (120, 1000, "fast"))
-#: collection -> (music21 corpus folder, file pattern, genre or None (from the file name), composer, licence)
+RENDER_VERSION = 1  # bump when a clip's audio changes for the same inputs, so cached renders are redone
+#: the tune types (``R:`` field of O'Neill's ABC tunes, lower case) kept, and their genre tag
+RHYTHM_GENRES = {"reel": "reel", "jig": "jig", "double jig": "jig", "hornpipe": "hornpipe"}
+
+
+class Collection(NamedTuple):
+    """A collection of the music21 corpus.
+
+    Attributes:
+        folder: its folder in ``music21/corpus``.
+        pattern: the regular expression its score files match (for Ryan's, group 1 is the genre).
+        genre: the genre tag of every piece; None: from the file name (``pattern`` group 1) or, for
+            ``tunes`` collections, from each tune's ``R:`` field (``RHYTHM_GENRES``; other tunes are left out).
+        composer: the composer tag; None for traditional tunes.
+        licence: its licence and provenance.
+        tunes: its files are ABC books of many tunes, each parsed alone by its ``X:`` number.
+    """
+
+    folder: str
+    pattern: str
+    genre: str | None
+    composer: str | None
+    licence: str
+    tunes: bool = False
+
+
 COLLECTIONS = {
-    "bach": ("bach", r"^bwv.*\.mxl$", "chorale", "bach", "public domain (J. S. Bach); music21 corpus encoding"),
-    "palestrina": ("palestrina", r"\.krn$", "mass", "palestrina",
-                   "public domain (Palestrina); music21 corpus Humdrum encoding"),
-    "monteverdi": ("monteverdi", r"^madrigal.*\.mxl$", "madrigal", "monteverdi",
-                   "public domain (Monteverdi); music21 corpus encoding"),
-    "ryans": ("ryansMammoth", r"(Reel|Jig|Hornpipe)\.abc$", None, None,
-              "public domain (Ryan's Mammoth Collection, 1883); music21 corpus ABC encoding"),
+    "bach": Collection("bach", r"^bwv.*\.mxl$", "chorale", "bach",
+                       "public domain (J. S. Bach); music21 corpus encoding"),
+    "palestrina": Collection("palestrina", r"\.krn$", "mass", "palestrina",
+                             "public domain (Palestrina); music21 corpus Humdrum encoding"),
+    "monteverdi": Collection("monteverdi", r"^madrigal.*\.mxl$", "madrigal", "monteverdi",
+                             "public domain (Monteverdi); music21 corpus encoding"),
+    "ryans": Collection("ryansMammoth", r"(Reel|Jig|Hornpipe)\.abc$", None, None,
+                        "public domain (Ryan's Mammoth Collection, 1883); music21 corpus ABC encoding"),
+    # no licence file in the folder (unlike essenFolksong's non-commercial one) and none in the tunes' headers;
+    # the ABC transcriptions are volunteers' (Z: fields), shipped with the encoders' permission
+    # (music21/corpus/license.txt)
+    "oneills": Collection("oneills1850", r"\.abc$", None, None,
+                          "public domain (F. O'Neill, Music of Ireland: 1850 Melodies, 1903); music21 corpus ABC "
+                          "encoding by volunteer transcribers", tunes=True),
 }
 
 
-def corpus_pieces(collections: Sequence[str], per_collection: int, seed: int) -> list[tuple[str, Path]]:
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """One score of the corpus.
+
+    Attributes:
+        collection: its collection name.
+        path: its corpus file.
+        number: its ``X:`` number in a multi-tune ABC file, else None.
+        genre: its genre tag.
+    """
+
+    collection: str
+    path: Path
+    number: int | None
+    genre: str
+
+    @property
+    def name(self) -> str:
+        """``collection/file`` (``#number`` for a tune of a multi-tune file): the piece's split group."""
+        return f"{self.collection}/{self.path.name}" + ("" if self.number is None else f"#{self.number}")
+
+
+def abc_tunes(path: Path) -> list[tuple[int, str]]:
+    """The tunes of a multi-tune ABC file: ``(X: number, R: field in lower case or "")`` in file order.
+
+    A line scan of the two header fields: music21's ``ABCHandler`` tokenises every note of the
+    file too (10 s for O'Neill's 39 files against milliseconds).
+    """
+    tunes: list[list] = []
+    for line in path.read_text(encoding="latin-1").splitlines():
+        if match := re.match(r"X:\s*(\d+)", line):
+            tunes.append([int(match.group(1)), ""])
+        elif tunes and line.startswith("R:"):
+            tunes[-1][1] = line[2:].strip().lower()
+    return [(number, rhythm) for number, rhythm in tunes]
+
+
+def collection_pieces(name: str) -> list[Piece]:
+    """Every usable piece of a collection, sorted by file (a book's tunes in file order); a tune number found in two
+    files (O'Neill's has some tunes in two transcriptions) is taken from the first."""
+    import music21
+
+    collection = COLLECTIONS[name]
+    paths = sorted(p for p in (Path(music21.__file__).parent / "corpus" / collection.folder).iterdir()
+                   if re.search(collection.pattern, p.name))
+    if not collection.tunes:
+        return [Piece(name, path, None, collection.genre or re.search(collection.pattern, path.name).group(1).lower())
+                for path in paths]
+    pieces, seen = [], set()
+    for path in paths:
+        for number, rhythm in abc_tunes(path):
+            if number not in seen and rhythm in RHYTHM_GENRES:
+                pieces.append(Piece(name, path, number, collection.genre or RHYTHM_GENRES[rhythm]))
+            seen.add(number)
+    return pieces
+
+
+def corpus_pieces(collections: Sequence[str], per_collection: int, seed: int) -> list[Piece]:
     """Picks pieces from each collection, deterministically.
 
     Args:
@@ -69,32 +164,36 @@ def corpus_pieces(collections: Sequence[str], per_collection: int, seed: int) ->
         seed: the seed of the choice.
 
     Returns:
-        ``(collection, score path)`` pairs.
+        The pieces, collection by collection.
     """
-    import music21
-
-    root = Path(music21.__file__).parent / "corpus"
     chosen = []
     for name in collections:
-        folder, pattern, _, _, _ = COLLECTIONS[name]
-        paths = sorted(p for p in (root / folder).iterdir() if re.search(pattern, p.name))
-        order = np.random.default_rng([seed, len(chosen)]).permutation(len(paths))
-        chosen += [(name, paths[i]) for i in order[:per_collection]]
+        pieces = collection_pieces(name)
+        order = np.random.default_rng([seed, len(chosen)]).permutation(len(pieces))
+        chosen += [pieces[i] for i in order[:per_collection]]
     return chosen
 
 
-def score_tags(collection: str, path: Path, score: object) -> dict[str, str]:
+def parse_piece(piece: Piece) -> object:
+    """The ``music21`` score of a piece (one tune of a multi-tune ABC file by its number)."""
+    import music21
+
+    if piece.number is None:
+        return music21.converter.parse(piece.path)
+    return music21.converter.parse(piece.path, number=piece.number)
+
+
+def score_tags(piece: Piece, score: object) -> dict[str, str]:
     """The tags a score carries itself: genre, composer, mode and meter.
 
     Args:
-        collection: its collection name.
-        path: its corpus file (a fiddle tune's genre is the end of its file name).
-        score: the parsed ``music21`` score.
+        piece: the piece (its genre, and its collection's composer).
+        score: its parsed ``music21`` score.
     """
     from music21 import meter
 
-    _, _, genre, composer, _ = COLLECTIONS[collection]
-    tags = {"genre": genre or re.search(r"(Reel|Jig|Hornpipe)\.abc$", path.name).group(1).lower()}
+    tags = {"genre": piece.genre}
+    composer = COLLECTIONS[piece.collection].composer
     if composer:
         tags["composer"] = composer
     tags["mode"] = score.analyze("key").mode
@@ -209,55 +308,89 @@ def split_groups(groups: Sequence[str], val_fraction: float, test_fraction: floa
     return [split_of[group] for group in groups]
 
 
-def _generate(folder: Path, spec: CorpusSpec) -> None:
-    """Renders the corpus of ``spec`` into ``folder`` (clips/*.wav, metadata.csv, info.json)."""
-    import music21
+def render_key(midi_bytes: bytes, rng_seed: list[int], spec: CorpusSpec) -> str:
+    """The name of a clip in the render cache: a hash of everything that makes its audio."""
+    soundfont = find_soundfont() if spec.renderer == "fluidsynth" else None
+    text = json.dumps({"midi": hashlib.sha1(midi_bytes).hexdigest(), "rng": rng_seed, "renderer": spec.renderer,
+                       "soundfont": soundfont.name if soundfont else None, "clip_seconds": spec.clip_seconds,
+                       "sample_rate": SAMPLE_RATE, "version": RENDER_VERSION}, sort_keys=True)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def render_clip(midi_bytes: bytes, rng_seed: list[int], spec: CorpusSpec) -> tuple[Path, str, int, float]:
+    """One rendering of a piece: a drawn instrument and tempo, a clip cut at a drawn start, kept in the cache.
+
+    Args:
+        midi_bytes: the piece's MIDI file.
+        rng_seed: the seed of the rendering's draws.
+        spec: the corpus (its renderer and clip length).
+
+    Returns:
+        ``(cached clip file, instrument family, program, tempo in bpm)``.
+    """
     import pretty_midi
     import soundfile
 
+    rng = np.random.default_rng(rng_seed)
+    family = list(FAMILIES)[rng.integers(len(FAMILIES))]
+    program = int(rng.choice(FAMILIES[family][0]))
+    bpm = float(rng.uniform(50, 180))
+    cached = data_home() / "music" / "renders" / f"{render_key(midi_bytes, rng_seed, spec)}.wav"
+    if cached.is_file():
+        return cached, family, program, bpm
+    midi = pretty_midi.PrettyMIDI(io.BytesIO(midi_bytes))
+    for instrument in midi.instruments:
+        instrument.program, instrument.is_drum = program, False
+    written = midi.get_tempo_changes()[1][0] if len(midi.get_tempo_changes()[1]) else 120.0
+    end = midi.get_end_time()
+    midi.adjust_times([0.0, end], [0.0, end * written / bpm])
+    audio = render(midi, family, spec.renderer)
     clip = int(spec.clip_seconds * SAMPLE_RATE)
+    start = int(rng.integers(0, max(1, audio.size - clip)))
+    piece_clip = np.zeros(clip, np.float32)
+    piece_clip[: audio[start:start + clip].size] = audio[start:start + clip]
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_name(f".{cached.stem}.{os.getpid()}.wav")  # renamed into place: a kill leaves no half file
+    soundfile.write(partial, piece_clip, SAMPLE_RATE, subtype="PCM_16")
+    os.replace(partial, cached)
+    return cached, family, program, bpm
+
+
+def _generate(folder: Path, spec: CorpusSpec) -> None:
+    """Renders the corpus of ``spec`` into ``folder`` (clips/*.wav, metadata.csv, info.json)."""
+    import pretty_midi
+
     parsed, failed = [], []
-    for collection, path in corpus_pieces(spec.collections, spec.pieces_per_collection, spec.seed):
+    for piece in corpus_pieces(spec.collections, spec.pieces_per_collection, spec.seed):
         try:
-            score = music21.converter.parse(path)
-            tags = score_tags(collection, path, score)
+            score = parse_piece(piece)
+            tags = score_tags(piece, score)
             midi_bytes = Path(score.write("midi", fp=folder / "piece.mid")).read_bytes()
             pretty_midi.PrettyMIDI(io.BytesIO(midi_bytes))
         except Exception as error:  # noqa: BLE001 - music21 raises many types; ~1 work in 25 fails (DATA-SOURCES.md)
-            failed.append(f"{path.name}: {error.__class__.__name__}")
+            failed.append(f"{piece.name}: {error.__class__.__name__}")
             continue
-        parsed.append((collection, path, tags, midi_bytes))
+        parsed.append((piece, tags, midi_bytes))
     (folder / "piece.mid").unlink(missing_ok=True)
     rows = []
     (folder / "clips").mkdir()
-    splits = split_groups([str(path) for _, path, _, _ in parsed], spec.val_fraction, spec.test_fraction, spec.seed)
-    for number, ((collection, path, tags, midi_bytes), split) in enumerate(zip(parsed, splits)):
+    splits = split_groups([piece.name for piece, _, _ in parsed], spec.val_fraction, spec.test_fraction, spec.seed)
+    for number, ((piece, tags, midi_bytes), split) in enumerate(zip(parsed, splits)):
         for take in range(spec.renderings):
-            rng = np.random.default_rng([spec.seed, number, take])
-            midi = pretty_midi.PrettyMIDI(io.BytesIO(midi_bytes))
-            family = list(FAMILIES)[rng.integers(len(FAMILIES))]
-            program = int(rng.choice(FAMILIES[family][0]))
-            for instrument in midi.instruments:
-                instrument.program, instrument.is_drum = program, False
-            bpm = float(rng.uniform(50, 180))
-            written = midi.get_tempo_changes()[1][0] if len(midi.get_tempo_changes()[1]) else 120.0
-            end = midi.get_end_time()
-            midi.adjust_times([0.0, end], [0.0, end * written / bpm])
-            audio = render(midi, family, spec.renderer)
-            start = int(rng.integers(0, max(1, audio.size - clip)))
-            piece_clip = np.zeros(clip, np.float32)
-            piece_clip[: audio[start:start + clip].size] = audio[start:start + clip]
+            cached, family, program, bpm = render_clip(midi_bytes, [spec.seed, number, take], spec)
             name = f"clips/{number:04d}-{take}.wav"
-            soundfile.write(folder / name, piece_clip, SAMPLE_RATE, subtype="PCM_16")
+            try:  # a hard link shares the cached file's data
+                os.link(cached, folder / name)
+            except OSError:
+                shutil.copyfile(cached, folder / name)
             clip_tags = {**tags, "tempo": tempo_band(bpm), "instrument": family}
             rows.append({"path": name, "tags": ";".join(f"{k}:{v}" for k, v in clip_tags.items()),
-                         "piece": f"{collection}/{path.name}", "split": split, "program": program,
-                         "bpm": round(bpm, 1)})
+                         "piece": piece.name, "split": split, "program": program, "bpm": round(bpm, 1)})
     with open(folder / "metadata.csv", "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    licences = {name: COLLECTIONS[name][4] for name in spec.collections}
+    licences = {name: COLLECTIONS[name].licence for name in spec.collections}
     (folder / "info.json").write_text(json.dumps({"spec": dataclasses.asdict(spec), "renderer": spec.renderer,
                                                   "soundfont": str(find_soundfont()) if spec.renderer == "fluidsynth"
                                                   else None, "licences": licences, "failed": failed}, indent=1))

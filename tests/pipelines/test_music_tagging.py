@@ -221,3 +221,42 @@ def test_window_dataset_slices_each_clip_and_repeats_its_targets():
 def test_group_means_average_the_tags_of_each_group_and_skip_plain_tags():
     per_tag = {"genre:reel": 0.9, "genre:jig": 0.7, "mode:major": 0.6, "loud": 0.1}
     assert group_means(per_tag) == pytest.approx({"genre": 0.8, "mode": 0.6})
+
+
+def test_abc_books_are_read_tune_by_tune_with_the_genre_of_their_rhythm_field(tmp_path):
+    book = tmp_path / "book.abc"
+    book.write_text("X: 1\nT:One\nR:Reel\nK:D\nABcd|\n\nX:2\nT:Two\nR: double jig\nK:G\nGAB|\n\n"
+                    "X:3\nT:Three\nR:air\nK:G\nG|\n\nX:4\nT:Four\nK:G\nG|\n")
+    assert music.abc_tunes(book) == [(1, "reel"), (2, "double jig"), (3, "air"), (4, "")]
+    pieces = music.collection_pieces("oneills")
+    names = [p.name for p in pieces]
+    assert len(names) == len(set(names)) and {p.genre for p in pieces} == {"reel", "jig", "hornpipe"}
+    # tune 740 is in two transcriptions (0732-0758_bs.abc and _mh.abc): taken once, from the first file
+    assert [p.path.name for p in pieces if p.number == 740] == ["0732-0758_bs.abc"]
+    tune = next(p for p in pieces if p.number == 740)
+    score = music.parse_piece(tune)  # one tune of the book, not the whole opus
+    assert score.metadata.title == "The Kilkenny Jig"
+    assert music.score_tags(tune, score)["genre"] == "jig" and "composer" not in music.score_tags(tune, score)
+
+
+def test_render_cache_returns_the_same_clip_without_rendering_again(tmp_path, monkeypatch):
+    import pretty_midi
+
+    monkeypatch.setenv("SEQAPPS_DATA", str(tmp_path))
+    midi = pretty_midi.PrettyMIDI()
+    midi.instruments.append(pretty_midi.Instrument(0))
+    midi.instruments[0].notes.append(pretty_midi.Note(velocity=90, pitch=60, start=0.0, end=1.0))
+    buffer = __import__("io").BytesIO()
+    midi.write(buffer)
+    spec = music.CorpusSpec(["bach"], 1, 1, 2.0, "synth")
+    first = music.render_clip(buffer.getvalue(), [0, 0, 0], spec)
+    audio = soundfile.read(first[0], dtype="int16")[0]
+    assert audio.size == 2 * RATE and first[0].parent == tmp_path / "music" / "renders"
+
+    def no_render(*args, **kwargs):
+        raise AssertionError("rendered again")
+
+    monkeypatch.setattr(music, "render", no_render)
+    assert music.render_clip(buffer.getvalue(), [0, 0, 0], spec) == first  # the same draws, the cached file
+    with pytest.raises(AssertionError, match="rendered again"):  # another take is another clip
+        music.render_clip(buffer.getvalue(), [0, 0, 1], spec)
