@@ -37,9 +37,9 @@ class TrainingConfig:
         early_stopping_patience: epochs without validation improvement before stopping.
         lr_patience: epochs without validation improvement before halving the learning rate.
         steps_per_epoch: cap on training steps per epoch (None: one pass over the data).
-        max_train_minutes: a wall-clock budget for training (None: none). After each epoch,
-            training stops if one more epoch as long as the last would end past the budget;
-            a resumed run's clock starts again at the resume.
+        max_train_minutes: a wall-clock budget for training (None: none): training stops at
+            the first step that ends past it, and the epoch it cuts short is validated as
+            usual; a resumed run's clock starts again at the resume.
         seed: seed for Python, NumPy and TensorFlow.
     """
 

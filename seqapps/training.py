@@ -419,7 +419,7 @@ def read_callback_state(checkpoint_dir: Path) -> dict[str, Any] | None:
 
 
 class _TimeBudget(keras.callbacks.Callback):
-    """Stops training after an epoch when one more epoch as long as it would end past ``seconds``.
+    """Stops training at the first step that ends past ``seconds`` (the epoch it cuts short is still validated).
 
     Args:
         seconds: the training budget, counted from the start of ``fit``.
@@ -430,13 +430,11 @@ class _TimeBudget(keras.callbacks.Callback):
         self.seconds = seconds
 
     def on_train_begin(self, logs: dict | None = None) -> None:
-        self.start = self.last = time.perf_counter()
+        self.start = time.perf_counter()
 
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        now = time.perf_counter()
-        if now - self.start + (now - self.last) > self.seconds:
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if time.perf_counter() - self.start > self.seconds:
             self.model.stop_training = True
-        self.last = now
 
 
 class _EpochLines(keras.callbacks.Callback):

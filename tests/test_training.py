@@ -149,13 +149,14 @@ def test_optimizer_round_trip():
     assert type(restored) is type(optimizer) and restored.global_clipnorm == 2.0
 
 
-def test_time_budget_stops_before_an_epoch_that_would_end_past_it(tmp_path, monkeypatch):
-    clock = [0.0]
+def test_time_budget_stops_at_the_first_step_past_it(tmp_path, monkeypatch):
+    clock, steps = [0.0], []
     monkeypatch.setattr(training.time, "perf_counter", lambda: clock[0])
 
-    class TenSecondEpochs(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
+    class TenSecondSteps(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
             clock[0] += 10.0
+            steps.append(batch)
 
     rng = np.random.default_rng(0)
     rows = tf.data.Dataset.from_tensor_slices((rng.normal(size=(8, 2)).astype("float32"),
@@ -163,7 +164,7 @@ def test_time_budget_stops_before_an_epoch_that_would_end_past_it(tmp_path, monk
     config = TrainingConfig(epochs=5, batch_size=4, early_stopping_patience=10, max_train_minutes=25 / 60)
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile(optimizer=make_optimizer(config), loss="mse")
-    # after epoch 1: 10 s + 10 s <= 25 s, go on; after epoch 2: 20 s + 10 s > 25 s, stop
+    # two steps per epoch; the third step ends at 30 s > 25 s: epoch 2 is cut after its first step
     report = training.fit(model, Splits(rows, rows, rows, state={}), config, tmp_path,
-                          extra_callbacks=[TenSecondEpochs()])
-    assert report["epochs_run"] == 2
+                          extra_callbacks=[TenSecondSteps()])
+    assert steps == [0, 1, 0] and report["epochs_run"] == 2 and len(report["val_loss_history"]) == 2
