@@ -110,7 +110,7 @@ class SpeechRecognitionConfig(TrainingConfig):
     epochs: int = 12
     early_stopping_patience: int = 3
     lr_patience: int = 1
-    # the target is 30 minutes on 2 cores; the rest of the run (data, evaluation, export) takes 1-3
+    # the target is 30 minutes on 2 cores; data, evaluation and export took about one minute more
     max_train_minutes: float | None = 25.0
 
     PRESETS = {

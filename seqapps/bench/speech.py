@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from seqapps.bench import steps as steps_harness
@@ -114,6 +115,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if {"birnn", "hrnn"} <= set(encoders):
             row["memory_ratio"] = round(row["birnn_memory_mb"] / max(row["hrnn_memory_mb"], 1e-3), 2)
         rows.append(row)
+        print(row, file=sys.stderr, flush=True)
     config = {"preset": args.preset, "batch": args.batch, "steps": args.steps,
               "chars_per_second": args.chars_per_second, "seconds": args.seconds, "encoders": encoders}
     return {"config": config, "results": rows}
