@@ -23,7 +23,7 @@ from seqapps import __version__
 from seqapps.errors import SeqappsError, TrainingError
 
 BENCHMARKS = {"bnce": "seqapps.bench.bnce", "hrnn": "seqapps.bench.hrnn", "serve": "seqapps.bench.serve",
-              "rows": "seqapps.bench.rows"}
+              "rows": "seqapps.bench.rows", "speech": "seqapps.bench.speech"}
 NATIVE_LOG_COMMANDS = ("run", "finetune", "predict")  # the commands whose TensorFlow start-up noise is held back
 
 

@@ -37,6 +37,9 @@ class TrainingConfig:
         early_stopping_patience: epochs without validation improvement before stopping.
         lr_patience: epochs without validation improvement before halving the learning rate.
         steps_per_epoch: cap on training steps per epoch (None: one pass over the data).
+        max_train_minutes: a wall-clock budget for training (None: none): training stops at
+            the first step that ends past it, and the epoch it cuts short is validated as
+            usual; a resumed run's clock starts again at the resume.
         seed: seed for Python, NumPy and TensorFlow.
     """
 
@@ -48,6 +51,7 @@ class TrainingConfig:
     early_stopping_patience: int = 5
     lr_patience: int = 2
     steps_per_epoch: int | None = None
+    max_train_minutes: float | None = None
     seed: int = 42
 
     #: preset name -> field overrides; "default" is usually empty.
@@ -62,6 +66,8 @@ class TrainingConfig:
         require(self.clipnorm >= 0, "clipnorm", self.clipnorm, "a number >= 0")
         require(self.steps_per_epoch is None or self.steps_per_epoch >= 1,
                  "steps_per_epoch", self.steps_per_epoch, "null or an integer >= 1")
+        require(self.max_train_minutes is None or self.max_train_minutes > 0,
+                "max_train_minutes", self.max_train_minutes, "null or a number > 0")
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the fields as plain YAML/JSON-able values."""

@@ -418,6 +418,25 @@ def read_callback_state(checkpoint_dir: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text())
 
 
+class _TimeBudget(keras.callbacks.Callback):
+    """Stops training at the first step that ends past ``seconds`` (the epoch it cuts short is still validated).
+
+    Args:
+        seconds: the training budget, counted from the start of ``fit``.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self.start = time.perf_counter()
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if time.perf_counter() - self.start > self.seconds:
+            self.model.stop_training = True
+
+
 class _EpochLines(keras.callbacks.Callback):
     """Prints one line per epoch (loss, validation loss, learning rate, elapsed time, ETA) for logs and CI."""
 
@@ -484,8 +503,13 @@ def fit(model: keras.Model, data: Splits, config: TrainingConfig, checkpoint_dir
         keras.callbacks.ReduceLROnPlateau(monitor="val_loss", factor=0.5, patience=config.lr_patience,
                                           min_lr=config.learning_rate / 64),
     ]
-    backup = _Backup(checkpoint_dir, stateful)
-    callbacks = [_StopOnNonFiniteLoss(), *stateful, backup, *extra_callbacks]
+    budget = []
+    if config.max_train_minutes is not None:
+        if is_multi_worker(strategy):  # each worker's clock would stop it at its own epoch
+            raise ConfigError("max_train_minutes does not work with --strategy multiworker; set epochs instead")
+        budget.append(_TimeBudget(60 * config.max_train_minutes))
+    backup = _Backup(checkpoint_dir, stateful)  # after the callbacks that stop training, so it records the stop
+    callbacks = [_StopOnNonFiniteLoss(), *stateful, *budget, backup, *extra_callbacks]
     if progress == "lines":
         callbacks.append(_EpochLines(epochs))
     start = time.perf_counter()

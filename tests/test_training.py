@@ -1,5 +1,5 @@
-"""The shared training loop: a killed run resumes to the same result, progress lines for logs, and
-global-norm clipping of sparse gradients equal to dense clipping.
+"""The shared training loop: a killed run resumes to the same result, progress lines for logs,
+global-norm clipping of sparse gradients equal to dense clipping, and the time budget.
 
 Kills happen in subprocesses with ``os._exit`` (no clean-up runs, as with SIGKILL), from a
 callback after an epoch's backup or from inside the export before its rename.
@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from seqapps import training
 from seqapps.config import TrainingConfig
+from seqapps.pipeline import Splits
 from seqapps.training import clip_by_global_norm, make_optimizer
 
 pytestmark = pytest.mark.large
@@ -145,3 +147,24 @@ def test_optimizer_round_trip():
     optimizer = make_optimizer(TrainingConfig(optimizer="adam", learning_rate=0.01, clipnorm=2.0))
     restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
     assert type(restored) is type(optimizer) and restored.global_clipnorm == 2.0
+
+
+def test_time_budget_stops_at_the_first_step_past_it(tmp_path, monkeypatch):
+    clock, steps = [0.0], []
+    monkeypatch.setattr(training.time, "perf_counter", lambda: clock[0])
+
+    class TenSecondSteps(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            clock[0] += 10.0
+            steps.append(batch)
+
+    rng = np.random.default_rng(0)
+    rows = tf.data.Dataset.from_tensor_slices((rng.normal(size=(8, 2)).astype("float32"),
+                                               rng.normal(size=(8, 1)).astype("float32")))
+    config = TrainingConfig(epochs=5, batch_size=4, early_stopping_patience=10, max_train_minutes=25 / 60)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=make_optimizer(config), loss="mse")
+    # two steps per epoch; the third step ends at 30 s > 25 s: epoch 2 is cut after its first step
+    report = training.fit(model, Splits(rows, rows, rows, state={}), config, tmp_path,
+                          extra_callbacks=[TenSecondSteps()])
+    assert steps == [0, 1, 0] and report["epochs_run"] == 2 and len(report["val_loss_history"]) == 2

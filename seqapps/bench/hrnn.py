@@ -6,9 +6,9 @@ and in ``decoupled`` mode (``loss_and_gradients``: segment recomputation), for
 each sequence length T with k = 10 and k = round(sqrt(2T)). Each measurement
 runs in a fresh process (``python -m seqapps.bench.hrnn --worker ...``).
 
-Memory on CPU is the process's peak RSS after the training steps minus its RSS
-just before the first step, taken after tracing the step and one forward call;
-on a GPU it is the allocator's peak minus its use at the same point. The
+Memory (``seqapps.bench.steps``) is the peak RSS during the training steps minus
+the RSS just before the first step, taken after tracing the step and one forward
+call; on a GPU it is the allocator's peak minus its use at the same point. The
 theoretical ratio for the lower/upper state counts is T / (k + 2T/k).
 """
 from __future__ import annotations
@@ -16,13 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import resource
-import statistics
-import subprocess
-import sys
-import time
 from typing import Any
+
+from seqapps.bench import steps as steps_harness
 
 MODES = ("hrnn", "decoupled")
 FEATURES = 64
@@ -40,20 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=3, help="training steps per measurement")
     parser.add_argument("--periods", default="10,sqrt", help="comma-separated k values; 'sqrt' is round(sqrt(2T))")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights and data")
-
-
-def _rss_mb() -> float:
-    """The process's current resident set size, in MiB."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    raise RuntimeError("VmRSS not found in /proc/self/status")
-
-
-def _peak_rss_mb() -> float:
-    """The process's peak resident set size so far, in MiB (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def measure(mode: str, length: int, period: int, units: int, batch: int, steps: int, seed: int) -> dict[str, Any]:
@@ -78,7 +60,6 @@ def measure(mode: str, length: int, period: int, units: int, batch: int, steps: 
     from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 
     keras.utils.set_random_seed(seed)
-    gpu = bool(tf.config.list_physical_devices("GPU"))
     layer = DecoupledHRNN(
         [keras.layers.GRUCell(units), keras.layers.GRUCell(units)],
         periods=period,
@@ -100,33 +81,7 @@ def measure(mode: str, length: int, period: int, units: int, batch: int, steps: 
         return loss
 
     forward = tf.function(lambda x: layer(x))
-    start = time.perf_counter()
-    train_step.get_concrete_function(x, y)
-    forward(x).numpy()
-    trace_s = time.perf_counter() - start
-    if gpu:
-        tf.config.experimental.reset_memory_stats("GPU:0")
-        baseline = tf.config.experimental.get_memory_info("GPU:0")["current"] / 2**20
-    else:
-        baseline = _rss_mb()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        loss = float(train_step(x, y))
-        times.append(time.perf_counter() - start)
-    if gpu:
-        peak = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
-    else:
-        peak = _peak_rss_mb()
-    if not math.isfinite(loss):
-        raise FloatingPointError(f"non-finite loss {loss} in mode {mode}")
-    return {
-        "memory_mb": round(peak - baseline, 1),
-        "step_s": round(statistics.median(times[1:] or times), 3),
-        "first_step_s": round(times[0], 3),
-        "trace_s": round(trace_s, 3),
-        "device": "GPU" if gpu else "CPU",
-    }
+    return steps_harness.measure_steps(train_step, (x, y), lambda: forward(x).numpy(), steps)
 
 
 def _periods(spec: str, length: int) -> list[int]:
@@ -141,16 +96,9 @@ def _periods(spec: str, length: int) -> list[int]:
 
 def _run_worker(mode: str, length: int, period: int, args: argparse.Namespace) -> dict[str, Any]:
     """Runs one measurement in a fresh Python process and returns its result."""
-    command = [
-        sys.executable, "-m", "seqapps.bench.hrnn", "--worker",
-        "--mode", mode, "--seq-length", str(length), "--period", str(period),
-        "--units", str(args.units), "--batch", str(args.batch), "--steps", str(args.steps), "--seed", str(args.seed),
-    ]  # fmt: skip
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"worker {mode} T={length} k={period} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return steps_harness.run_worker("seqapps.bench.hrnn", {
+        "mode": mode, "seq_length": length, "period": period, "units": args.units, "batch": args.batch,
+        "steps": args.steps, "seed": args.seed})
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
