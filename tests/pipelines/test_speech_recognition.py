@@ -127,3 +127,54 @@ def test_finetune_continues_on_the_users_recordings(capsys, speech_run, tiny_cor
                                 "--json")
     assert code == 0, err
     assert answer["export"].endswith("speech_recognition/2") and "greedy_cer" in answer["metrics_before"]
+
+
+def test_word_timings_of_a_model_that_transcribes_fall_inside_espeaks_word_spans(tmp_path, monkeypatch):
+    """The CTC word timings, on utterances whose word boundaries the generator recorded from espeak-ng.
+
+    A small model is trained until it transcribes its four utterances exactly (a model that
+    cannot transcribe has no words to time); then every word's start, read from its CTC
+    posteriors as the ``words`` signature does, must fall inside that word's span in
+    ``words.json`` (espeak-ng's word events; words without their own event share their group's span).
+    """
+    import json
+
+    import keras
+
+    from seqapps.layers import ctc
+
+    monkeypatch.setenv("SEQAPPS_DATA", str(tmp_path))
+    keras.utils.set_random_seed(0)
+    sentences = ["in the beginning god created the heaven", "and the earth was without form", "let there be light",
+                 "and there was light", "and god saw the light", "that it was good"]
+    root = speech.espeak_corpus(speech.CorpusSpec("timing", {"train": 4, "val": 1, "test": 1}, seed=3),
+                                lambda: sentences)
+    with open(root / "metadata.csv", newline="") as handle:
+        rows = [row for row in csv.DictReader(handle) if row["split"] == "train"]
+    spans = json.loads((root / "words.json").read_text())
+    chars = ["", *sorted({c for row in rows for c in row["transcript"]})]
+    audio = [soundfile.read(root / row["path"], dtype="float32")[0] for row in rows]
+    inputs = {"waveform": np.stack([np.pad(a, (0, max(map(len, audio)) - len(a))) for a in audio]),
+              "length": np.array([len(a) for a in audio], np.int32)}
+    labels = keras.utils.pad_sequences([[chars.index(c) for c in row["transcript"]] for row in rows],
+                                       padding="post")
+    model = ctc.CTCSpeechModel(num_classes=len(chars), n_mels=20, units=[32], conv_filters=32, stride=2)
+    model.build()
+    model.compile(optimizer=keras.optimizers.Adam(3e-3), jit_compile=False)
+    table, lengths = tf.constant(chars), model.output_lengths(inputs["length"])
+    truth = [row["transcript"].encode() for row in rows]
+    for _ in range(12):  # 50 steps at a time, until the transcripts are exact (about 300 steps)
+        model.fit(tf.data.Dataset.from_tensors((inputs, labels)).repeat(), steps_per_epoch=50, shuffle=False, verbose=0)
+        logits = model(inputs)
+        if ctc.ids_to_text(ctc.ctc_greedy_decode(logits, lengths)[0], table).numpy().tolist() == truth:
+            break
+    else:
+        pytest.fail("the model did not learn to transcribe its four training utterances")
+    found = ctc.ctc_word_spans(logits, lengths, table, chars.index(" "), model.seconds_per_frame)
+    frame = model.seconds_per_frame  # a start is a frame's time: allow one frame at a span's edges
+    for i, row in enumerate(rows):
+        words, starts = found["words"].numpy()[i], found["start"].numpy()[i]
+        expected = [(start, end) for group, start, end in spans[row["path"]] for _ in group.split()]
+        assert [w.decode() for w in words[:len(expected)]] == row["transcript"].split()
+        for word, start, (low, high) in zip(row["transcript"].split(), starts, expected):
+            assert low - frame <= start < high + frame, (row["transcript"], word, start, (low, high))
