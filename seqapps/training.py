@@ -294,14 +294,16 @@ def batch_datasets(data: Splits, config: TrainingConfig,
             rows = int(data.train.reduce(np.int64(0), lambda count, _: count + 1))
         steps = max(1, math.ceil(rows / config.batch_size))
 
-    def one_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
+    def one_epoch(epoch: int) -> tf.data.Dataset:
+        # A Python seed: with a tensor one (a flat_map over epochs), tf.data's seed check fails for seed=0.
         shuffled = data.train.shuffle(4096, seed=config.seed * 10_007 + epoch, reshuffle_each_iteration=True)
         if config.steps_per_epoch is not None:
             shuffled = shuffled.repeat()
         return shuffled.padded_batch(config.batch_size).take(steps)
 
-    epochs = tf.data.Dataset.range(first_epoch, max(config.epochs, first_epoch + 1))
-    train = epochs.flat_map(one_epoch).prefetch(tf.data.AUTOTUNE)
+    epochs = [one_epoch(epoch) for epoch in range(first_epoch, max(config.epochs, first_epoch + 1))]
+    order = tf.data.Dataset.range(len(epochs)).flat_map(lambda index: tf.data.Dataset.from_tensors(index).repeat(steps))
+    train = tf.data.Dataset.choose_from_datasets(epochs, order).prefetch(tf.data.AUTOTUNE)
     val = data.val.padded_batch(config.batch_size).prefetch(tf.data.AUTOTUNE)
     return train, val, steps
 
