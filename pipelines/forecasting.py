@@ -27,6 +27,7 @@ than the validation ones.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -352,22 +353,24 @@ class Forecasting(Pipeline):
                   "mase_scale": forecast_metrics_lib.mase_scale(train_values[:, target_index], steps["daily_lag"])}
         data = Splits(None, None, None, state=state, report=report, arrays=arrays)
         # With cross-fitting, the training and validation targets are shifted to the ridge's out-of-fold residuals.
-        shift = None
+        # The shift is computed batch by batch from each window's features and cross-fitting block.
+        blocks = None
         if config.ridge_lags and config.ridge_cross_fit > 1:
-            self._ridge(data)
-            shift = arrays.pop("ridge_target_shift")  # [train + val windows, horizon, targets]; only read here
+            blocks = self._ridge(data).blocks(np.arange(len(origins["train"]) + len(origins["val"])))
         n_train = len(origins["train"])
-        train = (origins["train"], None if shift is None else shift[:n_train])
-        val = (origins["val"], None if shift is None else shift[n_train:])
+        train = (origins["train"], None if blocks is None else blocks[:n_train])
+        val = (origins["val"], None if blocks is None else blocks[n_train:])
         if config.fit_on_val:  # the protocol's final fit on train + val; validation then only paces training
             if self._holdout_fit(config):  # a first fit on train alone, scored on validation (see ``fit``)
-                arrays["train_alone"] = self._windows(arrays, train[0], state, shift=train[1]).map(
-                    lambda inputs, targets: (inputs, targets[None]))
-            train = (np.concatenate([origins["train"], origins["val"]]), shift)
+                arrays["train_alone"] = self._windows(
+                    arrays, train[0], state, shift=None if blocks is None else (train[1], arrays["ridge_target_shift"])
+                ).map(lambda inputs, targets: (inputs, targets[None]))
+            train = (np.concatenate([origins["train"], origins["val"]]), blocks)
         # Targets get a members axis of 1, against which every member's forecast is scored.
         data.train, data.val, data.test = (
-            self._windows(arrays, found, state, shift=offset).map(lambda inputs, targets: (inputs, targets[None]))
-            for found, offset in (train, val, (origins["test"], None)))
+            self._windows(arrays, found, state, shift=None if block is None else (block, arrays["ridge_target_shift"])
+                          ).map(lambda inputs, targets: (inputs, targets[None]))
+            for found, block in (train, val, (origins["test"], None)))
         return data
 
     @staticmethod
@@ -408,7 +411,9 @@ class Forecasting(Pipeline):
 
     @staticmethod
     def _windows(arrays: dict[str, Any], origins: np.ndarray, state: dict[str, Any],
-                 batch_size: int | None = None, shift: np.ndarray | None = None) -> tf.data.Dataset:
+                 batch_size: int | None = None,
+                 shift: tuple[np.ndarray, Callable[[dict[str, tf.Tensor], tf.Tensor], tf.Tensor]] | None = None
+                 ) -> tf.data.Dataset:
         """Windows ``(inputs, targets)`` cut from the series as they are read.
 
         Only the series and the window origins are held, so memory grows with the
@@ -419,8 +424,9 @@ class Forecasting(Pipeline):
             origins: the index of each window's last observed step.
             state: the pipeline state (lookback, horizon, columns).
             batch_size: cut batches of this many windows; None: single windows (of known cardinality).
-            shift: added to each window's targets, shape [windows, horizon, targets] (the targets then
-                take its dtype); None: the series' values.
+            shift: each window's cross-fitting block, shape [windows], and a function of a batch's
+                inputs and blocks that gives what to add to its targets, [batch, horizon, targets]
+                float64 (the targets then take its dtype); None: the series' values.
 
         Returns:
             A dataset of ``({column: [lookback], end_time: []}, [horizon, targets])``, batched if asked.
@@ -430,14 +436,17 @@ class Forecasting(Pipeline):
         future = tf.range(1, state["horizon"] + 1, dtype=tf.int64)
         target_index = [state["input_cols"].index(c) for c in state["target_cols"]]
 
-        def cut(origin: tf.Tensor, offset: tf.Tensor | None = None) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+        def cut(origin: tf.Tensor, block: tf.Tensor | None = None) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
             window = tf.gather(series, origin[:, None] + past)  # [batch, lookback, columns]
             inputs = {name: window[:, :, i] for i, name in enumerate(state["input_cols"])}
             inputs[END_TIME] = tf.gather(stamps, origin)
             targets = tf.gather(tf.gather(series, origin[:, None] + future), target_index, axis=2)
-            return inputs, targets if offset is None else tf.cast(targets, offset.dtype) + offset
+            if block is None:
+                return inputs, targets
+            offset = shift[1](inputs, block)
+            return inputs, tf.cast(targets, offset.dtype) + offset
 
-        windows = tf.data.Dataset.from_tensor_slices(origins if shift is None else (origins, shift))
+        windows = tf.data.Dataset.from_tensor_slices(origins if shift is None else (origins, shift[0]))
         windows = windows.batch(batch_size or 1024).map(cut, num_parallel_calls=tf.data.AUTOTUNE)
         if batch_size is None:
             windows = windows.unbatch().apply(tf.data.experimental.assert_cardinality(len(origins)))
@@ -447,39 +456,6 @@ class Forecasting(Pipeline):
         """A split's window inputs (without targets), in batches of ``batch_size``, for ``predict``."""
         return self._windows(data.arrays, data.arrays["origins"][split], data.state, batch_size).map(
             lambda inputs, targets: inputs)
-
-    def _predict(self, model: keras.Model, data: Splits, splits: tuple[str, ...], batch_size: int) -> list[np.ndarray]:
-        """``model.predict`` over the windows of ``splits`` (in order), written into arrays allocated once.
-
-        Returns:
-            One array per model output, its rows the splits' windows.
-        """
-        total = sum(len(data.arrays["origins"][split]) for split in splits)
-        outputs, start, predict = [], 0, _batch_predictor(model)
-        for split in splits:
-            for inputs in self._split_windows(data, split, batch_size):
-                found = [part.numpy() for part in tf.nest.flatten(predict(inputs))]
-                if not outputs:
-                    outputs = [np.empty((total, *part.shape[1:]), part.dtype) for part in found]
-                for output, part in zip(outputs, found):
-                    output[start: start + len(part)] = part
-                start += len(found[0])
-        return outputs
-
-    @staticmethod
-    def _split_targets(data: Splits, splits: tuple[str, ...], chunk: int = 8192
-                       ) -> Iterator[tuple[slice, np.ndarray]]:
-        """The targets of the windows of ``splits`` (in order), as ``(rows, [rows, horizon, targets])`` chunks.
-
-        Values are float32, as the model sees them.
-        """
-        values, start = data.arrays["values"].astype("float32"), 0
-        for split in splits:
-            origins = data.arrays["origins"][split]
-            for first in range(0, len(origins), chunk):
-                steps = origins[first: first + chunk, None] + np.arange(1, data.state["horizon"] + 1)
-                yield slice(start + first, start + first + len(steps)), values[steps]
-            start += len(origins)
 
     def _forecast_batches(self, model: keras.Model, data: Splits, split: str, batch_size: int = 256
                           ) -> Iterator[tuple[slice, np.ndarray, np.ndarray, np.ndarray]]:
@@ -535,14 +511,13 @@ class Forecasting(Pipeline):
     def _ridge(self, data: Splits) -> baselines.RidgeFit:
         """Fits the ridge baseline on the residual to the seasonal-naive base (in scaled units); cached.
 
-        Its features ([windows, lags x columns + calendar]) and targets ([windows,
-        horizon x targets]) are written batch by batch into arrays allocated once, for
-        the training and validation windows together. With ``ridge_cross_fit`` > 1 it also
-        stores ``ridge_target_shift`` ([train + val windows, horizon, targets], user units),
-        computed from those arrays, which ``load_data`` adds to the RNN's targets.
+        It is solved from moments accumulated batch by batch over the training and validation
+        windows (see ``baselines.fit_ridge``), so no [windows, features] array is held. With
+        ``ridge_cross_fit`` > 1 it also stores ``ridge_target_shift``, a function of a batch's
+        inputs and cross-fitting blocks that ``load_data`` adds to the RNN's targets.
         """
         if "ridge" not in data.arrays:
-            state = data.state
+            state, arrays = data.state, data.arrays
             inputs = self._inputs(state)
             scaled = self._scaled_window(state, inputs)
             base = self._base(state, scaled)
@@ -552,35 +527,64 @@ class Forecasting(Pipeline):
             extractor = keras.Model(inputs, outputs)
             target_index = [state["input_cols"].index(c) for c in state["target_cols"]]
             mean, std = np.array(state["mean"])[target_index], np.array(state["std"])[target_index]
-            features, *base_values = self._predict(extractor, data, ("train", "val"), 1024)
-            # In the features' precision, the one scikit-learn fits in (it would cast a float64 copy).
-            targets = np.empty((len(features), state["horizon"] * len(target_index)), features.dtype)
-            for rows, found in self._split_targets(data, ("train", "val")):
-                scaled = ((found - mean) / std).reshape(len(found), -1)
-                targets[rows] = scaled - base_values[0][rows] if base_values else scaled
-            del base_values
-            n_train, folds = len(data.arrays["origins"]["train"]), data.arrays["ridge_cross_fit"]
-            fit = baselines.fit_ridge(features, targets, n_train)
-            del features  # centred in place by the fit: cut again for the validation shift (and the cross-fit)
-            features = self._predict(extractor, data, ("train", "val") if folds > 1 else ("val",), 1024)[0]
-            shape = (-1, state["horizon"], len(state["target_cols"]))
+            origins = np.concatenate([arrays["origins"]["train"], arrays["origins"]["val"]])
+            n_train, folds = len(arrays["origins"]["train"]), arrays["ridge_cross_fit"]
+
+            def batches(first: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+                for features, base_values, targets in self._ridge_batches(data, extractor, origins[first:]):
+                    yield features, ((targets - mean) / std).reshape(len(features), -1) - base_values
+
+            fit = baselines.fit_ridge(batches, n_train, len(origins) - n_train, folds=folds if folds > 1 else 0,
+                                      gap=state["horizon"])
+            shape = (-1, state["horizon"], len(target_index))
             # What the ridge part of the model would forecast on the validation split had it not seen it.
-            val_features = features[len(features) - len(data.arrays["origins"]["val"]):]
-            data.arrays["ridge_val_shift"] = (fit.val_forecast - fit.predict(val_features)).reshape(shape) * std
-            if folds > 1:  # the full fit's forecast minus one that did not see the window (user units)
-                shift = baselines.out_of_fold_forecasts(features, targets, fit.alpha, folds, gap=state["horizon"])
-                for first in range(0, len(shift), 8192):  # in place, chunk by chunk: no float64 copy of features
-                    rows = slice(first, first + 8192)
-                    np.subtract(fit.predict(features[rows]), shift[rows], out=shift[rows])
-                shift = shift.reshape(shape)
-                shift *= std
-                data.arrays["ridge_target_shift"] = shift
-            del features, val_features, targets
-            test_features, *test_base = self._predict(extractor, data, ("test",), 1024)
-            forecast = (fit.predict(test_features) + (test_base[0] if test_base else 0.0)).reshape(shape)
-            data.arrays["ridge"] = fit
-            data.arrays["ridge_forecast"] = forecast * std + mean
+            arrays["ridge_val_shift"] = self._ridge_outputs(data, extractor, "val", lambda features, _: (
+                fit.train.predict(features) - fit.predict(features)).reshape(shape) * std)
+            arrays["ridge_forecast"] = self._ridge_outputs(data, extractor, "test", lambda features, base_values: (
+                fit.predict(features) + base_values).reshape(shape) * std + mean)
+            arrays["ridge"] = fit
+            if folds > 1:  # the full fit's forecast minus one that did not see the window's block (user units)
+                coef = np.stack([fit.coef - fold.coef for fold in fit.folds], axis=1)  # [features, folds, outputs]
+                coef = tf.constant(coef.reshape(len(coef), -1))
+                intercept = tf.constant(np.concatenate([fit.intercept - fold.intercept for fold in fit.folds]))
+
+                def target_shift(batch: dict[str, tf.Tensor], blocks: tf.Tensor) -> tf.Tensor:
+                    features = tf.cast(tf.nest.flatten(extractor(batch, training=False))[0], tf.float64)
+                    every = tf.reshape(tf.matmul(features, coef) + intercept, (-1, folds, *shape[1:]))  # per fold
+                    return tf.gather(every, blocks, batch_dims=1) * std
+
+                arrays["ridge_target_shift"] = target_shift
         return data.arrays["ridge"]
+
+    def _ridge_batches(self, data: Splits, extractor: keras.Model, origins: np.ndarray
+                       ) -> Iterator[tuple[np.ndarray, np.ndarray | float, np.ndarray]]:
+        """The ridge's inputs for the windows at ``origins``, batch by batch.
+
+        Yields:
+            ``(features, base, targets)``: the features [batch, F] (float32, as the model computes
+            them), the seasonal-naive base [batch, horizon x targets] in scaled units (0 without a
+            residual period) and the true values [batch, horizon, targets] (float32).
+        """
+        predict = _batch_predictor(extractor)
+        for inputs, targets in self._windows(data.arrays, origins, data.state, 1024):
+            features, *base = [part.numpy() for part in tf.nest.flatten(predict(inputs))]
+            yield features, base[0] if base else 0.0, targets.numpy()
+
+    def _ridge_outputs(self, data: Splits, extractor: keras.Model, split: str,
+                       output: Callable[[np.ndarray, np.ndarray | float], np.ndarray]) -> np.ndarray:
+        """``output(features, base)`` ([batch, horizon, targets]) of each window of ``split``.
+
+        Returns:
+            Shape [windows, horizon, targets], float32 like the model's forecasts: a long
+            series' test split holds millions of values.
+        """
+        origins, state = data.arrays["origins"][split], data.state
+        found = np.empty((len(origins), state["horizon"], len(state["target_cols"])), "float32")
+        first = 0
+        for features, base, _ in self._ridge_batches(data, extractor, origins):
+            found[first: first + len(features)] = output(features, base)
+            first += len(features)
+        return found
 
     def build_model(self, config: ForecastingConfig, data: Splits) -> keras.Model:
         state = data.state
@@ -697,19 +701,20 @@ class Forecasting(Pipeline):
         The base forecast is the model's with the weights at zero and, with a ridge part, the
         ridge fitted on the training split alone (``ridge_val_shift``), so that both are out of sample.
         """
-        layer = model.get_layer("shrinkage")
+        layer, predict = model.get_layer("shrinkage"), _batch_predictor(model)
         ones = np.ones(layer.weight.shape, "float32")
-        forecasts = []
-        for weights in (ones, 0 * ones):
-            layer.set_weights([weights])
-            forecasts.append(self._predict(model, data, ("val",), 256)[0].mean(axis=1).astype("float64"))
+        whole, base, truth = [], [], []
+        for inputs, targets in self._windows(data.arrays, data.arrays["origins"]["val"], data.state, 256):
+            for weights, found in ((ones, whole), (0 * ones, base)):
+                layer.set_weights([weights])
+                found.append(predict(inputs).numpy().mean(axis=1))  # over the members axis
+            truth.append(targets.numpy())
         layer.set_weights([ones])
-        whole, base = forecasts
+        whole, base, truth = (np.concatenate(found).astype("float64") for found in (whole, base, truth))
         correction = whole - base
         if data.state.get("ridge_lags"):
             self._ridge(data)
             base = base + data.arrays["ridge_val_shift"]
-        truth = np.concatenate([found for _, found in self._split_targets(data, ("val",))]).astype("float64")
         weights = shrinkage_weights(truth, base, correction, per_step)
         scores = {"base": float(np.abs(truth - base).mean()),
                   "correction": float(np.abs(truth - base - correction).mean()),
@@ -723,20 +728,23 @@ class Forecasting(Pipeline):
         arrays, state = data.arrays, data.state
         self._calibrate(model, data)
         levels = state["interval"]["levels"]
-        offsets = np.array(state["interval"]["offsets"])
+        offsets = np.array(state["interval"]["offsets"], "float32")  # as the export serves them
         batches = list(self._forecast_batches(model, data, "test"))
         predicted, scale, truth = (np.concatenate([batch[i] for batch in batches]) for i in (1, 2, 3))
+        del batches
         origins, horizon = arrays["origins"]["test"], state["horizon"]
-        forecasts = {"model": predicted}
+        # Each forecast is made when it is scored: a long series' test split holds millions of values.
+        forecasts = {"model": lambda: predicted}
         for label, lag in {"naive_daily": state["daily_lag"], "naive_weekly": state["weekly_lag"]}.items():
-            forecasts[label] = forecast_metrics_lib.seasonal_naive(arrays["values"], origins, horizon, lag)
+            forecasts[label] = functools.partial(forecast_metrics_lib.seasonal_naive, arrays["values"], origins,
+                                                 horizon, lag)
         if state.get("ridge_lags"):
-            forecasts["ridge"] = arrays["ridge_forecast"]
+            forecasts["ridge"] = lambda: arrays["ridge_forecast"]
         if arrays["seasonal_baseline"]:
-            forecasts["holt_winters"] = np.stack(
+            forecasts["holt_winters"] = lambda: np.stack(
                 [baselines.holt_winters(arrays["values"][:, i], arrays["fit_end"], origins, horizon,
                                         arrays["seasonal_baseline"]) for i in range(truth.shape[-1])], axis=-1)
-        score = {name: self._score(truth, forecast, arrays["mase_scale"], state["target_cols"])
+        score = {name: self._score(truth, forecast(), arrays["mase_scale"], state["target_cols"])
                  for name, forecast in forecasts.items()}
         metrics = score.pop("model")
         lower, upper = (predicted + offset * scale for offset in offsets)

@@ -7,99 +7,190 @@ forecasts are made from every test origin for the whole horizon.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 import warnings
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
 RIDGE_ALPHAS = tuple(np.logspace(-4, 3, 15))
 
+Batches = Callable[[int], Iterable[tuple[np.ndarray, np.ndarray]]]
+"""``batches(first)``: a new iterator of ``(features [B, F], targets [B, outputs])`` batches over rows
+``first`` onwards, in order."""
+
 
 @dataclasses.dataclass
-class RidgeFit:
-    """A ridge regression fitted by ``fit_ridge``.
+class LinearFit:
+    """A linear map ``features @ coef + intercept``.
 
     Attributes:
-        alpha: the penalty chosen on the validation split.
         coef: weights, shape [features, outputs].
         intercept: shape [outputs].
-        val_mae: the validation MAE of the fit on the training split with ``alpha``.
-        val_forecast: that fit's forecasts of the validation split, shape [N_val, outputs]:
-            out-of-sample, unlike ``predict(val_x)`` (for calibrating intervals).
     """
 
-    alpha: float
     coef: np.ndarray
     intercept: np.ndarray
-    val_mae: float
-    val_forecast: np.ndarray
 
     def predict(self, features: np.ndarray) -> np.ndarray:
         """Returns ``features @ coef + intercept``, shape [N, outputs]."""
         return features @ self.coef + self.intercept
 
 
-def fit_ridge(x: np.ndarray, y: np.ndarray, n_train: int, alphas: tuple[float, ...] = RIDGE_ALPHAS) -> RidgeFit:
+@dataclasses.dataclass
+class RidgeFit(LinearFit):
+    """A ridge regression fitted by ``fit_ridge``: the fit on the training and validation rows.
+
+    Attributes:
+        alpha: the penalty chosen on the validation split.
+        val_mae: the validation MAE of ``train``.
+        train: the fit on the training rows alone with ``alpha``: its validation forecasts are
+            out of sample (for calibrating intervals).
+        edges: the row edges of the cross-fitting blocks, shape [folds + 1] (empty without).
+        folds: block k's fit with ``alpha`` on the rows outside it and its gaps (cross-fitting).
+    """
+
+    alpha: float
+    val_mae: float
+    train: LinearFit
+    edges: np.ndarray
+    folds: list[LinearFit]
+
+    def blocks(self, rows: np.ndarray) -> np.ndarray:
+        """The cross-fitting block of each row index, shape [N]."""
+        return np.searchsorted(self.edges, rows, side="right") - 1
+
+
+@dataclasses.dataclass
+class Moments:
+    """The count, means and centred cross-products of rows of features x and targets y.
+
+    These are what a ridge fit with an intercept needs; they combine exactly (Chan et al.'s
+    pairwise update), so moments of a union or a difference of row sets follow from the parts'.
+
+    Attributes:
+        count: the number of rows.
+        mean_x: shape [F]; mean_y: shape [outputs].
+        xx: the centred x'x, shape [F, F]; xy: the centred x'y, shape [F, outputs].
+    """
+
+    count: int
+    mean_x: np.ndarray
+    mean_y: np.ndarray
+    xx: np.ndarray
+    xy: np.ndarray
+
+    @classmethod
+    def of(cls, x: np.ndarray, y: np.ndarray) -> "Moments":
+        """The moments of rows ``x`` [N, F] and ``y`` [N, outputs], in float64."""
+        x, y = np.asarray(x, "float64"), np.asarray(y, "float64")
+        mean_x, mean_y = x.mean(axis=0), y.mean(axis=0)
+        x = x - mean_x
+        return cls(len(x), mean_x, mean_y, x.T @ x, x.T @ (y - mean_y))
+
+    def __add__(self, other: "Moments") -> "Moments":
+        if not other.count:
+            return self
+        if not self.count:
+            return other
+        count = self.count + other.count
+        dx, dy = other.mean_x - self.mean_x, other.mean_y - self.mean_y
+        weight = self.count * other.count / count
+        return Moments(count, self.mean_x + dx * other.count / count, self.mean_y + dy * other.count / count,
+                       self.xx + other.xx + weight * np.outer(dx, dx), self.xy + other.xy + weight * np.outer(dx, dy))
+
+    def __sub__(self, other: "Moments") -> "Moments":
+        """The moments of this set's rows that are not ``other``'s (``other`` must be a subset)."""
+        if not other.count:
+            return self
+        count = self.count - other.count
+        mean_x = (self.count * self.mean_x - other.count * other.mean_x) / count
+        mean_y = (self.count * self.mean_y - other.count * other.mean_y) / count
+        dx, dy = other.mean_x - mean_x, other.mean_y - mean_y
+        weight = count * other.count / self.count
+        return Moments(count, mean_x, mean_y, self.xx - other.xx - weight * np.outer(dx, dx),
+                       self.xy - other.xy - weight * np.outer(dx, dy))
+
+    def solve(self, alphas: Sequence[float]) -> list[LinearFit]:
+        """The ridge fits with an intercept (scikit-learn's ``Ridge(alpha)``) for each penalty.
+
+        The features and targets are centred, so the intercept is not penalised; one
+        eigendecomposition of x'x serves every penalty.
+        """
+        values, vectors = np.linalg.eigh(self.xx)
+        projected = vectors.T @ self.xy
+        fits = []
+        for alpha in alphas:
+            coef = vectors @ (projected / (values + alpha)[:, None])
+            fits.append(LinearFit(coef, self.mean_y - self.mean_x @ coef))
+        return fits
+
+
+def _segment_moments(batches: Batches, cuts: list[int]) -> list[Moments]:
+    """The moments of the rows between each pair of consecutive ``cuts`` (which start at 0)."""
+    segments = [None] * (len(cuts) - 1)
+    first = 0
+    for x, y in batches(0):
+        last = first + len(x)
+        for k in range(len(segments)):
+            start, stop = max(cuts[k], first), min(cuts[k + 1], last)
+            if start < stop:
+                part = Moments.of(x[start - first: stop - first], y[start - first: stop - first])
+                segments[k] = part if segments[k] is None else segments[k] + part
+        first = last
+    if first != cuts[-1]:
+        raise ValueError(f"the batches hold {first} rows, expected {cuts[-1]}")
+    return segments
+
+
+def fit_ridge(batches: Batches, n_train: int, n_val: int, alphas: Sequence[float] = RIDGE_ALPHAS,
+              folds: int = 0, gap: int = 0) -> RidgeFit:
     """Chooses the ridge penalty by validation MAE, then refits on train + validation.
 
-    The training and validation rows come in one array each, and the final fit
-    centres ``x`` in place instead of copying it: long series give millions of rows.
-    (Scikit-learn fits in the features' precision and casts the targets to it, so
-    targets in that precision save another copy.)
+    Solved from x'x and x'y, accumulated in float64 batch by batch, so memory does not
+    grow with the rows; the fits equal scikit-learn's ``Ridge(alpha)`` (an unpenalised
+    intercept) to float round-off.
 
     Args:
-        x: features, shape [N, F] (already on comparable scales): the training rows, then the validation
-            rows. Overwritten: the final fit leaves them centred.
-        y: targets, shape [N, outputs], in the same order.
-        n_train: how many leading rows are the training split.
+        batches: the training rows, then the validation rows (see ``Batches``); read twice: all
+            rows, then the validation rows.
+        n_train, n_val: how many rows are the training and the validation split.
         alphas: the penalties to try.
+        folds: with K > 1, also fit each of K contiguous blocks of all rows on the other rows (cross-fitting).
+        gap: rows left out of a block's fit on each side of it: the rows are forecast windows in
+            time order, whose targets overlap their neighbours'.
 
     Returns:
-        The fit on all rows with the best penalty.
+        The fit on all rows with the best penalty, with the training-only and block fits.
     """
-    from sklearn.linear_model import Ridge
+    rows = n_train + n_val
+    edges = np.linspace(0, rows, folds + 1).round().astype(int) if folds > 1 else np.zeros(0, int)
+    held_out = [(max(start - gap, 0), min(stop + gap, rows)) for start, stop in zip(edges[:-1], edges[1:])]
+    cuts = sorted({0, n_train, rows, *(bound for pair in held_out for bound in pair)})
+    segments = _segment_moments(batches, cuts)
 
-    train_x, train_y, val_x, val_y = x[:n_train], y[:n_train], x[n_train:], y[n_train:]
-    best = None
-    for alpha in alphas:
-        val_forecast = Ridge(alpha=alpha).fit(train_x, train_y).predict(val_x)
-        val_mae = float(np.mean(np.abs(val_forecast - val_y)))
-        if best is None or val_mae < best[0]:
-            best = val_mae, alpha, val_forecast
-    val_mae, alpha, val_forecast = best
-    final = Ridge(alpha=alpha, copy_X=False).fit(x, y)
-    coef = np.asarray(final.coef_, "float64").reshape(y.shape[1], -1).T
-    return RidgeFit(float(alpha), coef, np.asarray(final.intercept_, "float64").reshape(-1), val_mae,
-                    np.asarray(val_forecast, "float64").reshape(val_y.shape))
+    def moments(start: int, stop: int) -> Moments:
+        return functools.reduce(operator.add, segments[cuts.index(start): cuts.index(stop)])
 
-
-def out_of_fold_forecasts(features: np.ndarray, targets: np.ndarray, alpha: float, folds: int,
-                          gap: int) -> np.ndarray:
-    """Ridge forecasts of each of ``folds`` contiguous blocks by a fit on the other rows (cross-fitting).
-
-    Rows are forecast windows in time order; a window's targets overlap its neighbours',
-    so the ``gap`` rows on each side of a block are left out of its fit too.
-
-    Args:
-        features: shape [N, F].
-        targets: shape [N, outputs].
-        alpha: the ridge penalty.
-        folds: the number of blocks.
-        gap: rows left out on each side of the held-out block.
-
-    Returns:
-        Out-of-fold forecasts, shape [N, outputs].
-    """
-    from sklearn.linear_model import Ridge
-
-    forecasts = np.empty(targets.shape, "float64")
-    edges = np.linspace(0, len(features), folds + 1).round().astype(int)
-    rows = np.arange(len(features))
-    for start, stop in zip(edges[:-1], edges[1:]):
-        fit_rows = (rows < start - gap) | (rows >= stop + gap)
-        # features[fit_rows] is a copy already, which the fit may centre in place.
-        model = Ridge(alpha=alpha, copy_X=False).fit(features[fit_rows], targets[fit_rows])
-        forecasts[start:stop] = np.asarray(model.predict(features[start:stop])).reshape(stop - start, -1)
-    return forecasts
+    candidates = moments(0, n_train).solve(alphas)
+    coef = np.stack([fit.coef for fit in candidates], axis=1)  # [F, alphas, outputs]
+    intercept = np.stack([fit.intercept for fit in candidates])
+    errors = np.zeros(len(alphas))
+    for x, y in batches(n_train):
+        forecast = (np.asarray(x, "float64") @ coef.reshape(len(coef), -1)).reshape(len(x), *intercept.shape)
+        errors += np.abs(forecast + intercept - np.asarray(y, "float64")[:, None]).sum(axis=(0, 2))
+    best = int(np.argmin(errors))  # the first of equals, as a scan would keep
+    alpha = alphas[best]
+    total = moments(0, rows)
+    final = total.solve([alpha])[0]
+    fold_fits = []
+    for k, (start, stop) in enumerate(held_out):
+        if stop - start == rows:
+            raise ValueError(f"cross-fitting block {k + 1} of {folds} and its gaps of {gap} rows cover all {rows} rows")
+        fold_fits.append((total - moments(start, stop)).solve([alpha])[0])
+    return RidgeFit(final.coef, final.intercept, float(alpha), float(errors[best] / (n_val * intercept.shape[1])),
+                    candidates[best], edges, fold_fits)
 
 
 def holt_winters(series: np.ndarray, fit_end: int, origins: np.ndarray, horizon: int, period: int) -> np.ndarray:

@@ -11,6 +11,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+CHUNK_ROWS = 8192  # rows per work array of the pinball loss: a long test split holds millions of values
+
 
 def conformal_offsets(residuals: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
     """Per-step residual quantiles on a calibration split: forecast + offset is that quantile.
@@ -65,11 +67,16 @@ def pinball_loss(truth: np.ndarray, quantile_forecasts: Sequence[np.ndarray], qu
         The mean over levels of mean(max(q (y - f), (q - 1) (y - f))); at q = 0.5 it is half the MAE.
     """
     losses = []
-    for forecast, level in zip(quantile_forecasts, quantiles):  # one level at a time: two work arrays
-        error = np.subtract(truth, forecast, dtype=np.float64)
-        below = error * (level - 1)
-        error *= level
-        losses.append(float(np.maximum(error, below, out=error).mean()))
+    truth = truth.reshape(len(truth), -1)
+    for forecast, level in zip(quantile_forecasts, quantiles):  # one level at a time, in chunks of rows
+        forecast, total = forecast.reshape(truth.shape), 0.0
+        for first in range(0, len(truth), CHUNK_ROWS):
+            error = np.subtract(truth[first: first + CHUNK_ROWS], forecast[first: first + CHUNK_ROWS],
+                                dtype=np.float64)
+            below = error * (level - 1)
+            error *= level
+            total += float(np.maximum(error, below, out=error).sum())
+        losses.append(total / truth.size)
     return float(np.mean(losses))
 
 

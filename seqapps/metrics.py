@@ -1,6 +1,6 @@
 """Task metrics, each a thin, tested wrapper of a well-kept library.
 
-- Forecasting: MAE, RMSE, sMAPE and MASE (plain NumPy, in place: a long series' test split holds
+- Forecasting: MAE, RMSE, sMAPE and MASE (plain NumPy, chunk by chunk: a long series' test split holds
   millions of values), and seasonal-naive forecasts.
 - Translation: corpus BLEU and chrF (sacrebleu), with sacrebleu's signature string.
 - Speech recognition: corpus WER and CER (jiwer).
@@ -17,6 +17,8 @@ import math
 from typing import Any, Callable, Sequence
 
 import numpy as np
+
+CHUNK = 1 << 20  # values per work array of the forecast metrics
 
 
 def seasonal_naive(series: np.ndarray, origins: np.ndarray, horizon: int, period: int) -> np.ndarray:
@@ -65,17 +67,22 @@ def forecast_metrics(y_true: np.ndarray, y_pred: np.ndarray, scale: float) -> di
     Returns:
         ``{"mae", "rmse", "smape", "mase"}`` as floats.
     """
-    # In float64 with two work arrays reused in place: the test split of a long series holds
-    # millions of values, and sklearn's MAE/RMSE would copy both inputs several times over.
+    # Summed in float64 over chunks of the values, a few work arrays of CHUNK values each: the test
+    # split of a long series holds millions of values, and sklearn's MAE/RMSE would copy both inputs.
     truth, forecast = y_true.reshape(-1), y_pred.reshape(-1)
-    error = np.subtract(truth, forecast, dtype=np.float64)
-    np.abs(error, out=error)
-    scale_sum = np.abs(truth, dtype=np.float64)
-    scale_sum += np.abs(forecast)
-    mae = float(error.mean())
-    smape = float(200 * np.divide(error, scale_sum, out=scale_sum, where=scale_sum > 0).mean())  # 0 where both are 0
-    rmse = float(np.sqrt(np.square(error, out=error).mean()))
-    return {"mae": mae, "rmse": rmse, "smape": smape, "mase": mae / float(scale) if scale > 0 else float("nan")}
+    absolute = squared = relative = 0.0
+    for first in range(0, len(truth), CHUNK):
+        part = slice(first, first + CHUNK)
+        error = np.subtract(truth[part], forecast[part], dtype=np.float64)
+        np.abs(error, out=error)
+        scale_sum = np.abs(truth[part], dtype=np.float64)
+        scale_sum += np.abs(forecast[part])
+        absolute += float(error.sum())
+        relative += float(np.divide(error, scale_sum, out=scale_sum, where=scale_sum > 0).sum())  # 0 where both are 0
+        squared += float(np.square(error, out=error).sum())
+    mae = absolute / len(truth)
+    return {"mae": mae, "rmse": math.sqrt(squared / len(truth)), "smape": 200 * relative / len(truth),
+            "mase": mae / float(scale) if scale > 0 else float("nan")}
 
 
 # --- Translation: BLEU and chrF (sacrebleu) -------------------------------------------------------------------------

@@ -3,24 +3,52 @@ import pytest
 from sklearn.linear_model import Ridge
 from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
-from seqapps.baselines import fit_ridge, holt_winters, out_of_fold_forecasts
+from seqapps.baselines import Moments, fit_ridge, holt_winters
+
+# The moments path (float64 x'x, an eigendecomposition) and scikit-learn's (float64 Cholesky on the
+# centred rows) solve the same equations in a different order: on these well-conditioned problems
+# (condition number < 1e3) they agree to ~1e-13; 1e-9 leaves room for other BLAS builds.
+TOLERANCE = {"rtol": 1e-9, "atol": 1e-9}
+
+
+def batches_of(x, y, size):
+    """``fit_ridge``'s batches over NumPy rows, ``size`` rows at a time (the last batch shorter)."""
+    return lambda first: ((x[i: i + size], y[i: i + size]) for i in range(first, len(x), size))
+
+
+def problem(rng, rows, features, outputs):
+    """Features off-centre (so the intercept matters) and noisy linear targets."""
+    x = rng.normal(size=(rows, features)) + rng.normal(scale=3.0, size=features)
+    y = x @ rng.normal(scale=0.3, size=(features, outputs)) + 10.0 + rng.normal(scale=2.0, size=(rows, outputs))
+    return x, y
 
 
 def test_fit_ridge_picks_the_best_validation_alpha_then_refits_on_train_and_val():
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(120, 5))
-    y = x @ rng.normal(size=(5, 3)) + rng.normal(scale=2.0, size=(120, 3))
+    x, y = problem(np.random.default_rng(1), 120, 5, 3)
     train_x, val_x, train_y, val_y = x[:80], x[80:], y[:80], y[80:]
     alphas = (0.01, 1.0, 100.0, 10_000.0)
-    fit = fit_ridge(x.copy(), y, 80, alphas)
+    fit = fit_ridge(batches_of(x, y, 7), 80, 40, alphas)  # batches straddle the train/val boundary
     # Brute force with scikit-learn: the validation MAE of each alpha fitted on train alone.
     val_maes = {a: np.mean(np.abs(Ridge(alpha=a).fit(train_x, train_y).predict(val_x) - val_y)) for a in alphas}
-    assert fit.alpha == min(val_maes, key=val_maes.get)
-    assert fit.val_mae == pytest.approx(val_maes[fit.alpha])
-    np.testing.assert_allclose(fit.val_forecast, Ridge(alpha=fit.alpha).fit(train_x, train_y).predict(val_x))
-    final = Ridge(alpha=fit.alpha).fit(x, y)
-    new = rng.normal(size=(7, 5))
-    np.testing.assert_allclose(fit.predict(new), final.predict(new), rtol=1e-10, atol=1e-10)
+    assert fit.alpha == min(val_maes, key=val_maes.get) and fit.alpha not in (alphas[0], alphas[-1])
+    assert fit.val_mae == pytest.approx(val_maes[fit.alpha], rel=1e-9)
+    for rows, mine in ((slice(0, 80), fit.train), (slice(None), fit)):
+        reference = Ridge(alpha=fit.alpha).fit(x[rows], y[rows])
+        np.testing.assert_allclose(mine.coef, reference.coef_.T, **TOLERANCE)
+        np.testing.assert_allclose(mine.intercept, reference.intercept_, **TOLERANCE)
+    new = np.random.default_rng(1).normal(size=(7, 5))
+    np.testing.assert_allclose(fit.predict(new), Ridge(alpha=fit.alpha).fit(x, y).predict(new), **TOLERANCE)
+    assert fit.folds == [] and len(fit.edges) == 0
+
+
+def test_moments_of_a_union_or_a_difference_are_those_of_its_rows():
+    x, y = problem(np.random.default_rng(3), 60, 4, 2)
+    whole, head, tail = Moments.of(x, y), Moments.of(x[:25], y[:25]), Moments.of(x[25:], y[25:])
+    for found, rows in ((head + tail, slice(None)), (whole - head, slice(25, None)), (whole - tail, slice(0, 25))):
+        expected = Moments.of(x[rows], y[rows])
+        assert found.count == expected.count
+        for name in ("mean_x", "mean_y", "xx", "xy"):
+            np.testing.assert_allclose(getattr(found, name), getattr(expected, name), **TOLERANCE)
 
 
 def test_holt_winters_matches_statsmodels_forecast_and_reads_no_future():
@@ -41,21 +69,34 @@ def test_holt_winters_matches_statsmodels_forecast_and_reads_no_future():
 def test_fit_ridge_keeps_the_shape_of_a_single_output():
     rng = np.random.default_rng(2)
     x, y = rng.normal(size=(40, 3)), rng.normal(size=(40, 1))
-    fit = fit_ridge(x, y, 30)
-    assert fit.coef.shape == (3, 1) and fit.val_forecast.shape == (10, 1) and fit.predict(x).shape == (40, 1)
+    fit = fit_ridge(batches_of(x, y, 16), 30, 10)
+    assert fit.coef.shape == (3, 1) and fit.train.predict(x).shape == (40, 1) and fit.predict(x).shape == (40, 1)
 
 
-def test_out_of_fold_forecasts_come_from_fits_that_left_the_block_and_its_neighbours_out():
-    rng = np.random.default_rng(2)
-    x = rng.normal(size=(50, 4))
-    y = x @ rng.normal(size=(4, 2)) + rng.normal(size=(50, 2))
-    forecast = out_of_fold_forecasts(x, y, alpha=0.5, folds=3, gap=2)
+def test_cross_fitting_blocks_come_from_fits_that_left_the_block_and_its_neighbours_out():
+    x, y = problem(np.random.default_rng(2), 50, 4, 2)
+    fit = fit_ridge(batches_of(x, y, 8), 40, 10, alphas=(0.5,), folds=3, gap=2)
+    np.testing.assert_array_equal(fit.edges, [0, 17, 33, 50])
+    np.testing.assert_array_equal(fit.blocks(np.array([0, 16, 17, 49])), [0, 0, 1, 2])
     # Brute force: blocks [0, 17), [17, 33), [33, 50); each fit skips the block and 2 rows either side.
-    for start, stop in [(0, 17), (17, 33), (33, 50)]:
+    forecast = np.empty_like(y)
+    for fold, (start, stop) in zip(fit.folds, [(0, 17), (17, 33), (33, 50)]):
         kept = [i for i in range(50) if i < start - 2 or i >= stop + 2]
-        expected = Ridge(alpha=0.5).fit(x[kept], y[kept]).predict(x[start:stop])
-        np.testing.assert_allclose(forecast[start:stop], expected, rtol=1e-10, atol=1e-10)
+        reference = Ridge(alpha=0.5).fit(x[kept], y[kept])
+        np.testing.assert_allclose(fold.coef, reference.coef_.T, **TOLERANCE)
+        np.testing.assert_allclose(fold.intercept, reference.intercept_, **TOLERANCE)
+        forecast[start:stop] = fold.predict(x[start:stop])
+        np.testing.assert_allclose(forecast[start:stop], reference.predict(x[start:stop]), **TOLERANCE)
     changed = y.copy()
     changed[18] += 1e3  # a target inside the second block (and within the gap of the first) moves neither
-    moved = out_of_fold_forecasts(x, changed, alpha=0.5, folds=3, gap=2)
-    np.testing.assert_allclose(moved[:33], forecast[:33], rtol=1e-10, atol=1e-10)
+    moved = fit_ridge(batches_of(x, changed, 8), 40, 10, alphas=(0.5,), folds=3, gap=2)
+    for k in (0, 1):
+        np.testing.assert_allclose(moved.folds[k].predict(x), fit.folds[k].predict(x), **TOLERANCE)
+
+
+def test_fit_ridge_rejects_batches_of_the_wrong_length_and_blocks_that_leave_nothing_to_fit():
+    x, y = problem(np.random.default_rng(4), 30, 2, 1)
+    with pytest.raises(ValueError, match="the batches hold 30 rows, expected 31"):
+        fit_ridge(batches_of(x, y, 8), 20, 11)
+    with pytest.raises(ValueError, match="cross-fitting block 1 of 2 and its gaps of 15 rows cover all 30 rows"):
+        fit_ridge(batches_of(x, y, 8), 20, 10, folds=2, gap=15)

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import mean_pinball_loss
 
-from seqapps.intervals import conformal_offsets, coverage, local_scale, pinball_loss
+from seqapps.intervals import CHUNK_ROWS, conformal_offsets, coverage, local_scale, pinball_loss
 
 
 def test_conformal_offsets_take_the_split_conformal_ranks_per_step():
@@ -21,6 +21,11 @@ def test_pinball_loss_matches_scikit_learn_and_is_half_the_mae_at_the_median():
     expected = np.mean([mean_pinball_loss(truth.ravel(), f.ravel(), alpha=q) for f, q in zip(forecasts, levels)])
     assert pinball_loss(truth, forecasts, levels) == pytest.approx(expected)
     assert pinball_loss(truth, forecasts[1:2], (0.5,)) == pytest.approx(0.5 * np.mean(np.abs(truth - forecasts[1])))
+    long_truth = rng.normal(size=(3 * CHUNK_ROWS + 7, 2, 1))  # chunks of rows, the last short
+    long_forecast = long_truth + rng.normal(size=long_truth.shape)
+    # Chunk sums against scikit-learn's mean: round-off of ~1e-15 relative.
+    assert pinball_loss(long_truth, [long_forecast], (0.9,)) == pytest.approx(
+        mean_pinball_loss(long_truth.ravel(), long_forecast.ravel(), alpha=0.9), rel=1e-12)
 
 
 def test_coverage_and_local_scale_against_hand_computed_values():

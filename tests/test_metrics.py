@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from seqapps.metrics import (
+    CHUNK,
     bits_per_char,
     bleu,
     character_error_rate,
@@ -34,6 +35,21 @@ def test_forecast_metrics_against_hand_computed_values():
     assert result["smape"] == pytest.approx(100 * np.mean([2 / 3, 0, 1, 0]))
     assert result["mase"] == pytest.approx(0.375)
     assert mase_scale(np.array([1.0, 3.0, 2.0, 6.0]), 1) == pytest.approx(np.mean([2, 1, 4]))
+
+
+def test_forecast_metrics_of_a_series_longer_than_a_chunk_match_numpy():
+    rng = np.random.default_rng(0)
+    truth = rng.normal(size=(2 * CHUNK + 5, 2)).astype("float32")  # 5 chunks, the last short
+    forecast = truth + rng.normal(size=truth.shape).astype("float32")
+    truth[:3] = forecast[:3] = 0.0  # sMAPE counts 0 where both are 0
+    error = np.abs(truth.astype("float64") - forecast)
+    denominator = np.abs(truth.astype("float64")) + np.abs(forecast)
+    result = forecast_metrics(truth, forecast, scale=0.5)
+    # Chunk sums against NumPy's pairwise mean over 4M float64 values: round-off of ~1e-15 relative.
+    assert result["mae"] == pytest.approx(error.mean(), rel=1e-12)
+    assert result["rmse"] == pytest.approx(np.sqrt(np.mean(error ** 2)), rel=1e-12)
+    ratio = np.divide(error, denominator, out=np.zeros_like(error), where=denominator > 0)
+    assert result["smape"] == pytest.approx(200 * ratio.mean(), rel=1e-12)
 
 
 # --- Translation -----------------------------------------------------------------------------------------------------
