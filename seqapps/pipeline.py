@@ -23,6 +23,8 @@ from seqapps.config import TrainingConfig
 from seqapps.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import keras
     import numpy as np
     import tensorflow as tf
@@ -56,9 +58,9 @@ class Pipeline:
     """Base class of a named task pipeline.
 
     The contract: a subclass sets ``Config`` and implements ``load_data``,
-    ``build_model``, ``compile_args``, ``evaluate`` and ``signatures``. ``limits``,
-    ``predict_inputs`` and ``format_prediction`` have defaults derived from the
-    signatures; override them where the task knows better. ``name`` is set by the
+    ``build_model``, ``compile_args``, ``evaluate`` and ``signatures``. ``fit`` (the
+    shared training loop), ``limits``, ``predict_inputs`` and ``format_prediction`` have
+    defaults; override them where the task knows better. ``name`` is set by the
     registry.
     """
 
@@ -110,6 +112,27 @@ class Pipeline:
     def compile_args(self, config: TrainingConfig, data: Splits) -> dict[str, Any]:
         """Returns ``loss`` and ``metrics`` for ``model.compile``; the optimizer is shared."""
         raise NotImplementedError
+
+    def fit(self, model: "keras.Model", config: TrainingConfig, data: Splits, checkpoint_dir: "Path",
+            progress: str = "none") -> dict[str, Any]:
+        """Trains a compiled model; default: the shared loop, ``seqapps.training.fit``.
+
+        Override it to wrap that loop (for example to fit something on a held-out split first).
+
+        Args:
+            model: the compiled model (built under the run's strategy).
+            config: the resolved config.
+            data: the splits.
+            checkpoint_dir: the run's backup folder (removed once the export is in place;
+                a wrapper may keep more backups in subfolders of it).
+            progress: as for ``seqapps.training.fit``.
+
+        Returns:
+            The JSON-able training report.
+        """
+        from seqapps import training
+
+        return training.fit(model, data, config, checkpoint_dir, progress=progress)
 
     def evaluate(self, model: "keras.Model", data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
         """Returns ``(metrics, baselines)`` on the test split."""

@@ -104,7 +104,7 @@ def _fit_and_evaluate(pipeline: Pipeline, config: TrainingConfig, data: Splits, 
     keras.utils.set_random_seed(config.seed)
     model = training.build_and_compile(pipeline, config, data, strategy, load_model=load_model)
     before = pipeline.evaluate(model, data)[0] if load_model else None
-    report = training.fit(model, data, config, checkpoint_dir, progress=progress)
+    report = pipeline.fit(model, config, data, checkpoint_dir, progress=progress)
     return model, {"training": report, "metrics_before": before}, pipeline.evaluate(model, data)
 
 

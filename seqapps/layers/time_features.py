@@ -163,3 +163,36 @@ class SeasonalDifference(keras.layers.Layer):
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "period": self.period}
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+class Shrinkage(keras.layers.Layer):
+    """Scales a correction by fixed per-step weights: ``w * correction``, with ``w`` set after training.
+
+    A model that adds a learned correction to a baseline forecast can use the correction
+    only as much as it helps out of sample: the weights (one per horizon step and target,
+    in [0, 1]) are chosen on forecasts of windows the correction did not train on and
+    stored here, so that the export applies them. They are not trainable and start at
+    one, so training sees the whole correction; zero gives the baseline exactly.
+
+    Call arguments:
+        correction: float tensor [batch, ..., horizon, targets].
+
+    Returns:
+        ``correction`` times the weights (broadcast over the leading axes).
+
+    Example:
+        >>> layer = Shrinkage()
+        >>> out = layer(np.ones((2, 3, 24, 1), "float32"))  # the weights are ones until set
+        >>> layer.set_weights([np.full((24, 1), 0.5, "float32")])
+    """
+
+    def build(self, input_shape: tuple) -> None:
+        self.weight = self.add_weight(name="weight", shape=tuple(input_shape[-2:]), initializer="ones",
+                                      trainable=False)
+
+    def call(self, correction: Any) -> Any:
+        return correction * ops.cast(self.weight, correction.dtype)
+
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
+        return input_shape

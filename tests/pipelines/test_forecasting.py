@@ -399,3 +399,98 @@ def test_a_european_csv_with_semicolons_and_decimal_commas_runs_with_decimal_set
     code, _, err = run_cli(capsys, "run", "load_forecasting", "--preset", "tiny", "--data", str(tmp_path / "eu.csv"),
                            *sets)
     assert code == 2 and "pass --set decimal=," in err
+
+
+def test_shrinkage_weights_minimise_the_mae_of_each_step_as_a_brute_force_search_does():
+    from pipelines.forecasting import SHRINKAGE_GRID, shrinkage_weights
+
+    rng = np.random.default_rng(3)
+    truth, base = rng.normal(size=(200, 6, 2)), rng.normal(size=(200, 6, 2))
+    # Step h of target t: a correction that closes a share h/5 of the base's error, plus noise; at step 0 it
+    # points the wrong way.
+    share = np.arange(6)[:, None] / 5 * np.ones(2)
+    correction = np.where(share > 0, (truth - base) / np.maximum(share, 1e-9) + rng.normal(0, 0.01, truth.shape),
+                          base - truth)
+    found = shrinkage_weights(truth, base, correction, per_step=True)
+    for h in range(6):
+        for t in range(2):
+            errors = [np.abs(truth[:, h, t] - base[:, h, t] - w * correction[:, h, t]).mean() for w in SHRINKAGE_GRID]
+            assert found[h, t] == SHRINKAGE_GRID[int(np.argmin(errors))]
+    np.testing.assert_allclose(found[1:], share[1:], atol=0.05)  # on the grid: w = share closes the error
+    assert found[0].tolist() == [0.0, 0.0]  # the base alone
+    overall = shrinkage_weights(truth, base, correction, per_step=False)
+    for t in range(2):
+        errors = [np.abs(truth[..., t] - base[..., t] - w * correction[..., t]).mean() for w in SHRINKAGE_GRID]
+        assert (overall[:, t] == SHRINKAGE_GRID[int(np.argmin(errors))]).all()
+
+
+def test_a_zero_shrinkage_weight_gives_the_ridge_forecast_exactly():
+    from seqapps.config import resolve_config
+
+    pipeline = REGISTRY.get("load_forecasting")()
+    config = resolve_config(pipeline.Config, "tiny", overrides=["members=2"])
+    data = pipeline.load_data(config, None)
+    model = pipeline.build_model(config, data)
+    test = pipeline._split_windows(data, "test", 256)
+    untrained = model.predict(test, verbose=0)  # the ridge (test_untrained_model_is_the_ridge_baseline)
+    rng = np.random.default_rng(1)
+    for weight in model.trainable_weights:
+        weight.assign(rng.normal(0, 0.05, weight.shape).astype("float32"))
+    assert np.abs(model.predict(test, verbose=0) - untrained).max() > 1.0  # MW: the correction is not zero
+    model.get_layer("shrinkage").set_weights([np.zeros((data.state["horizon"], 1), "float32")])
+    np.testing.assert_array_equal(model.predict(test, verbose=0), untrained)
+
+
+def test_shrinkage_is_chosen_on_a_first_fit_that_did_not_train_on_validation_and_served_by_the_export(
+        tmp_path, monkeypatch):
+    from seqapps.export import read_export
+
+    fits = []
+    shared_fit = training.fit
+
+    def recorded(model, data, config, *args, **kwargs):
+        fits.append((model, int(data.train.cardinality()), config.epochs))
+        return shared_fit(model, data, config, *args, **kwargs)
+
+    monkeypatch.setattr(training, "fit", recorded)
+    result = runner.run("load_forecasting", "tiny", out=tmp_path,
+                        overrides=["shrinkage=step", "refit_epochs=true", "epochs=2", "steps_per_epoch=8"])
+    windows = result["data"]["windows"]
+    (first, first_rows, _), (final, final_rows, final_epochs) = fits
+    assert first_rows == windows["train"] and final_rows == windows["train"] + windows["val"]  # fit_on_val
+    holdout = result["training"]["holdout"]
+    assert final_epochs == int(np.argmin(holdout["val_loss_history"])) + 1 <= 2
+    # The weights are the brute-force choice on the first fit's validation forecasts, with the ridge of train alone.
+    pipeline = REGISTRY.get("load_forecasting")()
+    from seqapps.config import resolve_config
+
+    config = resolve_config(pipeline.Config, "tiny", overrides=["shrinkage=step"])
+    data = pipeline.load_data(config, None)
+    pipeline.build_model(config, data)  # fits the ridge
+    val = pipeline._split_windows(data, "val", 256)
+    whole = first.predict(val, verbose=0).mean(axis=1).astype("float64")
+    layer = first.get_layer("shrinkage")
+    layer.set_weights([np.zeros_like(layer.get_weights()[0])])
+    base = first.predict(val, verbose=0).mean(axis=1).astype("float64")
+    truth = np.concatenate([t for _, t in pipeline._windows(data.arrays, data.arrays["origins"]["val"], data.state,
+                                                              256).as_numpy_iterator()])
+    from pipelines.forecasting import shrinkage_weights
+
+    expected = shrinkage_weights(truth, base + data.arrays["ridge_val_shift"], whole - base, per_step=True)
+    weights = np.array(result["training"]["shrinkage"]["weights"])
+    np.testing.assert_array_equal(weights, expected)
+    np.testing.assert_array_equal(final.get_layer("shrinkage").get_weights()[0], weights.astype("float32"))
+    # The export (plain TensorFlow) serves base + w x the final fit's correction.
+    saved = keras.saving.load_model(read_export(result["export"]).keras_model_path)
+    inputs = next(iter(val))
+    shrunk = saved(inputs).numpy().mean(axis=1)
+    saved.get_layer("shrinkage").set_weights([np.ones_like(weights, "float32")])
+    whole = saved(inputs).numpy().mean(axis=1)
+    saved.get_layer("shrinkage").set_weights([np.zeros_like(weights, "float32")])
+    base = saved(inputs).numpy().mean(axis=1)
+    # float32 sums of values of O(10^4) MW.
+    np.testing.assert_allclose(shrunk, base + weights * (whole - base), rtol=1e-5, atol=0.05)
+    assert np.abs(shrunk - whole).max() > 0 or (weights == 1).all()
+    (served,) = call_in_tensorflow_only_process(
+        result["export"], [("serving_default", {k: v.numpy() for k, v in inputs.items()})])["outputs"]
+    np.testing.assert_allclose(served["demand"], shrunk[..., 0], rtol=1e-6, atol=1e-3)
