@@ -19,7 +19,8 @@ forecast targets fall in. Metrics on the test split are reported beside the
 baselines: same time yesterday, same time last week, the ridge regression and,
 where ``seasonal_baseline`` is set, additive Holt-Winters (statsmodels). The
 ``interval`` (80% by default) is locally weighted split conformal: per-step
-quantiles of the model's training and validation residuals, each divided by its
+quantiles of the model's training and validation residuals (the ridge part of each
+forecast from a cross-fitting fit that left the window's block out), each divided by its
 window's mean daily change, and served as that scale times the quantiles
 (``<target>_p10``, ``<target>_p90``), since test weeks can be calmer or wilder
 than the validation ones.
