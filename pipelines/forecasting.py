@@ -19,7 +19,8 @@ forecast targets fall in. Metrics on the test split are reported beside the
 baselines: same time yesterday, same time last week, the ridge regression and,
 where ``seasonal_baseline`` is set, additive Holt-Winters (statsmodels). The
 ``interval`` (80% by default) is locally weighted split conformal: per-step
-quantiles of the model's training and validation residuals, each divided by its
+quantiles of the model's training and validation residuals (the ridge part of each
+forecast from a cross-fitting fit that left the window's block out), each divided by its
 window's mean daily change, and served as that scale times the quantiles
 (``<target>_p10``, ``<target>_p90``), since test weeks can be calmer or wilder
 than the validation ones.
@@ -54,6 +55,19 @@ FORECAST_TIME = "forecast_time"
 SHRINKAGE = ("none", "global", "step")
 #: the shrinkage weights tried, from the base forecast alone (0) to the whole correction (1).
 SHRINKAGE_GRID = np.linspace(0.0, 1.0, 21)
+
+
+def cross_fit_blocks(config: "ForecastingConfig", windows: int, horizon: int) -> int:
+    """How many cross-fitting blocks the ridge is fitted with (0: none).
+
+    ``ridge_cross_fit`` if set; else ``interval_cross_fit`` when the interval is calibrated on
+    out-of-fold residuals and each block's fit keeps at least half of the ``windows`` training
+    and validation windows (a block and its gaps of a ``horizon`` either side are left out).
+    """
+    if config.ridge_cross_fit > 1:
+        return config.ridge_cross_fit
+    blocks = config.interval_cross_fit
+    return blocks if blocks > 1 and windows / blocks + 2 * horizon <= windows / 2 else 0
 
 
 def fold_bounds(rows: int, val_fraction: float, test_fraction: float,
@@ -139,6 +153,11 @@ class ForecastingConfig(TrainingConfig):
         seasonal_baseline: the season of the Holt-Winters baseline (None: skip it; it
             takes seconds on the default data).
         interval: the central coverage of the reported prediction interval.
+        interval_cross_fit: with K > 1 (and a ridge part), the interval is calibrated on
+            out-of-fold residuals: each training and validation window's forecast takes its ridge
+            part from a fit that left the window's block out (the ``ridge_cross_fit`` blocks if
+            set, else K; see ``cross_fit_blocks``). Else, and for a series too short for K blocks,
+            on the full ridge's training residuals and the training-only ridge's validation ones.
         fit_on_val: train the RNN on the training and validation windows (the
             validation loss, then in-sample, still drives early stopping).
         shrinkage: "global" or "step": the forecast is the base plus w times the correction,
@@ -176,6 +195,7 @@ class ForecastingConfig(TrainingConfig):
     ridge_trainable: bool = False
     seasonal_baseline: int | str | None = None
     interval: float = 0.8
+    interval_cross_fit: int = 5
     fit_on_val: bool = False
     shrinkage: str = "none"
     refit_epochs: bool = False
@@ -197,6 +217,7 @@ class ForecastingConfig(TrainingConfig):
         require(0 <= self.dropout < 1, "dropout", self.dropout, "a number in [0, 1)")
         require(self.l2 >= 0, "l2", self.l2, "a number >= 0")
         require(0 < self.interval < 1, "interval", self.interval, "a coverage in (0, 1), such as 0.8")
+        require(self.interval_cross_fit >= 0, "interval_cross_fit", self.interval_cross_fit, "an integer >= 0")
         require(self.shrinkage in SHRINKAGE, "shrinkage", self.shrinkage, f"one of {', '.join(SHRINKAGE)}")
         require(self.backtest_folds >= 1, "backtest_folds", self.backtest_folds, "an integer >= 1")
         require(self.fill_gaps in FILL_METHODS, "fill_gaps", self.fill_gaps, f"one of {', '.join(FILL_METHODS)}")
@@ -349,7 +370,8 @@ class Forecasting(Pipeline):
         # cut them from the series as they read them (see docs/results.md, memory).
         arrays = {"values": values[:, target_index], "series": values.astype("float32"), "times": times,
                   "origins": origins, "fit_end": bounds["val"][1], "seasonal_baseline": seasonal,
-                  "interval": config.interval, "ridge_cross_fit": config.ridge_cross_fit,
+                  "interval": config.interval, "interval_out_of_fold": config.interval_cross_fit > 1,
+                  "ridge_folds": cross_fit_blocks(config, len(origins["train"]) + len(origins["val"]), horizon),
                   "mase_scale": forecast_metrics_lib.mase_scale(train_values[:, target_index], steps["daily_lag"])}
         data = Splits(None, None, None, state=state, report=report, arrays=arrays)
         # With cross-fitting, the training and validation targets are shifted to the ridge's out-of-fold residuals.
@@ -457,17 +479,21 @@ class Forecasting(Pipeline):
         return self._windows(data.arrays, data.arrays["origins"][split], data.state, batch_size).map(
             lambda inputs, targets: inputs)
 
-    def _forecast_batches(self, model: keras.Model, data: Splits, split: str, batch_size: int = 256
+    def _forecast_batches(self, model: keras.Model, data: Splits, origins: np.ndarray, batch_size: int = 256,
+                          shift: tuple[np.ndarray, Callable[..., tf.Tensor]] | None = None
                           ) -> Iterator[tuple[slice, np.ndarray, np.ndarray, np.ndarray]]:
-        """The model's forecasts of a split's windows, batch by batch, with what scores them.
+        """The model's forecasts of the windows at ``origins``, batch by batch, with what scores them.
+
+        Args:
+            shift: as in ``_windows``: added to the true values.
 
         Yields:
-            ``(rows, forecast, scale, targets)``: the batch's rows in the split, the ensemble's
+            ``(rows, forecast, scale, targets)``: the batch's rows in ``origins``, the ensemble's
             forecast (the mean of its members) [batch, horizon, targets], each window's local
             scale [batch, 1, targets] and the true values [batch, horizon, targets].
         """
         start, predict = 0, _batch_predictor(model)
-        for inputs, targets in self._windows(data.arrays, data.arrays["origins"][split], data.state, batch_size):
+        for inputs, targets in self._windows(data.arrays, origins, data.state, batch_size, shift=shift):
             forecast = predict(inputs).numpy().mean(axis=1)  # over the members axis
             scale = keras.ops.convert_to_numpy(self._interval_scale(data.state, inputs))
             yield slice(start, start + len(forecast)), forecast, scale, targets.numpy()
@@ -513,8 +539,9 @@ class Forecasting(Pipeline):
 
         It is solved from moments accumulated batch by batch over the training and validation
         windows (see ``baselines.fit_ridge``), so no [windows, features] array is held. With
-        ``ridge_cross_fit`` > 1 it also stores ``ridge_target_shift``, a function of a batch's
-        inputs and cross-fitting blocks that ``load_data`` adds to the RNN's targets.
+        cross-fitting blocks (``cross_fit_blocks``) it also stores ``ridge_target_shift``, a function
+        of a batch's inputs and blocks: what ``load_data`` adds to the RNN's targets with
+        ``ridge_cross_fit``, and ``_calibrate`` to the calibration targets.
         """
         if "ridge" not in data.arrays:
             state, arrays = data.state, data.arrays
@@ -528,7 +555,7 @@ class Forecasting(Pipeline):
             target_index = [state["input_cols"].index(c) for c in state["target_cols"]]
             mean, std = np.array(state["mean"])[target_index], np.array(state["std"])[target_index]
             origins = np.concatenate([arrays["origins"]["train"], arrays["origins"]["val"]])
-            n_train, folds = len(arrays["origins"]["train"]), arrays["ridge_cross_fit"]
+            n_train, folds = len(arrays["origins"]["train"]), arrays["ridge_folds"]
 
             def batches(first: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
                 for features, base_values, targets in self._ridge_batches(data, extractor, origins[first:]):
@@ -729,7 +756,7 @@ class Forecasting(Pipeline):
         self._calibrate(model, data)
         levels = state["interval"]["levels"]
         offsets = np.array(state["interval"]["offsets"], "float32")  # as the export serves them
-        batches = list(self._forecast_batches(model, data, "test"))
+        batches = list(self._forecast_batches(model, data, arrays["origins"]["test"]))
         predicted, scale, truth = (np.concatenate([batch[i] for batch in batches]) for i in (1, 2, 3))
         del batches
         origins, horizon = arrays["origins"]["test"], state["horizon"]
@@ -756,8 +783,10 @@ class Forecasting(Pipeline):
         """Stores the interval's offsets in ``data.state["interval"]`` (locally weighted split conformal).
 
         The residuals of the training and validation windows, each divided by its
-        window's local scale, give per-step quantiles; the validation forecasts use
-        the ridge fitted on the training split alone, so that they are out of sample.
+        window's local scale, give per-step quantiles. With cross-fitting blocks the ridge
+        part of each forecast is the fit that left the window's block out; without, the
+        validation forecasts use the ridge fitted on the training split alone. Either way the
+        ridge part is out of sample where it can be, as on the test split.
         """
         arrays, state = data.arrays, data.state
         shift = None
@@ -771,12 +800,19 @@ class Forecasting(Pipeline):
         sizes = [len(arrays["origins"][split]) for split in ("train", "val")]
         shape = (sum(sizes), state["horizon"], len(state["target_cols"]))
         residuals = np.empty(shape, "float32" if shift is None else np.result_type("float32", shift))
-        for split, first in zip(("train", "val"), (0, sizes[0])):
-            for rows, forecast, scale, truth in self._forecast_batches(model, data, split):
-                if split == "val" and shift is not None:  # the out-of-sample ridge on the validation windows
-                    forecast = forecast + shift[rows]
-                np.subtract(truth / scale, forecast / scale, out=residuals[first + rows.start: first + rows.stop],
-                            dtype=residuals.dtype)
+        if arrays["interval_out_of_fold"] and "ridge_target_shift" in arrays:
+            # Out of fold: the truth plus the full fit's forecast minus the fit's that left the block out.
+            origins = np.concatenate([arrays["origins"]["train"], arrays["origins"]["val"]])
+            blocks = (arrays["ridge"].blocks(np.arange(len(origins))), arrays["ridge_target_shift"])
+            for rows, forecast, scale, truth in self._forecast_batches(model, data, origins, shift=blocks):
+                np.subtract(truth / scale, forecast / scale, out=residuals[rows], dtype=residuals.dtype)
+        else:
+            for split, first in zip(("train", "val"), (0, sizes[0])):
+                for rows, forecast, scale, truth in self._forecast_batches(model, data, arrays["origins"][split]):
+                    if split == "val" and shift is not None:  # the out-of-sample ridge on the validation windows
+                        forecast = forecast + shift[rows]
+                    np.subtract(truth / scale, forecast / scale,
+                                out=residuals[first + rows.start: first + rows.stop], dtype=residuals.dtype)
         state["interval"]["offsets"] = intervals.conformal_offsets(residuals, levels).tolist()
 
     @staticmethod

@@ -250,6 +250,22 @@ def test_backtest_folds_tile_the_series_end_with_the_default_split_last(rows, fo
         "test": (rows - n_test, rows)}
 
 
+@pytest.mark.parametrize("ridge_cross_fit, interval_cross_fit, windows, expected", [
+    (0, 5, 2000, 5),    # the interval's blocks: 400 windows and 2 x 24 of gaps leave 1,552 of 2,000 to fit on
+    (0, 5, 150, 0),     # 30 + 48 windows left out of 150 would keep fewer than half: no cross-fitting
+    (0, 0, 2000, 0),    # the interval calibrated in sample
+    (3, 5, 2000, 3),    # ridge_cross_fit's blocks serve both
+    (3, 0, 150, 3),     # as the user set them, however short the series
+])
+def test_the_ridge_is_cross_fitted_when_the_rnn_or_the_interval_asks_and_the_series_allows(
+        ridge_cross_fit, interval_cross_fit, windows, expected):
+    from pipelines.forecasting import ForecastingConfig, cross_fit_blocks
+
+    config = ForecastingConfig(target_cols=["y"], ridge_cross_fit=ridge_cross_fit,
+                               interval_cross_fit=interval_cross_fit)
+    assert cross_fit_blocks(config, windows, horizon=24) == expected
+
+
 def test_a_backtest_with_too_many_folds_names_the_fold_that_is_too_short():
     from seqapps.config import resolve_config
     from seqapps.errors import DataError
@@ -354,12 +370,21 @@ def test_windows_cut_from_the_series_give_the_numbers_of_materialised_windows(na
     for split, dataset in (("train", data.train), ("val", data.val)):
         found = np.concatenate([targets for _, targets in dataset.batch(4096).as_numpy_iterator()])
         np.testing.assert_allclose(found, expected[split][:, None], **TOLERANCE)  # a members axis of 1
-    # The interval's offsets, from the residuals of the materialised windows (the members' mean).
+    # The interval's offsets, from the residuals of the materialised windows (the members' mean). By default
+    # (interval_cross_fit) the ridge part is out of fold: the residual is the shifted target minus the forecast.
     forecast = {split: model.predict(reference[split][0], batch_size=256, verbose=0).mean(axis=1)
                 for split in ("train", "val")}
-    forecast["val"] = forecast["val"] + data.arrays["ridge_val_shift"]
     scale = {split: keras.ops.convert_to_numpy(pipeline._interval_scale(state, reference[split][0]))
              for split in ("train", "val")}
+    scales = np.concatenate([scale[s] for s in ("train", "val")])
+    forecasts = np.concatenate([forecast[s] for s in ("train", "val")])
+    offsets = intervals.conformal_offsets(shifted / scales - forecasts / scales, state["interval"]["levels"])
+    # The pipeline keeps the residuals in float32 (a long series has millions): a relative 1e-6.
+    np.testing.assert_allclose(np.array(state["interval"]["offsets"]), offsets, rtol=1e-6, atol=1e-6)
+    # With interval_cross_fit=0: the training residuals in sample, the validation ones of the training-only ridge.
+    data.arrays["interval_out_of_fold"] = False
+    pipeline._calibrate(model, data)
+    forecast["val"] = forecast["val"] + data.arrays["ridge_val_shift"]
     offsets = intervals.conformal_offsets(
         np.concatenate([reference[s][1] / scale[s] for s in ("train", "val")])
         - np.concatenate([forecast[s] / scale[s] for s in ("train", "val")]), state["interval"]["levels"])
