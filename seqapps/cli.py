@@ -218,19 +218,22 @@ def _summary(result: dict[str, Any]) -> str:
         rows = {"before finetune": result["metrics_before"], **rows}
     keys = [k for k in result["metrics"] if "/" not in k]
     width = max(len(name) for name in rows)
+    columns = {k: max(12, len(k) + 2) for k in keys}  # a long metric name keeps a gap before it
     lines = [f"{result['pipeline']} ({result['preset']} preset) in {result['seconds']} s",
-             " " * width + "".join(f"{k:>12}" for k in keys)]
-    lines += [f"{name:<{width}}" + "".join(f"{values[k]:>12.4g}" if values.get(k) is not None else f"{'n/a':>12}"
-                                           for k in keys)
+             " " * width + "".join(f"{k:>{columns[k]}}" for k in keys)]
+    lines += [f"{name:<{width}}" + "".join(f"{values[k]:>{columns[k]}.4g}" if values.get(k) is not None
+                                           else f"{'n/a':>{columns[k]}}" for k in keys)
               for name, values in rows.items()]
     if "backtest" in result:
         backtest = result["backtest"]
         spread = {"model": backtest["metrics"], **backtest["baseline"]}
+        columns = {k: max(20, len(k) + 2) for k in keys}
         lines.append(f"backtest over {backtest['folds']} folds (mean +- standard deviation):")
-        lines.append(" " * width + "".join(f"{k:>20}" for k in keys))
+        lines.append(" " * width + "".join(f"{k:>{columns[k]}}" for k in keys))
         lines += [f"{name:<{width}}" + "".join(
-            f"{values[k]['mean']:>10.4g} +- {values[k]['std']:<6.3g}" if values.get(k, {}).get("mean") is not None
-            else f"{'n/a':>20}" for k in keys) for name, values in spread.items()]
+            f"{values[k]['mean']:>{columns[k] - 10}.4g} +- {values[k]['std']:<6.3g}"
+            if values.get(k, {}).get("mean") is not None else f"{'n/a':>{columns[k]}}" for k in keys)
+            for name, values in spread.items()]
     data = result.get("data", {})
     if "csv" in data or data.get("timezone"):
         read = [f"separator {data['csv']['separator']!r}, decimal {data['csv']['decimal']!r}"] if "csv" in data else []

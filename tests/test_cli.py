@@ -158,3 +158,16 @@ def test_run_summary_lists_the_backtest_mean_and_spread_beside_the_split_metrics
     start = lines.index("backtest over 3 folds (mean +- standard deviation):")
     assert lines[start + 2].split() == ["model", "4", "+-", "1"]
     assert lines[start + 3].split() == ["ridge", "4", "+-", "2"]
+
+
+def test_run_summary_keeps_a_long_metric_name_apart_from_its_neighbours():
+    result = {"pipeline": "p", "preset": "tiny", "seconds": 1.0, "export": "out/p/1",
+              "metrics": {"mase": 0.175, "interval_coverage": 0.798, "pinball": 109.2},
+              "baseline": {"ridge": {"mase": 0.176, "interval_coverage": None, "pinball": None}}}
+    header, model, ridge = cli._summary(result).splitlines()[1:4]
+    assert header.split() == ["mase", "interval_coverage", "pinball"]
+    assert model.split() == ["model", "0.175", "0.798", "109.2"]
+    assert ridge.split() == ["ridge", "0.176", "n/a", "n/a"]
+    # Each value ends where its column's name ends.
+    for name, value in (("interval_coverage", "0.798"), ("pinball", "109.2")):
+        assert model.index(value) + len(value) == header.index(name) + len(name)
