@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import keras
 import numpy as np
@@ -176,7 +176,8 @@ class CopyTask(Pipeline):
         return {"bits": np.array(inputs, dtype=object)}
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
-                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+                          outputs: dict[str, np.ndarray], signature: str = "serving_default",
+                          given: Sequence[str] = ()) -> tuple[str, Any]:
         rows = [{"input": given.decode() if isinstance(given, bytes) else str(given), "copy": copy.decode(),
                  "confidence": round(float(confidence), 4)}
                 for given, copy, confidence in zip(inputs["bits"], outputs["copy"], outputs["confidence"])]

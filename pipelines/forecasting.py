@@ -31,7 +31,7 @@ import dataclasses
 import functools
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import keras
 import numpy as np
@@ -883,7 +883,8 @@ class Forecasting(Pipeline):
         return features
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
-                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+                          outputs: dict[str, np.ndarray], signature: str = "serving_default",
+                          given: Sequence[str] = ()) -> tuple[str, Any]:
         seconds = outputs[FORECAST_TIME][0]
         times = (local_times(seconds, state["utc_offsets"]) if state.get("utc_offsets")
                  else pd.to_datetime(seconds, unit="s"))  # in the input's offsets, or wall-clock time

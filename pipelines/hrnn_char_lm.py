@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import keras
 import numpy as np
@@ -176,7 +176,8 @@ class HRNNCharLM(Pipeline):
         return {"text": np.array(inputs, dtype=object)}
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
-                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+                          outputs: dict[str, np.ndarray], signature: str = "serving_default",
+                          given: Sequence[str] = ()) -> tuple[str, Any]:
         rows = []
         for text, bpc, chars, probs in zip(inputs["text"], outputs["bits_per_character"], outputs["next_chars"],
                                            outputs["next_probabilities"]):

@@ -342,7 +342,8 @@ class ImageCaptioning(Pipeline):
         return {"image_bytes": np.array([image_data.read_image_bytes(path) for path in inputs], dtype=object)}
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
-                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+                          outputs: dict[str, np.ndarray], signature: str = "serving_default",
+                          given: Sequence[str] = ()) -> tuple[str, Any]:
         found = [text.decode("utf-8", "replace") for text in outputs["caption"]]
         return "\n".join(found), {"captions": found, "scores": [round(float(s), 4) for s in outputs["score"]]}
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import keras
 import numpy as np
@@ -310,7 +310,8 @@ class LanguageModel(Pipeline):
         return {"serving_default": Signature({"text": tf.TensorSpec([None], tf.string)}, example, run=serve)}
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
-                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+                          outputs: dict[str, np.ndarray], signature: str = "serving_default",
+                          given: Sequence[str] = ()) -> tuple[str, Any]:
         results, lines = [], []
         for i, text in enumerate(inputs["text"]):
             seen = [w.decode() for w in outputs["words"][i] if w]

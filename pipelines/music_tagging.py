@@ -41,7 +41,7 @@ A waveform with NaN or Inf, empty, or longer than ``max_seconds`` is rejected
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
 import keras
 import numpy as np
@@ -535,7 +535,8 @@ class MusicTagging(Pipeline):
         return {"waveform": batch}
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
-                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+                          outputs: dict[str, np.ndarray], signature: str = "serving_default",
+                          given: Sequence[str] = ()) -> tuple[str, Any]:
         """Lists each file's tags at or above their thresholds, best first, with scores."""
         if "scores" not in outputs:
             return super().format_prediction(state, inputs, outputs)

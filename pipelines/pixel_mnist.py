@@ -19,7 +19,7 @@ returns ``label`` (int64 digit) and ``probabilities`` (float32 [batch, 10]).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
 import keras
 import numpy as np
@@ -190,7 +190,8 @@ class PixelMnist(Pipeline):
         return {"image": np.array([read_image_bytes(name) for name in inputs], dtype=object)}
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
-                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+                          outputs: dict[str, np.ndarray], signature: str = "serving_default",
+                          given: Sequence[str] = ()) -> tuple[str, Any]:
         rows = [{"label": int(label), "probabilities": [round(float(p), 4) for p in probs]}
                 for label, probs in zip(outputs["label"], outputs["probabilities"])]
         text = "\n".join(f"digit {row['label']} (p = {max(row['probabilities']):.3f})" for row in rows)

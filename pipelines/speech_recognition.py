@@ -44,7 +44,7 @@ import collections
 import dataclasses
 import itertools
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import keras
 import numpy as np
@@ -348,7 +348,8 @@ class SpeechRecognition(Pipeline):
         return {"waveform": batch, "length": np.array([p.size for p in pieces], np.int32)}
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
-                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+                          outputs: dict[str, np.ndarray], signature: str = "serving_default",
+                          given: Sequence[str] = ()) -> tuple[str, Any]:
         """Joins the pieces of each file: transcripts with spaces, or word lists with their times shifted."""
         files = getattr(self, "_files", None) or [f"input {i + 1}" for i in range(len(inputs["length"]))]
         offsets = np.zeros(len(files))

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import keras
 import numpy as np
@@ -226,7 +226,8 @@ class TextGeneration(Pipeline):
         return self._requests(state, inputs, min(200, state["max_generated_length"]))
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
-                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+                          outputs: dict[str, np.ndarray], signature: str = "serving_default",
+                          given: Sequence[str] = ()) -> tuple[str, Any]:
         texts = [text.decode("utf-8", errors="replace") for text in outputs["text"]]
         return "\n\n".join(texts), {"texts": texts}
 

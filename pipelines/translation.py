@@ -516,7 +516,8 @@ class Translation(Pipeline):
                       max_sequence_length=config.max_length)
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
-                          outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+                          outputs: dict[str, np.ndarray], signature: str = "serving_default",
+                          given: Sequence[str] = ()) -> tuple[str, Any]:
         translations = [text.decode("utf-8", "replace") for text in outputs["translation"]]
         scores = [round(float(score), 4) for score in outputs["score"]]
         return "\n".join(translations), {"translations": translations, "scores": scores}

@@ -17,7 +17,7 @@ import dataclasses
 import importlib
 import importlib.util
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, ClassVar, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Sequence
 
 from seqapps.config import TrainingConfig
 from seqapps.errors import ConfigError, DataError
@@ -32,6 +32,42 @@ if TYPE_CHECKING:
     from seqapps.export import Limits, Signature
 
 ENTRY_POINT_GROUP = "seqapps.pipelines"
+
+#: ``Splits.report`` keys that the run summary (``seqapps.cli``) shows; every pipeline that reads
+#: user data fills them. ``SPLIT_COUNTS``: ``{"unit": "images", "train": 19, "val": 3, "test": 3}``,
+#: the items each split holds. ``VOCABULARIES``: ``{"target words": {"added": [...], "size": 812,
+#: "oov_rate": 0.012}, "tags": {"added": [...], "removed": [...], "size": 9}}``, one entry per
+#: vocabulary (words, characters, tags) with what fine-tuning added (or removed) and the share of
+#: test tokens still unknown afterwards (None where no token can be unknown).
+SPLIT_COUNTS = "split_counts"
+VOCABULARIES = "vocabularies"
+
+
+@dataclasses.dataclass(frozen=True)
+class Headline:
+    """One of a pipeline's headline metrics, as the run summary and the docs show it.
+
+    Attributes:
+        key: its key in ``metrics`` and in each baseline's dict (a baseline without it shows ``n/a``).
+        label: the column's title (default: ``key``).
+        unit: printed after the value ("MW", "°C", "%", "bits/char"); "%" multiplies a fraction by 100.
+        higher_is_better: False for errors and losses.
+    """
+
+    key: str
+    label: str = ""
+    unit: str = ""
+    higher_is_better: bool = True
+
+    def title(self) -> str:
+        """The column's title: the label, with the unit in brackets."""
+        return f"{self.label or self.key}" + (f" ({self.unit})" if self.unit else "")
+
+    def format(self, value: Any) -> str:
+        """The value as the summary prints it: ``n/a`` when missing, 4 significant digits otherwise."""
+        if value is None or isinstance(value, (dict, list, str)):
+            return "n/a"
+        return f"{100 * float(value):.4g}" if self.unit == "%" else f"{float(value):.4g}"
 
 
 @dataclasses.dataclass
@@ -68,6 +104,8 @@ class Pipeline:
     Config: ClassVar[type[TrainingConfig]] = TrainingConfig
     #: what ``seqapps predict`` takes as INPUT (shown by ``seqapps predict --help``; a string literal).
     predict_input: ClassVar[str] = "one text per row for the signature's string input"
+    #: the metrics the run summary shows first, beside every baseline that has them (declared once).
+    headline_metrics: ClassVar[tuple[Headline, ...]] = ()
 
     def load_data(self, config: TrainingConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
@@ -174,11 +212,41 @@ class Pipeline:
                             "the pipeline does not say how to build them from command-line inputs")
         return {strings[0]: np.array(inputs, dtype=object)}
 
+    def write_sample_data(self, folder: "Path", seed: int = 0) -> "tuple[str | None, list[str]]":
+        """Writes a small data set of the user's kind, in the format ``--data`` reads (tests and docs).
+
+        It holds a few dozen items (24-40) and, where the task has a vocabulary or label set, some
+        words, characters or tags that the tiny preset's data lacks, so that fine-tuning must add them.
+
+        Args:
+            folder: an empty folder to write into.
+            seed: makes the content.
+
+        Returns:
+            ``(data_path, predict_inputs)``: what to pass as ``--data`` (None for a pipeline that
+            reads no user data), and ``seqapps predict`` INPUTs of the pipeline's own kind (files or
+            texts) for the pipeline's export.
+        """
+        raise NotImplementedError
+
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, "np.ndarray"],
-                          outputs: dict[str, "np.ndarray"]) -> tuple[str, Any]:
-        """Returns ``(text for a terminal, JSON-able value)``; the default lists the outputs by name."""
-        value = {name: jsonable(array) for name, array in outputs.items()}
-        return "\n".join(f"{name}: {item}" for name, item in value.items()), value
+                          outputs: dict[str, "np.ndarray"], signature: str = "serving_default",
+                          given: "Sequence[str]" = ()) -> tuple[str, Any]:
+        """Returns ``(text for a terminal, JSON-able value)`` for one call of ``signature``.
+
+        Every signature of the export must be formatted, and each row of the text names its
+        input. The default (``format_rows``) prints each row's outputs by name under the INPUT
+        it came from; pipelines override it for the signatures they can say better.
+
+        Args:
+            state: the export's pipeline state.
+            inputs: the signature's inputs, as ``predict_inputs`` built them.
+            outputs: the signature's outputs, as NumPy arrays with a leading batch dimension.
+            signature: the signature's name.
+            given: the command-line INPUTs, one per row (a pipeline that cuts an INPUT into
+                several rows says so in its own ``format_prediction``).
+        """
+        return format_rows(given, outputs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,6 +254,41 @@ class SignatureSpec:
     """The inputs of a loaded SavedModel signature, in the shape ``predict_inputs`` reads."""
 
     inputs: dict[str, Any]
+
+
+def format_rows(given: Sequence[str], outputs: dict[str, "np.ndarray"]) -> tuple[str, Any]:
+    """Any signature's outputs, readable: a block per row, headed by the INPUT it came from.
+
+    Args:
+        given: the command-line INPUTs, one per row (rows beyond them are numbered).
+        outputs: output name -> array with a leading batch dimension.
+
+    Returns:
+        ``(text, {"rows": [{"input": ..., output name: value, ...}]})``; strings are decoded, floats
+        rounded to 6 digits (4 significant digits in the text), an empty string shows as ``(empty)``.
+    """
+    values = {name: jsonable(array) for name, array in outputs.items()}
+    rows = max((len(v) for v in values.values() if isinstance(v, list)), default=0)
+    found, lines = [], []
+    for row in range(rows):
+        name = given[row] if row < len(given) else f"row {row + 1}"
+        record = {"input": name, **{key: value[row] for key, value in values.items() if isinstance(value, list)}}
+        found.append(record)
+        lines.append(f"{name}:")
+        lines += [f"  {key}: {_readable(value)}" for key, value in record.items() if key != "input"]
+    return "\n".join(lines), {"rows": found}
+
+
+def _readable(value: Any, limit: int = 12) -> str:
+    """A short text of one output value: strings as they are, floats to 4 digits, long lists cut."""
+    if isinstance(value, str):
+        return value if value else "(empty)"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        shown = ", ".join(_readable(item, limit) for item in value[:limit])
+        return f"[{shown}{', ...' if len(value) > limit else ''}]" + (f" ({len(value)} values)" if len(value) > limit else "")
+    return str(value)
 
 
 def jsonable(array: "np.ndarray") -> Any:

@@ -272,7 +272,8 @@ def predict(model_path: str | Path, inputs: list[str], signature_name: str = "se
     missing = [name for name in spec.inputs if name not in features]
     if missing:
         raise DataError(f"signature {signature_name!r} needs input {missing[0]!r}; pass --set {missing[0]}=VALUE")
-    return pipeline.format_prediction(info.state, features, call_signature(function, features))
+    return pipeline.format_prediction(info.state, features, call_signature(function, features), signature_name,
+                                      inputs)
 
 
 def _input_overrides(overrides: tuple[str, ...] | list[str], specs: dict[str, Any], features: dict[str, Any],
