@@ -42,13 +42,14 @@ from seqapps import baselines, intervals
 from seqapps import metrics as forecast_metrics_lib
 from seqapps.config import TrainingConfig, require
 from seqapps.data import datasets, samples
+from seqapps.data import splits as split_rule
 from seqapps.data.tables import (DECIMAL_MARKS, FILL_METHODS, check_timezone, local_times, parse_duration,
                                  read_csv, to_time_series)
 from seqapps.errors import DataError
 from seqapps.export import Signature
 from seqapps.losses import ScaledMeanAbsoluteError
 from seqapps.layers.time_features import CalendarFeatures, SeasonalDifference, SeasonalNaive, Shrinkage
-from seqapps.pipeline import Headline, Pipeline, Splits
+from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
 
 END_TIME = "end_time"
 FORECAST_TIME = "forecast_time"
@@ -366,6 +367,7 @@ class Forecasting(Pipeline):
                   **({"csv": frame.attrs["csv"]} if "csv" in frame.attrs else {}),
                   "windows": {name: int(len(found)) for name, found in origins.items()},
                   "test_period": [str(series.frame.index[i]) for i in (bounds["test"][0], n - 1)]}
+        report[SPLIT_COUNTS] = split_rule.split_counts("windows", report["windows"])
         # Windows are never materialised: training, the ridge fit, the calibration and evaluation
         # cut them from the series as they read them (see docs/results.md, memory).
         arrays = {"values": values[:, target_index], "series": values.astype("float32"), "times": times,

@@ -34,13 +34,14 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps import metrics
-from seqapps.config import HRNNConfig, require
+from seqapps.config import HRNNConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
+from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
 from seqapps.export import Signature
-from seqapps.pipeline import Headline, Pipeline, Splits
+from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
 
 CORPORA = {"pydoc": text_data.pydoc_topics, "kjv": text_data.kjv_bible, "wordnet": text_data.wordnet_glosses}
 START = "\n"  # every text is read after a line break, as every training line is
@@ -87,8 +88,7 @@ class HRNNCharLMConfig(HRNNConfig):
         require(self.max_chars is None or self.max_chars >= 1000, "max_chars", self.max_chars,
                 "null or an integer >= 1000")
         require(self.min_char_count >= 1, "min_char_count", self.min_char_count, "an integer >= 1")
-        require(0 < self.val_fraction < 0.5 and 0 < self.test_fraction < 0.5, "val_fraction/test_fraction",
-                (self.val_fraction, self.test_fraction), "fractions in (0, 0.5)")
+        require_split_fractions(self.val_fraction, self.test_fraction)
 
 
 def weighted_windows(ids: np.ndarray, seq_len: int, what: str) -> tuple[np.ndarray, np.ndarray]:
@@ -128,6 +128,8 @@ class HRNNCharLM(Pipeline):
         splits = {name: weighted_windows(stream, config.seq_len, f"{corpus.source}: the {name} split")
                   for name, stream in streams.items()}
         report = {"source": corpus.source, "licence": corpus.licence, "lines": len(corpus.lines),
+                  SPLIT_COUNTS: split_rule.split_counts("lines", split_rule.split_sizes(
+                      len(corpus.lines), config.val_fraction, config.test_fraction, corpus.source, "lines")),
                   "characters": corpus.num_chars,
                   "vocabulary": len(vocabulary), "windows": {name: int(len(w[0])) for name, w in splits.items()}}
         return Splits(*(tf.data.Dataset.from_tensor_slices(splits[name]) for name in ("train", "val", "test")),

@@ -26,13 +26,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from seqapps.config import HRNNConfig, require
+from seqapps.config import HRNNConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
+from seqapps.data import splits as split_rule
 from seqapps.data.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_images, read_image_bytes
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
 from seqapps.export import Limits, Signature
-from seqapps.pipeline import Headline, Pipeline, Splits
+from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
 
 CLASSES = 10
 PERMUTATION_SEED = 1234  # the permutation is fixed: the same for every run of an image size
@@ -69,8 +70,7 @@ class PixelMnistConfig(HRNNConfig):
         require(2 <= self.image_size <= 64, "image_size", self.image_size, "an integer in [2, 64]")
         require(self.max_train_images is None or self.max_train_images >= 1, "max_train_images",
                 self.max_train_images, "null or an integer >= 1")
-        require(0 < self.val_fraction < 0.5 and 0 < self.test_fraction < 0.5, "val_fraction/test_fraction",
-                (self.val_fraction, self.test_fraction), "fractions in (0, 0.5)")
+        require_split_fractions(self.val_fraction, self.test_fraction)
 
 
 def digits_images() -> tuple[np.ndarray, np.ndarray]:
@@ -140,6 +140,7 @@ class PixelMnist(Pipeline):
             splits[name] = (pixels, targets)
         report = {"source": source, "image_size": size, "steps": size * size, "permute": config.permute,
                   "images": {name: int(len(part[1])) for name, part in raw.items()}}
+        report[SPLIT_COUNTS] = split_rule.split_counts("images", report["images"])
         arrays = {"test": splits["test"], "test_labels": raw["test"][1], "train_labels": raw["train"][1],
                   "train_pixels": splits["train"][0][..., 0], "test_images": raw["test"][0][:2]}
         return Splits(*(tf.data.Dataset.from_tensor_slices(splits[name]) for name in ("train", "val", "test")),

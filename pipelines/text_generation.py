@@ -35,12 +35,13 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps import metrics
-from seqapps.config import TrainingConfig, require
+from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
+from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.export import Limits, Signature
 from seqapps.layers import decoding
-from seqapps.pipeline import Headline, Pipeline, Splits
+from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
 
 CORPORA = {"kjv": text_data.kjv_bible, "pydoc": text_data.pydoc_topics}
 START = "\n"  # every prompt is preceded by a line break, as every training line is
@@ -105,8 +106,7 @@ class TextGenerationConfig(TrainingConfig):
                 f"an integer <= max_generated_length ({self.max_generated_length})")
         require(self.top_k >= 0, "top_k", self.top_k, "an integer >= 0")
         require(self.max_chars is None or self.max_chars >= 1, "max_chars", self.max_chars, "null or >= 1")
-        require(0 < self.val_fraction and 0 < self.test_fraction and self.val_fraction + self.test_fraction <= 0.5,
-                "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
+        require_split_fractions(self.val_fraction, self.test_fraction)
 
 
 class TextGeneration(Pipeline):
@@ -138,6 +138,8 @@ class TextGeneration(Pipeline):
         windows = {name: text_data.windows(stream, config.seq_len, what=f"{corpus.source}: the {name} split")
                    for name, stream in streams.items()}
         report = {"source": corpus.source, "licence": corpus.licence, "lines": len(corpus.lines),
+                  SPLIT_COUNTS: split_rule.split_counts("lines", split_rule.split_sizes(
+                      len(corpus.lines), config.val_fraction, config.test_fraction, corpus.source, "lines")),
                   "characters": {name: int(len(stream)) for name, stream in streams.items()},
                   "vocabulary": len(vocabulary) - 1}
         datasets_ = {name: tf.data.Dataset.from_tensor_slices(pair) for name, pair in windows.items()}
