@@ -108,7 +108,8 @@ def test_the_users_recordings_split_as_requested(tmp_path, tiny_corpus):
 
     folder = _user_folder(tmp_path, tiny_corpus,
                           lambda rows: "path,transcript\n" + "".join(f"{r['path']},{r['transcript']}\n" for r in rows))
-    config = resolve_config(SpeechRecognitionConfig, "tiny", overrides=["val_fraction=0.1", "test_fraction=0.2"])
+    config = resolve_config(SpeechRecognitionConfig, "tiny",
+                            overrides=["val_fraction=0.1", "test_fraction=0.2", "oov=drop"])  # a held-out "q"
     data = SpeechRecognition().load_data(config, str(folder))
     rows = len(tiny_corpus[1])  # 32: 3 for validation, 6 for test
     assert data.report["split_counts"] == {"unit": "utterances", "train": rows - 9, "val": 3, "test": 6}
