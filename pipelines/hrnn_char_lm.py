@@ -7,8 +7,8 @@ trains it with restricted gradients plus the decoder loss (the level-1 decoder
 reconstructs one of the last ``periods`` characters of the word), ``mode=hrnn``
 with true gradients (the unrestricted baseline of the paper).
 
-Text is split into lines; of every 100 lines some go to validation and test
-(``seqapps.data.text.split_lines``). Each split is joined with line breaks and cut
+Text is split into lines; the validation and test lines are spread evenly through
+the text (``seqapps.data.text.split_lines``). Each split is joined with line breaks and cut
 into windows of ``seq_len`` + 1 characters. Default data: Python's help topics
 (``pydoc_data``, pip-free); ``corpus=kjv`` or ``wordnet`` read the apt corpora,
 ``--data your.txt`` any UTF-8 text.

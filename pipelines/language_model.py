@@ -88,7 +88,7 @@ class LanguageModelConfig(TrainingConfig):
         min_count: rarer training words map to ``<unk>``.
         max_words: use only the first lines up to this many tokens (None: all).
         max_eval_tokens: evaluate validation and test on at most this many tokens (None: all).
-        val_fraction, test_fraction: shares of the lines held out (every 100th line and so on).
+        val_fraction, test_fraction: shares of the lines held out, spread evenly through the text.
         top_k: next-word candidates returned by the export.
         timing_steps: timed training steps (on a fresh copy) for tokens/s.
         jit_compile: compile the training step with XLA.

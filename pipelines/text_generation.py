@@ -2,8 +2,8 @@
 
 The model reads characters (embedded) through ``layers`` stacked LSTMs and
 predicts the next character at every step (teacher forcing). Text is split
-into lines (verses); every 100th line goes to validation and the next ones to
-test, so all books are in each split. Default data: the King James Bible from
+into lines (verses); the validation and test lines are spread evenly through the
+text (``seqapps.data.text.split_lines``), so all books are in each split. Default data: the King James Bible from
 the SWORD module ``engKJV2006eb`` (apt ``libsword-utils`` + ``sword-text-kjv``;
 public domain); ``--data your.txt`` trains on any UTF-8 text.
 
