@@ -173,8 +173,10 @@ class LanguageModel(Pipeline):
                         Headline("ppl_self_normalized", "PPL^n", baseline_key="ppl_full", higher_is_better=False))
 
     def write_sample_data(self, folder: Path, seed: int = 0) -> tuple[str | None, list[str]]:
-        """A text file of 40 sentences, half of them with made-up words (``samples.NEW_WORDS``)."""
-        path = samples.write_text(folder / "my_text.txt", samples.sample_sentences(40, seed))
+        """A text file of 40 lines of two sentences each, a quarter of them with made-up words (``samples.NEW_WORDS``)."""
+        sentences = samples.sample_sentences(80, seed)
+        lines = [f"{first} . {second} ." for first, second in zip(sentences[0::2], sentences[1::2])]
+        path = samples.write_text(folder / "my_text.txt", lines)
         return str(path), ["the old man sees a quokka", "my sister likes the boat"]
 
     def load_data(self, config: LanguageModelConfig, data_path: str | None,
