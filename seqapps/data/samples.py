@@ -35,7 +35,7 @@ def sample_sentences(count: int, seed: int = 0) -> list[str]:
     places = ("near the river", "in the garden", "at the market", "by the sea", "on the hill", "in the city")
     found = []
     for i in range(count):
-        thing = NEW_WORDS[i % len(NEW_WORDS)] if i % 2 == 0 else rng.choice(("house", "boat", "tree", "letter"))
+        thing = NEW_WORDS[(i // 2) % len(NEW_WORDS)] if i % 2 == 0 else rng.choice(("house", "boat", "tree", "letter"))
         found.append(f"{rng.choice(subjects)} {rng.choice(verbs)} a {thing} {rng.choice(places)}")
     return found
 
