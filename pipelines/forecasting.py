@@ -895,7 +895,8 @@ class Forecasting(Pipeline):
                  **{name: round(float(outputs[name][0, i]), 4) for name in columns}}
                 for i, time in enumerate(times)]
         table = pd.DataFrame(rows).to_string(index=False)
-        return table, {"forecast": rows}
+        source = given[0] if given else "the input"
+        return f"{source}: forecast of the next {len(rows)} steps\n{table}", {"forecast": rows}
 
 
 class WeatherForecasting(Forecasting):

@@ -165,6 +165,7 @@ class LanguageModel(Pipeline):
     """Word-level LM (5-gram FFNN, RNN, LSTM, ReLU bottlenecks) trained with B-NCE / S-NCE / softmax."""
 
     Config = LanguageModelConfig
+    predict_input = "texts, one per row: their perplexity and the likeliest next words"
 
     # --- data -------------------------------------------------------------------------------
 

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import textwrap
 from typing import Any, Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from seqapps import metrics
+from seqapps import metrics, predictions
 from seqapps.config import TrainingConfig, require
 from seqapps.data import datasets
 from seqapps.data import text as text_data
@@ -228,6 +229,9 @@ class TextGeneration(Pipeline):
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray], signature: str = "serving_default",
                           given: Sequence[str] = ()) -> tuple[str, Any]:
-        texts = [text.decode("utf-8", errors="replace") for text in outputs["text"]]
-        return "\n\n".join(texts), {"texts": texts}
+        """Each prompt, quoted, over the text generated from it (the prompt and its continuation), indented."""
+        texts = [predictions.text(value) for value in outputs["text"]]
+        blocks = [f"{predictions.quoted(prompt)}:\n" + textwrap.indent(text, "  ", lambda line: True)
+                  for prompt, text in zip(inputs["prompt"], texts)]
+        return "\n".join(blocks), {"texts": texts}
 
