@@ -32,7 +32,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from seqapps import metrics
+from seqapps import metrics, predictions
 from seqapps.config import HRNNConfig, require
 from seqapps.data import datasets
 from seqapps.data import text as text_data
@@ -181,8 +181,8 @@ class HRNNCharLM(Pipeline):
         rows = []
         for text, bpc, chars, probs in zip(inputs["text"], outputs["bits_per_character"], outputs["next_chars"],
                                            outputs["next_probabilities"]):
-            rows.append({"text": str(text), "bits_per_character": round(float(bpc), 4),
+            rows.append({"text": predictions.text(text), "bits_per_character": round(float(bpc), 4),
                          "next": [{"char": c.decode("utf-8"), "p": round(float(p), 4)} for c, p in zip(chars, probs)]})
-        lines = [f"{row['text']!r}: {row['bits_per_character']:.3f} bits/char; next: "
+        lines = [f"{predictions.quoted(row['text'])}: {row['bits_per_character']:.3f} bits/char; next: "
                  + ", ".join(f"{n['char']!r} {n['p']:.3f}" for n in row["next"]) for row in rows]
         return "\n".join(lines), {"predictions": rows}

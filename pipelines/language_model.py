@@ -45,6 +45,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from seqapps import predictions
 from seqapps.config import TrainingConfig, require
 from seqapps.data import datasets
 from seqapps.data import text as text_data
@@ -319,10 +320,10 @@ class LanguageModel(Pipeline):
             scores = [round(float(v), 3) for v in outputs["log_probs"][i][: len(seen)]]
             following = [{"word": w.decode(), "log_prob": round(float(v), 3)}
                          for w, v in zip(outputs["next_words"][i], outputs["next_log_probs"][i])]
-            result = {"text": text, "perplexity": round(float(outputs["perplexity"][i]), 2),
+            result = {"text": predictions.text(text), "perplexity": round(float(outputs["perplexity"][i]), 2),
                       "words": [{"word": w, "log_prob": s} for w, s in zip(seen, scores)], "next_words": following}
             results.append(result)
-            lines.append(f"{text!r}: perplexity {result['perplexity']}; next: "
+            lines.append(f"{predictions.quoted(text)}: perplexity {result['perplexity']}; next: "
                          + ", ".join(f"{n['word']} ({math.exp(n['log_prob']):.1%})" for n in following))
         return "\n".join(lines), {"results": results}
 

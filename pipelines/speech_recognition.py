@@ -352,13 +352,13 @@ class SpeechRecognition(Pipeline):
                           outputs: dict[str, np.ndarray], signature: str = "serving_default",
                           given: Sequence[str] = ()) -> tuple[str, Any]:
         """Joins the pieces of each file: transcripts with spaces, or word lists with their times shifted."""
-        lengths = inputs["length"]
-        files = row_inputs(given, inputs, len(lengths))
-        index = inputs.get(INPUT_INDEX, np.arange(len(lengths)))
-        offsets = np.zeros(len(files))
-        for i in range(1, len(files)):  # each piece starts where the one before it ended
+        count = len(next(iter(outputs.values())))
+        files = row_inputs(given, inputs, count)
+        index = inputs.get(INPUT_INDEX, np.arange(count))
+        offsets = np.zeros(count)
+        for i in range(1, count):  # each piece starts where the one before it ended
             if index[i] == index[i - 1]:
-                offsets[i] = offsets[i - 1] + lengths[i - 1] / state["sample_rate"]
+                offsets[i] = offsets[i - 1] + inputs["length"][i - 1] / state["sample_rate"]
         rows: dict[int, dict[str, Any]] = {}
         for i, name in enumerate(files):
             row = rows.setdefault(int(index[i]), {"file": name, "pieces": 0})
