@@ -351,12 +351,7 @@ class ImageCaptioning(Pipeline):
         (``beam``), or, per word, the feature-map cell it attends to most (``attention``)."""
         files = row_inputs(given, inputs, len(inputs["image_bytes"]))
         if signature == "beam":
-            lines, rows = [], []
-            for name, texts, scores in zip(files, outputs["captions"], outputs["scores"]):
-                ranked, found = predictions.ranked(texts, scores, "caption")
-                lines += [f"{name}:", *ranked]
-                rows.append({"input": name, "captions": found})
-            return "\n".join(lines), {"rows": rows}
+            return predictions.ranked_rows(files, files, outputs["captions"], outputs["scores"], "caption", "captions")
         found = [predictions.text(value) for value in outputs["caption"]]
         if signature == "attention":
             return _attended_cells(files, found, outputs)

@@ -524,12 +524,8 @@ class Translation(Pipeline):
         list (``beam``), or, per translated word, the source word it attends to most (``align``)."""
         sources = [predictions.text(value) for value in inputs["text"]]
         if signature == "beam":
-            lines, rows = [], []
-            for source, texts, scores in zip(sources, outputs["translations"], outputs["scores"]):
-                ranked, found = predictions.ranked(texts, scores, "translation")
-                lines += [f"{predictions.quoted(source)}:", *ranked]
-                rows.append({"input": source, "translations": found})
-            return "\n".join(lines), {"rows": rows}
+            return predictions.ranked_rows(list(map(predictions.quoted, sources)), sources, outputs["translations"],
+                                           outputs["scores"], "translation", "translations")
         translations = [predictions.text(value) for value in outputs["translation"]]
         if signature == "align":
             return _alignments(sources, translations, outputs)

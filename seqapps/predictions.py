@@ -1,7 +1,8 @@
 """What ``seqapps predict`` prints: the pieces several pipelines' ``format_prediction`` share.
 
 A text row is headed by its input (``quoted`` for a text, the path as given for a file); an empty
-output says what is empty (``said``); a beam's n-best list is numbered with its scores (``ranked``);
+output says what is empty (``said``); a beam's n-best list is numbered with its scores (``ranked``,
+``ranked_rows``);
 attention is shown, per output word, as the input position it attends to most (``strongest``).
 """
 from __future__ import annotations
@@ -41,6 +42,28 @@ def ranked(texts: Sequence[Any], scores: Sequence[float], what: str) -> tuple[li
     lines = [f"  {rank}. {said(record['text'], what)}  (score {record['score']:.3f})"
              for rank, record in enumerate(records, start=1)]
     return lines, records
+
+
+def ranked_rows(headings: Sequence[str], names: Sequence[str], texts: np.ndarray, scores: np.ndarray, what: str,
+                key: str) -> tuple[str, Any]:
+    """A beam signature's rows: each input's heading over its numbered n-best list (``ranked``).
+
+    Args:
+        headings: each row's input as printed (a quoted text, a file).
+        names: each row's input as the JSON names it.
+        texts, scores: ``[batch, beam]`` hypotheses, best first, and their scores.
+        what: what a hypothesis is ("translation").
+        key: the JSON key of a row's list ("translations").
+
+    Returns:
+        ``(text, {"rows": [{"input": name, key: [{"text", "score"}]}]})``.
+    """
+    lines, rows = [], []
+    for heading, name, row_texts, row_scores in zip(headings, names, texts, scores):
+        numbered, found = ranked(row_texts, row_scores, what)
+        lines += [f"{heading}:", *numbered]
+        rows.append({"input": name, key: found})
+    return "\n".join(lines), {"rows": rows}
 
 
 def strongest(words: Sequence[Any], weights: np.ndarray, positions: int) -> list[tuple[str, int, float]]:
