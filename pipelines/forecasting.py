@@ -49,7 +49,7 @@ from seqapps.errors import DataError
 from seqapps.export import Signature
 from seqapps.losses import ScaledMeanAbsoluteError
 from seqapps.layers.time_features import CalendarFeatures, SeasonalDifference, SeasonalNaive, Shrinkage
-from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
+from seqapps.pipeline import Headline, Pipeline, SPLIT_COUNTS, Splits, row_inputs
 
 END_TIME = "end_time"
 FORECAST_TIME = "forecast_time"
@@ -939,17 +939,23 @@ class Forecasting(Pipeline):
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray], signature: str = "serving_default",
                           given: Sequence[str] = ()) -> tuple[str, Any]:
-        seconds = outputs[FORECAST_TIME][0]
-        times = (local_times(seconds, state["utc_offsets"]) if state.get("utc_offsets")
-                 else pd.to_datetime(seconds, unit="s"))  # in the input's offsets, or wall-clock time
+        """Each row's forecast as a table headed by its input; the JSON holds the first row's (``seqapps
+        predict`` sends one CSV, one row)."""
         low, high = state["interval"]["levels"]
         columns = [name for target in state["target_cols"]
                    for name in (quantile_name(target, low), target, quantile_name(target, high))]
-        rows = [{state["timestamp_col"]: time.isoformat(),
-                 **{name: round(float(outputs[name][0, i]), 4) for name in columns}}
-                for i, time in enumerate(times)]
-        table = pd.DataFrame(rows).to_string(index=False)
-        return table, {"forecast": rows}
+        sources = row_inputs(given, inputs, len(outputs[FORECAST_TIME]))
+        blocks, tables = [], []
+        for row, source in enumerate(sources):
+            seconds = outputs[FORECAST_TIME][row]
+            times = (local_times(seconds, state["utc_offsets"]) if state.get("utc_offsets")
+                     else pd.to_datetime(seconds, unit="s"))  # in the input's offsets, or wall-clock time
+            tables.append([{state["timestamp_col"]: time.isoformat(),
+                            **{name: round(float(outputs[name][row, i]), 4) for name in columns}}
+                           for i, time in enumerate(times)])
+            blocks.append(f"{source}: forecast of the next {len(times)} steps\n"
+                          + pd.DataFrame(tables[-1]).to_string(index=False))
+        return "\n".join(blocks), {"forecast": tables[0]}
 
 
 class WeatherForecasting(Forecasting):

@@ -33,7 +33,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from seqapps import metrics
+from seqapps import metrics, predictions
 from seqapps.config import HRNNConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
@@ -41,7 +41,7 @@ from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
 from seqapps.export import Signature
-from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
+from seqapps.pipeline import Headline, Pipeline, SPLIT_COUNTS, Splits
 
 CORPORA = {"pydoc": text_data.pydoc_topics, "kjv": text_data.kjv_bible, "wordnet": text_data.wordnet_glosses}
 START = "\n"  # every text is read after a line break, as every training line is
@@ -192,8 +192,8 @@ class HRNNCharLM(Pipeline):
         rows = []
         for text, bpc, chars, probs in zip(inputs["text"], outputs["bits_per_character"], outputs["next_chars"],
                                            outputs["next_probabilities"]):
-            rows.append({"text": str(text), "bits_per_character": round(float(bpc), 4),
+            rows.append({"text": predictions.text(text), "bits_per_character": round(float(bpc), 4),
                          "next": [{"char": c.decode("utf-8"), "p": round(float(p), 4)} for c, p in zip(chars, probs)]})
-        lines = [f"{row['text']!r}: {row['bits_per_character']:.3f} bits/char; next: "
+        lines = [f"{predictions.quoted(row['text'])}: {row['bits_per_character']:.3f} bits/char; next: "
                  + ", ".join(f"{n['char']!r} {n['p']:.3f}" for n in row["next"]) for row in rows]
         return "\n".join(lines), {"predictions": rows}

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -35,6 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps import metrics as seqapps_metrics
+from seqapps import predictions
 from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import captions as caption_data
 from seqapps.data import datasets
@@ -45,10 +47,10 @@ from seqapps.data import text as text_data
 from seqapps.data.files import data_home
 from seqapps.errors import ConfigError
 from seqapps.export import Limits, Signature
-from seqapps.layers.attention_decoder import ATTENTIONS, CELLS, AttentionDecoder, WordGenerator
+from seqapps.layers.attention_decoder import ATTENTIONS, AttentionDecoder, CELLS, WordGenerator
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
 from seqapps.losses import per_token_training_loss
-from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
+from seqapps.pipeline import Headline, Pipeline, SPLIT_COUNTS, Splits, row_inputs
 
 OUTPUTS = ("softmax", "bnce")
 END = text_data.END_OF_SENTENCE
@@ -194,6 +196,7 @@ class ImageCaptioning(Pipeline):
     """CNN encoder + attending LSTM/GRU decoder, from image bytes to a caption."""
 
     Config = CaptioningConfig
+    predict_input = "image files (JPEG, PNG, GIF or BMP), one per row; --signature beam or attention"
 
     # --- data -------------------------------------------------------------------------------
 
@@ -351,12 +354,62 @@ class ImageCaptioning(Pipeline):
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray], signature: str = "serving_default",
                           given: Sequence[str] = ()) -> tuple[str, Any]:
-        found = [text.decode("utf-8", "replace") for text in outputs["caption"]]
-        return "\n".join(found), {"captions": found, "scores": [round(float(s), 4) for s in outputs["score"]]}
+        """Each image file with its caption: the greedy one and its score, the beam's n-best list
+        (``beam``), or, per word, the feature-map cell it attends to most (``attention``)."""
+        files = row_inputs(given, inputs, len(inputs["image_bytes"]))
+        if signature == "beam":
+            return predictions.ranked_rows(files, files, outputs["captions"], outputs["scores"], "caption", "captions")
+        found = [predictions.text(value) for value in outputs["caption"]]
+        if signature == "attention":
+            return _attended_cells(files, found, outputs)
+        scores = [round(float(s), 4) for s in outputs["score"]]
+        lines = [f"{name}: {predictions.said(caption, 'caption')}  (score {score:.3f})"
+                 for name, caption, score in zip(files, found, scores)]
+        return "\n".join(lines), {"inputs": files, "captions": found, "scores": scores}
 
     def limits(self, config: CaptioningConfig, data: Splits) -> Limits:
         return Limits(max_batch_size=256, max_string_bytes=image_data.MAX_IMAGE_BYTES,
                       max_image_pixels=image_data.MAX_IMAGE_PIXELS, max_generated_length=config.max_caption_length)
+
+
+def _attended_cells(files: list[str], captions: list[str], outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+    """The ``attention`` signature's rows: per caption word, the feature-map cell it attends to most.
+
+    Returns:
+        ``(text, {"rows": [{"input", "caption", "alignment": [{"word", "cell", "region", "weight"}],
+        "words", "attention"}]})``; ``cell`` is ``[row, column]`` from the top left, counted from 0,
+        and the attention is cut to the caption's words.
+    """
+    lines, rows = [], []
+    cells = outputs["attention"].shape[-1]
+    for row, (name, caption) in enumerate(zip(files, captions)):
+        words = [word for word in map(predictions.text, outputs["words"][row]) if word]
+        alignment = [{"word": word, "cell": list(_grid_position(position, cells)),
+                      "region": _grid_region(position, cells), "weight": round(weight, 4)}
+                     for word, position, weight in predictions.strongest(words, outputs["attention"][row], cells)]
+        lines.append(f"{name}: {predictions.said(caption, 'caption')}")
+        if alignment:
+            side = math.isqrt(cells)
+            lines.append(f"  attention over the {side}x{side} grid (r1c1 top left): " + ", ".join(
+                f"{a['word']}→{a['region']} r{a['cell'][0] + 1}c{a['cell'][1] + 1} {a['weight']:.2f}"
+                for a in alignment))
+        rows.append({"input": name, "caption": caption, "alignment": alignment, "words": words,
+                     "attention": np.round(outputs["attention"][row][: len(words)].astype("float64"), 4).tolist()})
+    return "\n".join(lines), {"rows": rows}
+
+
+def _grid_position(position: int, cells: int) -> tuple[int, int]:
+    """A cell of the square, row-major feature-map grid as ``(row, column)`` from the top left, from 0."""
+    return divmod(position, max(math.isqrt(cells), 1))
+
+
+def _grid_region(position: int, cells: int) -> str:
+    """The part of the image a feature-map cell covers, in words ("top left", "centre", ...)."""
+    side = max(math.isqrt(cells), 1)
+    row, column = _grid_position(position, cells)
+    vertical = ("top", "middle", "bottom")[3 * row // side]
+    horizontal = ("left", "centre", "right")[3 * column // side]
+    return "centre" if (vertical, horizontal) == ("middle", "centre") else f"{vertical} {horizontal}"
 
 
 def _scores(references: list[list[str]], hypotheses: list[str], truths: dict[str, scenes.Scene] | None,

@@ -46,16 +46,17 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from seqapps import predictions
 from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.export import Signature
-from seqapps.layers.batch_nce import LOSSES, NOISE_SCOPES, BatchNCE, unigram_distribution
+from seqapps.layers.batch_nce import BatchNCE, LOSSES, NOISE_SCOPES, unigram_distribution
 from seqapps.layers.ngram_context import NGramContext
 from seqapps.losses import per_token_training_loss
 from seqapps.metrics import perplexity, unigram_log_probs
-from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
+from seqapps.pipeline import Headline, Pipeline, SPLIT_COUNTS, Splits
 from seqapps.training import seconds_per_training_step
 
 ARCHITECTURES = ("ffnn", "ffnn_relu", "rnn", "rnn_relu", "lstm", "lstm_relu")
@@ -166,6 +167,7 @@ class LanguageModel(Pipeline):
     """Word-level LM (5-gram FFNN, RNN, LSTM, ReLU bottlenecks) trained with B-NCE / S-NCE / softmax."""
 
     Config = LanguageModelConfig
+    predict_input = "texts, one per row: their perplexity and the likeliest next words"
 
     # --- data -------------------------------------------------------------------------------
 
@@ -330,10 +332,10 @@ class LanguageModel(Pipeline):
             scores = [round(float(v), 3) for v in outputs["log_probs"][i][: len(seen)]]
             following = [{"word": w.decode(), "log_prob": round(float(v), 3)}
                          for w, v in zip(outputs["next_words"][i], outputs["next_log_probs"][i])]
-            result = {"text": text, "perplexity": round(float(outputs["perplexity"][i]), 2),
+            result = {"text": predictions.text(text), "perplexity": round(float(outputs["perplexity"][i]), 2),
                       "words": [{"word": w, "log_prob": s} for w, s in zip(seen, scores)], "next_words": following}
             results.append(result)
-            lines.append(f"{text!r}: perplexity {result['perplexity']}; next: "
+            lines.append(f"{predictions.quoted(text)}: perplexity {result['perplexity']}; next: "
                          + ", ".join(f"{n['word']} ({math.exp(n['log_prob']):.1%})" for n in following))
         return "\n".join(lines), {"results": results}
 

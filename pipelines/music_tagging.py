@@ -33,8 +33,9 @@ Export (waveforms at 16 kHz):
   [batch, n_tags] (tag order of the state), ``tags`` string [batch, n_tags] (best first),
   ``detected`` bool [batch, n_tags] (score >= the tag's threshold).
 - ``wav_bytes``: ``wav`` string [batch] (16-bit PCM WAV at any rate, resampled in-graph) -> the same.
-- ``taggram``: ``waveform`` -> ``window_scores`` float32 [batch, windows, n_tags] and
-  ``window_start`` float32 [windows] seconds.
+- ``taggram``: ``waveform`` -> ``window_scores`` float32 [batch, windows, n_tags] (tag order of the
+  state), ``tags`` string [batch, n_tags] (that order), ``window_start`` and ``window_end`` float32
+  [batch, windows] seconds (the same for every row of a zero-padded batch).
 A waveform with NaN or Inf, empty, or longer than ``max_seconds`` is rejected
 (InvalidArgument); silence is valid (its scores are what the model gives floor-level features).
 """
@@ -56,10 +57,11 @@ from seqapps.errors import DataError
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 from seqapps.layers.spectrogram import SpecAugment, TimeStatistics
 from seqapps.metrics import pr_auc, roc_auc
-from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
+from seqapps.pipeline import Headline, Pipeline, SPLIT_COUNTS, Splits, row_inputs
 
 SPLITS = ("train", "val", "test")
 AGGREGATES = ("mean", "max")
+TAGGRAM_TOP = 3  # tags ``seqapps predict --signature taggram`` shows per window
 CELLS = {"gru": keras.layers.GRU, "lstm": keras.layers.LSTM}
 RNN_CELLS = {"gru": keras.layers.GRUCell, "lstm": keras.layers.LSTMCell}
 RNNS = ("rnn", "hrnn")
@@ -331,6 +333,7 @@ class MusicTagging(Pipeline):
     """Music auto-tagging: a convolutional-recurrent network over log-mel windows, sigmoid scores per tag."""
 
     Config = MusicTaggingConfig
+    predict_input = "audio files (WAV, FLAC, OGG or MP3), one per row; --signature taggram: the best tags per window"
 
     # --- data -------------------------------------------------------------------------------
 
@@ -515,7 +518,12 @@ class MusicTagging(Pipeline):
 
         def taggram(waveform: tf.Tensor) -> dict[str, tf.Tensor]:
             scores, starts = window_scores(model, waveform, window)
-            return {"window_scores": scores, "window_start": tf.cast(starts, tf.float32) / rate}
+            rows, samples = tf.shape(waveform)[0], tf.shape(waveform)[1]
+            ends = tf.minimum(starts + window, samples)  # a track shorter than a window ends before it
+            per_row = [rows, 1]  # every output keeps the leading batch dimension
+            return {"window_scores": scores, "tags": tf.tile(names[None, :], per_row),
+                    "window_start": tf.tile(tf.cast(starts, tf.float32)[None, :] / rate, per_row),
+                    "window_end": tf.tile(tf.cast(ends, tf.float32)[None, :] / rate, per_row)}
 
         wav_example = {"wav": np.array([wav_bytes(w, rate) for w in first], dtype=object)}
         return {"serving_default": Signature(spec, example, tagged, checked),
@@ -532,25 +540,25 @@ class MusicTagging(Pipeline):
                       max_string_bytes=int(data.state["max_seconds"] * 48000 * 4) + 4096)
 
     def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
-        """Reads audio files (any format ``read_audio`` reads) into one zero-padded batch at the model rate."""
+        """Reads audio files (any format ``read_audio`` reads) at the model rate, one row each
+        (``audio.signature_rows``: a zero-padded batch, or WAV bytes for ``wav_bytes``)."""
         from seqapps.data import audio
 
         if not inputs:
             raise DataError("expected one or more audio files")
-        waveforms = [audio.read_audio(name, int(state["sample_rate"]), state["max_seconds"]) for name in inputs]
-        self._files = list(inputs)
-        batch = np.zeros((len(waveforms), max(w.size for w in waveforms)), np.float32)
-        for row, waveform in zip(batch, waveforms):
-            row[: waveform.size] = waveform
-        return {"waveform": batch}
+        rate = int(state["sample_rate"])
+        waveforms = [audio.read_audio(name, rate, state["max_seconds"]) for name in inputs]
+        return audio.signature_rows(waveforms, rate, wav="wav" in signature.inputs)
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray], signature: str = "serving_default",
                           given: Sequence[str] = ()) -> tuple[str, Any]:
-        """Lists each file's tags at or above their thresholds, best first, with scores."""
-        if "scores" not in outputs:
-            return super().format_prediction(state, inputs, outputs)
-        files = getattr(self, "_files", None) or [f"input {i + 1}" for i in range(len(outputs["scores"]))]
+        """Lists each file's tags at or above their thresholds, best first, with scores; for ``taggram``,
+        the best tags of each window of the file, with its times."""
+        files = row_inputs(given, inputs, len(next(iter(outputs.values()))))
+        if signature == "taggram":
+            seconds = inputs["length"] / float(state["sample_rate"]) if "length" in inputs else None
+            return _taggram_text(files, outputs, seconds)
         rows, lines = [], []
         for name, scores in zip(files, outputs["scores"]):
             found = sorted(((float(s), tag) for tag, s, t in zip(state["tags"], scores, state["thresholds"])
@@ -560,3 +568,37 @@ class MusicTagging(Pipeline):
                                         "threshold)"))
         return "\n".join(lines), {"predictions": rows}
 
+
+def _taggram_text(files: list[str], outputs: dict[str, np.ndarray], seconds: np.ndarray | None,
+                  top: int = TAGGRAM_TOP) -> tuple[str, Any]:
+    """The ``taggram`` signature's rows: per file, each window's times and its ``top`` best tags.
+
+    Args:
+        files: each row's INPUT.
+        outputs: ``window_scores``, ``tags``, ``window_start`` and ``window_end``.
+        seconds: each file's duration: a shorter file of a zero-padded batch shows only its own
+            windows, the last one ending where the file does (None: every window of the batch).
+        top: tags shown per window.
+
+    Returns:
+        ``(text, {"rows": [{"input", "tags", "windows": [{"start", "end", "scores", "top": [{"tag",
+        "score"}]}]}]})``, ``scores`` in the order of ``tags``.
+    """
+    lines, rows = [], []
+    for row, name in enumerate(files):
+        tags = [tag.decode("utf-8") for tag in outputs["tags"][row]]
+        duration = float("inf") if seconds is None else float(seconds[row])
+        windows = []
+        for start, end, scores in zip(outputs["window_start"][row], outputs["window_end"][row],
+                                      outputs["window_scores"][row]):
+            if windows and start >= duration:
+                break
+            best = np.argsort(-scores, kind="stable")[:top]
+            windows.append({"start": round(float(start), 3), "end": round(min(float(end), duration), 3),
+                            "scores": [round(float(s), 4) for s in scores],
+                            "top": [{"tag": tags[i], "score": round(float(scores[i]), 4)} for i in best]})
+        rows.append({"input": name, "tags": tags, "windows": windows})
+        lines.append(f"{name}:")
+        lines += [f"  {w['start']:.1f}-{w['end']:.1f} s: " + ", ".join(f"{t['tag']} {t['score']:.2f}" for t in w["top"])
+                  for w in windows]
+    return "\n".join(lines), {"rows": rows}

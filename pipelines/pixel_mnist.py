@@ -33,7 +33,7 @@ from seqapps.data.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_images
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
 from seqapps.export import Limits, Signature
-from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
+from seqapps.pipeline import Headline, Pipeline, SPLIT_COUNTS, Splits, row_inputs
 
 CLASSES = 10
 PERMUTATION_SEED = 1234  # the permutation is fixed: the same for every run of an image size
@@ -128,7 +128,7 @@ class PixelMnist(Pipeline):
     """Classify a digit read one pixel per step (plain or permuted order)."""
 
     Config = PixelMnistConfig
-    predict_input = "PNG or JPEG image files of digits, one per row"
+    predict_input = "image files of digits (PNG, JPEG, GIF or BMP), one per row"
 
     headline_metrics = (Headline("accuracy", "accuracy", "%", 100.0),
                         Headline("cross_entropy", "cross-entropy", "nats", higher_is_better=False))
@@ -239,7 +239,8 @@ class PixelMnist(Pipeline):
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray], signature: str = "serving_default",
                           given: Sequence[str] = ()) -> tuple[str, Any]:
-        rows = [{"label": int(label), "probabilities": [round(float(p), 4) for p in probs]}
-                for label, probs in zip(outputs["label"], outputs["probabilities"])]
-        text = "\n".join(f"digit {row['label']} (p = {max(row['probabilities']):.3f})" for row in rows)
+        files = row_inputs(given, inputs, len(outputs["label"]))
+        rows = [{"input": name, "label": int(label), "probabilities": [round(float(p), 4) for p in probs]}
+                for name, label, probs in zip(files, outputs["label"], outputs["probabilities"])]
+        text = "\n".join(f"{row['input']}: digit {row['label']} (p = {max(row['probabilities']):.3f})" for row in rows)
         return text, {"predictions": rows}

@@ -50,6 +50,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from seqapps import predictions
 from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import datasets, samples, speech
 from seqapps.data import splits as split_rule
@@ -57,7 +58,7 @@ from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.layers import ctc
 from seqapps.metrics import character_error_rate, word_error_rate
-from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
+from seqapps.pipeline import Headline, INPUT_INDEX, Pipeline, SPLIT_COUNTS, Splits, row_inputs
 
 CORPORA = {"kjv": lambda: text_data.kjv_bible().lines, "pydoc": lambda: text_data.pydoc_topics().lines}
 SPLITS = ("train", "val", "test")
@@ -156,6 +157,8 @@ class SpeechRecognition(Pipeline):
     """Speech to text: a deep bidirectional RNN (or decoupled HRNN) with CTC over characters, and word timings."""
 
     Config = SpeechRecognitionConfig
+    predict_input = ("audio files (WAV, FLAC, OGG or MP3), one per row (a long one is cut at silences); "
+                     "--signature words: word times")
 
     # --- data -------------------------------------------------------------------------------
 
@@ -345,36 +348,36 @@ class SpeechRecognition(Pipeline):
         """Reads audio files (any rate and format ``read_audio`` reads); long ones are cut at silences.
 
         A file longer than ``max_seconds`` (saved in the state) becomes several rows, cut by
-        ``speech.split_at_silences``; ``format_prediction`` joins their transcripts.
+        ``speech.split_at_silences``; ``INPUT_INDEX`` names each row's file, so that
+        ``format_prediction`` joins their transcripts. The rows are ``audio.signature_rows``: a
+        zero-padded batch, or WAV bytes for ``wav_bytes``.
         """
         from seqapps.data import audio
 
         if not inputs:
             raise DataError("expected one or more audio files")
         rate, max_samples = int(state["sample_rate"]), int(state["max_seconds"] * state["sample_rate"])
-        pieces, self._files = [], []
-        for name in inputs:
-            waveform = audio.read_audio(name, rate)
-            for piece in speech.split_at_silences(waveform, max_samples, rate):
-                pieces.append(piece)
-                self._files.append(name)
-        batch = np.zeros((len(pieces), max(p.size for p in pieces)), np.float32)
-        for row, piece in zip(batch, pieces):
-            row[: piece.size] = piece
-        return {"waveform": batch, "length": np.array([p.size for p in pieces], np.int32)}
+        pieces, index = [], []
+        for number, name in enumerate(inputs):
+            cut = speech.split_at_silences(audio.read_audio(name, rate), max_samples, rate)
+            pieces += cut
+            index += [number] * len(cut)
+        return {**audio.signature_rows(pieces, rate, wav="wav" in signature.inputs), INPUT_INDEX: np.array(index)}
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray], signature: str = "serving_default",
                           given: Sequence[str] = ()) -> tuple[str, Any]:
         """Joins the pieces of each file: transcripts with spaces, or word lists with their times shifted."""
-        files = getattr(self, "_files", None) or [f"input {i + 1}" for i in range(len(inputs["length"]))]
-        offsets = np.zeros(len(files))
-        for i in range(1, len(files)):  # each piece starts where the one before it ended
-            offsets[i] = 0.0 if files[i] != files[i - 1] else offsets[i - 1] + inputs["length"][i - 1] / state[
-                "sample_rate"]
-        rows: dict[str, dict[str, Any]] = {}
+        count = len(next(iter(outputs.values())))
+        files = row_inputs(given, inputs, count)
+        index = inputs.get(INPUT_INDEX, np.arange(count))
+        offsets = np.zeros(count)
+        for i in range(1, count):  # each piece starts where the one before it ended
+            if index[i] == index[i - 1]:
+                offsets[i] = offsets[i - 1] + inputs["length"][i - 1] / state["sample_rate"]
+        rows: dict[int, dict[str, Any]] = {}
         for i, name in enumerate(files):
-            row = rows.setdefault(name, {"file": name, "pieces": 0})
+            row = rows.setdefault(int(index[i]), {"file": name, "pieces": 0})
             row["pieces"] += 1
             if "transcript" in outputs:
                 text = outputs["transcript"][i].decode("utf-8")
@@ -387,9 +390,12 @@ class SpeechRecognition(Pipeline):
                      "end": round(float(outputs["end"][i][j] + offsets[i]), 3),
                      "confidence": round(float(outputs["confidence"][i][j]), 3)}
                     for j in range(int(outputs["num_words"][i])))
-        lines = [f"{row['file']}: " + (row["transcript"] if "transcript" in row else " ".join(
-            f"{w['word']}[{w['start']:.2f}-{w['end']:.2f}]" for w in row["words"])) for row in rows.values()]
+        lines = [f"{row['file']}: " + (
+            f"{predictions.said(row['transcript'], 'transcript')}  (score {row['score']:.3f})" if "transcript" in row
+            else " ".join(f"{w['word']}[{w['start']:.2f}-{w['end']:.2f}]" for w in row["words"]) or "(no words)")
+            for row in rows.values()]
         return "\n".join(lines), {"predictions": list(rows.values())}
+
 
 def _word_timing_error(data: Splits, found: dict[str, list]) -> dict[str, float]:
     """Mean absolute error of the greedy words' start times against espeak-ng's word events.

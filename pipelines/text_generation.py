@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import textwrap
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -34,14 +35,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from seqapps import metrics
+from seqapps import metrics, predictions
 from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.export import Limits, Signature
 from seqapps.layers import decoding
-from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
+from seqapps.pipeline import Headline, Pipeline, SPLIT_COUNTS, Splits
 
 CORPORA = {"kjv": text_data.kjv_bible, "pydoc": text_data.pydoc_topics}
 START = "\n"  # every prompt is preceded by a line break, as every training line is
@@ -239,6 +240,9 @@ class TextGeneration(Pipeline):
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray], signature: str = "serving_default",
                           given: Sequence[str] = ()) -> tuple[str, Any]:
-        texts = [text.decode("utf-8", errors="replace") for text in outputs["text"]]
-        return "\n\n".join(texts), {"texts": texts}
+        """Each prompt, quoted, over the text generated from it (the prompt and its continuation), indented."""
+        texts = [predictions.text(value) for value in outputs["text"]]
+        blocks = [f"{predictions.quoted(prompt)}:\n" + textwrap.indent(text, "  ", lambda line: True)
+                  for prompt, text in zip(inputs["prompt"], texts)]
+        return "\n".join(blocks), {"texts": texts}
 

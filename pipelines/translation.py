@@ -57,17 +57,18 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps import metrics as seqapps_metrics
+from seqapps import predictions
 from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
 from seqapps.data import pairs as pair_data
 from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.export import Limits, Signature
-from seqapps.layers.attention_decoder import CELLS, AttentionDecoder, PaddingMask, WordGenerator
+from seqapps.layers.attention_decoder import AttentionDecoder, CELLS, PaddingMask, WordGenerator
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
 from seqapps.layers.lexicon import LexiconBias
 from seqapps.losses import per_token_training_loss
-from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
+from seqapps.pipeline import Headline, Pipeline, SPLIT_COUNTS, Splits
 from seqapps.training import seconds_per_training_step
 
 CORPORA = ("bible", "numbers")
@@ -354,6 +355,7 @@ class Translation(Pipeline):
     """RNN encoder-decoder with attention; greedy and beam search in the export."""
 
     Config = TranslationConfig
+    predict_input = "source-language texts, one per row (quote each); --signature beam or align"
 
     # --- data -------------------------------------------------------------------------------
 
@@ -537,9 +539,43 @@ class Translation(Pipeline):
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray], signature: str = "serving_default",
                           given: Sequence[str] = ()) -> tuple[str, Any]:
-        translations = [text.decode("utf-8", "replace") for text in outputs["translation"]]
+        """Each source text with its translation: the greedy one and its score, the beam's n-best
+        list (``beam``), or, per translated word, the source word it attends to most (``align``)."""
+        sources = [predictions.text(value) for value in inputs["text"]]
+        if signature == "beam":
+            return predictions.ranked_rows(list(map(predictions.quoted, sources)), sources, outputs["translations"],
+                                           outputs["scores"], "translation", "translations")
+        translations = [predictions.text(value) for value in outputs["translation"]]
+        if signature == "align":
+            return _alignments(sources, translations, outputs)
         scores = [round(float(score), 4) for score in outputs["score"]]
-        return "\n".join(translations), {"translations": translations, "scores": scores}
+        lines = [f"{predictions.quoted(source)} -> {predictions.said(found, 'translation')}  (score {score:.3f})"
+                 for source, found, score in zip(sources, translations, scores)]
+        return "\n".join(lines), {"inputs": sources, "translations": translations, "scores": scores}
+
+
+def _alignments(sources: list[str], translations: list[str], outputs: dict[str, np.ndarray]) -> tuple[str, Any]:
+    """The ``align`` signature's rows: per translated word, the source word it attends to most.
+
+    Returns:
+        ``(text, {"rows": [{"input", "translation", "alignment": [{"target", "source", "weight"}],
+        "source_tokens", "target_tokens", "attention"}]})``, the attention cut to the real words.
+    """
+    lines, rows = [], []
+    for row, (source, translation) in enumerate(zip(sources, translations)):
+        source_tokens = [word for word in map(predictions.text, outputs["source_tokens"][row]) if word]
+        target_tokens = [word for word in map(predictions.text, outputs["target_tokens"][row]) if word]
+        strongest = predictions.strongest(target_tokens, outputs["attention"][row], len(source_tokens))
+        alignment = [{"target": word, "source": source_tokens[position], "weight": round(weight, 4)}
+                     for word, position, weight in strongest]
+        lines.append(f"{predictions.quoted(source)} -> {predictions.said(translation, 'translation')}")
+        if alignment:
+            lines.append("  " + ", ".join(f"{a['target']}←{a['source']} {a['weight']:.2f}" for a in alignment))
+        attention = outputs["attention"][row][: len(target_tokens), : len(source_tokens)]
+        rows.append({"input": source, "translation": translation, "alignment": alignment,
+                     "source_tokens": source_tokens, "target_tokens": target_tokens,
+                     "attention": np.round(attention.astype("float64"), 4).tolist()})
+    return "\n".join(lines), {"rows": rows}
 
 
 def _vocabularies(state: dict[str, Any]) -> tuple[text_data.Vocabulary, text_data.Vocabulary]:

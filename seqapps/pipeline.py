@@ -41,6 +41,11 @@ ENTRY_POINT_GROUP = "seqapps.pipelines"
 #: test tokens still unknown afterwards (None where no token can be unknown).
 SPLIT_COUNTS = "split_counts"
 VOCABULARIES = "vocabularies"
+#: ``predict_inputs`` may return keys that are not inputs of the signature: row metadata, which
+#: ``seqapps predict`` does not send but passes on to ``format_prediction`` in ``inputs``.
+#: ``INPUT_INDEX``, int [rows]: the command-line INPUT each row came from, for a pipeline that cuts
+#: one INPUT into several rows (``row_inputs`` reads it).
+INPUT_INDEX = "input_index"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,7 +204,8 @@ class Pipeline:
                        signature: "Signature | SignatureSpec") -> dict[str, "np.ndarray"]:
         """Turns ``seqapps predict`` command-line inputs into inputs of ``signature``.
 
-        The default serves signatures with one string input: each INPUT is one row.
+        The default serves signatures with one string input: each INPUT is one row. Keys that are
+        not inputs of the signature are row metadata for ``format_prediction`` (``INPUT_INDEX``).
 
         Args:
             state: the export's pipeline state.
@@ -245,13 +251,13 @@ class Pipeline:
 
         Args:
             state: the export's pipeline state.
-            inputs: the signature's inputs, as ``predict_inputs`` built them.
+            inputs: the signature's inputs, as ``predict_inputs`` built them, with its row metadata.
             outputs: the signature's outputs, as NumPy arrays with a leading batch dimension.
             signature: the signature's name.
-            given: the command-line INPUTs, one per row (a pipeline that cuts an INPUT into
-                several rows says so in its own ``format_prediction``).
+            given: the command-line INPUTs, one per row unless ``inputs[INPUT_INDEX]`` maps the
+                rows to them (``row_inputs``).
         """
-        return format_rows(given, outputs)
+        return format_rows(row_inputs(given, inputs, len(next(iter(outputs.values()), ()))), outputs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,6 +265,18 @@ class SignatureSpec:
     """The inputs of a loaded SavedModel signature, in the shape ``predict_inputs`` reads."""
 
     inputs: dict[str, Any]
+
+
+def row_inputs(given: Sequence[str], inputs: dict[str, Any], rows: int) -> list[str]:
+    """The command-line INPUT of each row: ``given`` in order, or as ``inputs[INPUT_INDEX]`` maps rows to it.
+
+    Args:
+        given: the command-line INPUTs (a row beyond them is named ``row N``).
+        inputs: ``predict_inputs``' arrays and row metadata.
+        rows: the batch size.
+    """
+    indices = inputs.get(INPUT_INDEX, range(rows))
+    return [given[index] if index < len(given) else f"row {index + 1}" for index in map(int, indices)]
 
 
 def format_rows(given: Sequence[str], outputs: dict[str, "np.ndarray"]) -> tuple[str, Any]:

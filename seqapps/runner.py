@@ -265,14 +265,14 @@ def predict(model_path: str | Path, inputs: list[str], signature_name: str = "se
         raise ExportError(f"{info.path}: no signature {signature_name!r}; it has {', '.join(loaded.signatures)}")
     function = loaded.signatures[signature_name]
     spec = SignatureSpec(inputs=function.structured_input_signature[1])
-    features = {name: value for name, value in pipeline.predict_inputs(info.state, inputs, spec).items()
-                if name in spec.inputs}
+    built = pipeline.predict_inputs(info.state, inputs, spec)  # keys the signature lacks are row metadata
+    features = {name: value for name, value in built.items() if name in spec.inputs}
     features.update(_input_overrides(overrides, spec.inputs, features, signature_name))
     missing = [name for name in spec.inputs if name not in features]
     if missing:
         raise DataError(f"signature {signature_name!r} needs input {missing[0]!r}; pass --set {missing[0]}=VALUE")
-    return pipeline.format_prediction(info.state, features, call_signature(function, features), signature_name,
-                                      inputs)
+    return pipeline.format_prediction(info.state, {**built, **features}, call_signature(function, features),
+                                      signature_name, inputs)
 
 
 def _input_overrides(overrides: tuple[str, ...] | list[str], specs: dict[str, Any], features: dict[str, Any],

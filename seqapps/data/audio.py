@@ -5,6 +5,7 @@
   installed (ffmpeg, GStreamer); mono float32 at the requested rate, resampled with
   soxr's "HQ" quality (what ``librosa.resample`` does by default).
 - ``wav_bytes`` (export examples): a waveform written as WAV bytes at another rate.
+- ``signature_rows`` (``predict``): clips as a zero-padded batch or as WAV bytes, with their lengths.
 - ``decode_wav`` (exports): a batch of 16-bit PCM WAV bytes -> a zero-padded mono
   float32 batch and the lengths, resampled in the graph by ``resample_waveform``, a windowed-sinc
   (Kaiser) band-limited interpolator written in core TensorFlow ops.
@@ -241,6 +242,29 @@ def wav_bytes(waveform: np.ndarray, sample_rate: int, file_rate: int = 22050) ->
     buffer = io.BytesIO()
     soundfile.write(buffer, np.clip(resampled, -1.0, 1.0), file_rate, format="WAV", subtype="PCM_16")
     return buffer.getvalue()
+
+
+def signature_rows(waveforms: list[np.ndarray], sample_rate: int, wav: bool) -> dict[str, np.ndarray]:
+    """Waveforms as the rows of an audio signature (``seqapps predict``).
+
+    Args:
+        waveforms: float32 [samples] clips at ``sample_rate``.
+        sample_rate: the model's rate in Hz.
+        wav: the signature takes ``wav`` bytes (each clip written by ``wav_bytes`` at the model's rate)
+            rather than a ``waveform`` batch.
+
+    Returns:
+        ``{"wav": [rows]}`` or ``{"waveform": [rows, longest]}`` (zero-padded), and ``length`` int32
+        [rows], each clip's samples (an input of signatures that take it, row metadata for the others).
+    """
+    lengths = np.array([w.size for w in waveforms], np.int32)
+    if wav:
+        return {"wav": np.array([wav_bytes(w, sample_rate, sample_rate) for w in waveforms], dtype=object),
+                "length": lengths}
+    batch = np.zeros((len(waveforms), max(lengths, default=0)), np.float32)
+    for row, waveform in zip(batch, waveforms):
+        row[: waveform.size] = waveform
+    return {"waveform": batch, "length": lengths}
 
 
 def assert_finite(waveform: tf.Tensor) -> tf.Tensor:

@@ -17,6 +17,7 @@ from seqapps.data.audio import (
     decode_wav,
     read_audio,
     resample_waveform,
+    signature_rows,
 )
 from seqapps.data.audio import wav_bytes as resampled_wav_bytes
 from seqapps.errors import DataError
@@ -231,3 +232,16 @@ def test_wav_bytes_writes_the_waveform_at_the_file_rate(rate):
     # 16-bit rounding (3e-5) differ by far less than the 0.5 peak; 0.01 allows the edges' ringing.
     back = librosa.resample(data, orig_sr=22050, target_sr=rate)[: waveform.size]
     assert np.max(np.abs(back[100:-100] - waveform[100:back.size - 100])) < 0.01
+
+
+def test_signature_rows_pad_a_batch_or_write_wav_bytes_the_export_decodes_back():
+    rng = np.random.default_rng(0)
+    clips = [0.5 * rng.uniform(-1, 1, size).astype(np.float32) for size in (1600, 400)]
+    batch = signature_rows(clips, 16000, wav=False)
+    assert batch["waveform"].shape == (2, 1600) and batch["length"].tolist() == [1600, 400]
+    np.testing.assert_array_equal(batch["waveform"][1], np.pad(clips[1], (0, 1200)))
+    encoded = signature_rows(clips, 16000, wav=True)
+    assert set(encoded) == {"wav", "length"} and encoded["length"].tolist() == [1600, 400]
+    waveform, lengths = decode_wav(tf.constant(encoded["wav"]), 16000)  # at the model's rate: no resampling
+    assert lengths.numpy().tolist() == [1600, 400]
+    np.testing.assert_allclose(waveform.numpy(), batch["waveform"], atol=1 / 32767)  # 16-bit rounding

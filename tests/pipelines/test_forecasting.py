@@ -85,7 +85,8 @@ def test_predict_prints_the_forecast_with_timestamps(weather_export, tmp_path, c
     assert answer["forecast"][0]["timestamp"] == "1991-01-01T01:00:00"
     assert list(answer["forecast"][0]) == ["timestamp", "temp_air_p10", "temp_air", "temp_air_p90"]
     assert cli.main(["predict", result["export"], str(recent)]) == 0
-    assert "temp_air_p10" in capsys.readouterr().out.splitlines()[0]  # the table's header
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == f"{recent}: forecast of the next 24 steps" and "temp_air_p10" in printed[1]  # the header
 
 
 def write_load_csv(path, rows=2000, freq="30min", column="demand"):

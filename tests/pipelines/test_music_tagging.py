@@ -74,7 +74,9 @@ def test_signatures_rank_tags_pad_short_clips_decode_22050_hz_wav_and_reject_nan
     assert taggram["window_scores"].shape == (2, windows, len(state["tags"]))
     # non-overlapping windows, the last one ending at the track's end
     starts = np.minimum(np.arange(windows) * window, batch.shape[1] - window)
-    np.testing.assert_allclose(taggram["window_start"].numpy(), starts / RATE)
+    np.testing.assert_allclose(taggram["window_start"].numpy(), np.tile(starts / RATE, (2, 1)))  # batch first
+    np.testing.assert_allclose(taggram["window_end"].numpy(), np.tile((starts + window) / RATE, (2, 1)))
+    assert [[t.decode() for t in row] for row in taggram["tags"].numpy()] == [state["tags"]] * 2
 
     from scipy import signal
 

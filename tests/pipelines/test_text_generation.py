@@ -92,7 +92,8 @@ def test_in_graph_greedy_decoding_matches_the_keras_model(char_export):
 def test_predict_prints_generated_text_from_a_prompt(char_export, capsys):
     assert cli.main(["predict", char_export["export"], "In the beginning"]) == 0
     printed = capsys.readouterr().out.strip().splitlines()
-    assert printed[0].startswith("In the beginning") and len("\n".join(printed)) > len("In the beginning")
+    assert printed[0] == "'In the beginning':" and printed[1].startswith("  In the beginning")
+    assert len("\n".join(printed[1:])) > len("  In the beginning")
     code, answer, _ = run_cli(capsys, "predict", char_export["export"], "In the", "And", "--json")
     assert code == 0 and [t[:3] for t in answer["texts"]] == ["In ", "And"]
 

@@ -124,7 +124,8 @@ def test_export_translates_empty_long_and_unknown_text_in_a_tensorflow_only_proc
 @pytest.mark.large
 def test_predict_prints_one_translation_per_text(tiny_export):
     text, value = runner.predict(tiny_export["export"], ["three hundred", "twelve"])
-    assert len(value["translations"]) == 2 and text == "\n".join(value["translations"])
+    assert value["inputs"] == ["three hundred", "twelve"] and len(value["translations"]) == 2
+    assert [line.partition(" -> ")[0] for line in text.splitlines()] == ["'three hundred'", "'twelve'"]
 
 
 @pytest.mark.parametrize("content, extra, message", [
