@@ -254,8 +254,9 @@ class ImageCaptioning(Pipeline):
                   "images": {name: len(part) for name, part in parts.items()},
                   "captions": {name: sum(len(group) for group in part.captions) for name, part in parts.items()},
                   "vocabulary": len(vocabulary),
-                  VOCABULARIES: {"words": vocabulary_report(exported_words or len(vocabulary), vocabulary.tokens, (
-                      word for group in tokens["test"] for caption in group for word in caption))}}
+                  VOCABULARIES: {"words": vocabulary_report(
+                      exported_words or len(vocabulary), vocabulary.tokens,
+                      (word for group in tokens["test"] for caption in group for word in caption))}}
         return Splits(datasets_["train"], datasets_["val"], datasets_["test"], state=state, report=report,
                       arrays={"parts": parts, "pixels": pixels, "target_counts": counts, "truths": truths})
 
@@ -311,10 +312,13 @@ class ImageCaptioning(Pipeline):
                            name=self.name)
 
     def adapt_model(self, model: keras.Model, config: CaptioningConfig, data: Splits) -> keras.Model:
-        """Grows the decoder's embedding and the output layer for the words ``load_data`` added (after the old)."""
+        """Grows the decoder's embedding and the output layer for the words ``load_data`` added (after the old).
+
+        A changed ``output`` criterion also rebuilds the model.
+        """
         words = data.state["vocabulary"]
         exported = model.get_layer("output").vocab_size
-        if exported == len(words):
+        if exported == len(words) and model.get_layer("output").loss == config.output:
             return model
         grown = self.build_model(config, data)
         mapping = VocabularyMap.from_tokens(words[:exported], words)
