@@ -84,11 +84,6 @@ class VocabularyMap:
         """The new ids of the entries the old vocabulary lacks."""
         return np.flatnonzero(self.old_ids < 0)
 
-    @property
-    def is_identity(self) -> bool:
-        """True when the vocabulary is unchanged."""
-        return self.new_size == self.old_size and bool(np.all(self.old_ids == np.arange(self.old_size)))
-
     def place(self, old: np.ndarray, fresh: np.ndarray, axis: int) -> np.ndarray:
         """``fresh`` with the old entries along ``axis`` copied to their new positions.
 
