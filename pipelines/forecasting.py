@@ -49,7 +49,7 @@ from seqapps.errors import DataError
 from seqapps.export import Signature
 from seqapps.losses import ScaledMeanAbsoluteError
 from seqapps.layers.time_features import CalendarFeatures, SeasonalDifference, SeasonalNaive, Shrinkage
-from seqapps.pipeline import Headline, Pipeline, SPLIT_COUNTS, Splits, row_inputs
+from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits, row_inputs
 
 END_TIME = "end_time"
 FORECAST_TIME = "forecast_time"

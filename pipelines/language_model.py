@@ -52,11 +52,11 @@ from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.export import Signature
-from seqapps.layers.batch_nce import BatchNCE, LOSSES, NOISE_SCOPES, unigram_distribution
+from seqapps.layers.batch_nce import LOSSES, NOISE_SCOPES, BatchNCE, unigram_distribution
 from seqapps.layers.ngram_context import NGramContext
 from seqapps.losses import per_token_training_loss
 from seqapps.metrics import perplexity, unigram_log_probs
-from seqapps.pipeline import Headline, Pipeline, SPLIT_COUNTS, Splits
+from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
 from seqapps.training import seconds_per_training_step
 
 ARCHITECTURES = ("ffnn", "ffnn_relu", "rnn", "rnn_relu", "lstm", "lstm_relu")

@@ -33,7 +33,7 @@ from seqapps.data.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_images
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
 from seqapps.export import Limits, Signature
-from seqapps.pipeline import Headline, Pipeline, SPLIT_COUNTS, Splits, row_inputs
+from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits, row_inputs
 
 CLASSES = 10
 PERMUTATION_SEED = 1234  # the permutation is fixed: the same for every run of an image size

@@ -58,7 +58,7 @@ from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.layers import ctc
 from seqapps.metrics import character_error_rate, word_error_rate
-from seqapps.pipeline import Headline, INPUT_INDEX, Pipeline, SPLIT_COUNTS, Splits, row_inputs
+from seqapps.pipeline import INPUT_INDEX, SPLIT_COUNTS, Headline, Pipeline, Splits, row_inputs
 
 CORPORA = {"kjv": lambda: text_data.kjv_bible().lines, "pydoc": lambda: text_data.pydoc_topics().lines}
 SPLITS = ("train", "val", "test")

@@ -42,7 +42,7 @@ from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.export import Limits, Signature
 from seqapps.layers import decoding
-from seqapps.pipeline import Headline, Pipeline, SPLIT_COUNTS, Splits
+from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
 
 CORPORA = {"kjv": text_data.kjv_bible, "pydoc": text_data.pydoc_topics}
 START = "\n"  # every prompt is preceded by a line break, as every training line is

@@ -93,3 +93,60 @@ def test_twenty_four_user_images_split_as_requested_and_two_are_refused(capsys, 
     (folder / "captions.csv").write_text("image,caption\n0.png,a photo\n1.png,another photo\n")
     assert_rejected_in_one_line(capsys, tmp_path / "out", "image_captioning", ["--data", str(folder)],
                                 "2 images are too few to split into training, validation and test")
+
+
+def _new_word_photos(folder, count: int = 12):
+    """Red triangles captioned "a red temple" and blue discs "a blue flower" (temple and flower: new words)."""
+    from PIL import ImageDraw
+
+    folder.mkdir()
+    rows = ["image,caption"]
+    for i in range(count):
+        image = Image.new("RGB", (32, 32), "white")
+        draw, shift = ImageDraw.Draw(image), i // 2
+        if i % 2 == 0:
+            draw.polygon([(4 + shift, 26), (16, 4 + shift), (28 - shift, 26)], fill=(220, 20, 20))
+        else:
+            draw.ellipse([6 + shift, 6 + shift, 26 - shift, 26 - shift], fill=(20, 20, 220))
+        image.save(folder / f"{i}.png")
+        rows.append(f"{i}.png,{'a red temple' if i % 2 == 0 else 'a blue flower'}")
+    (folder / "captions.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return folder
+
+
+SCENE_WORDS = ["<unk>", "</s>", "<s>", "a", "red", "blue", "square"]
+
+
+@pytest.mark.parametrize("mode, added", [("extend", ["flower", "temple"]), ("keep", [])])
+def test_fine_tuning_data_extends_the_vocabulary_with_new_words_unless_kept(tmp_path, mode, added):
+    from seqapps.config import resolve_config
+    from seqapps.pipeline import VOCABULARIES
+
+    pipeline = image_captioning.ImageCaptioning()
+    config = resolve_config(image_captioning.CaptioningConfig, "tiny",
+                            overrides=[f"vocabulary={mode}"])
+    state = {"vocabulary": SCENE_WORDS, "image_size": 32, "max_caption_length": 24, "beam_size": 2,
+             "length_penalty": 0.6}
+    data = pipeline.load_data(config, str(_new_word_photos(tmp_path / "photos")), state=state)
+    words = data.state["vocabulary"]
+    assert words[: len(SCENE_WORDS)] == SCENE_WORDS and sorted(words[len(SCENE_WORDS):]) == added  # old ids kept
+    # every caption has one new word in three
+    assert data.report[VOCABULARIES]["words"] == {"added": words[len(SCENE_WORDS):], "size": len(words),
+                                                  "oov_rate": 0.0 if added else round(1 / 3, 4)}
+    targets = np.concatenate([t["target_out"].numpy() for t, _, _ in data.train])
+    assert (targets == len(SCENE_WORDS)).any() == bool(added) and (targets == 0).any() == (not added)
+
+
+@pytest.mark.large
+def test_fine_tuning_on_captions_with_new_words_emits_them(tiny_export, tmp_path):
+    """The acceptance test of issue 22: after fitting captions with new words, the export says them."""
+    import tensorflow as tf
+
+    folder = _new_word_photos(tmp_path / "photos")
+    result = runner.finetune("image_captioning", tiny_export["export"], str(folder), overrides=[
+        "epochs=12", "learning_rate=0.01", "early_stopping_patience=20", "max_eval_images=1"])
+    assert sorted(result["data"]["vocabularies"]["words"]["added"]) == ["flower", "temple"]
+    images = np.array([(folder / f"{i}.png").read_bytes() for i in (10, 11)], dtype=object)
+    captions = tf.saved_model.load(result["export"]).signatures["serving_default"](image_bytes=tf.constant(images))
+    temple, flower = (caption.split() for caption in decoded(captions["caption"]))
+    assert "temple" in temple and "flower" in flower, (temple, flower)
