@@ -17,9 +17,13 @@ never hears. ``--data folder/ --set csv=metadata.csv`` reads a folder of audio
 files with a ``path,transcript`` table (LJSpeech / Common Voice layout); of every
 100 rows, ``val_fraction`` and ``test_fraction`` go to validation and test.
 Transcripts are lower-cased; the character set is learned from the training
-transcripts. A character outside it is an error listing it (``oov=error``) or is
-deleted (``oov=drop``). Clips longer than ``max_seconds``, silent clips, and
-transcripts too long for their audio's frames are errors naming the row.
+transcripts. Fine-tuning extends the export's character set with the new characters
+of the training transcripts (``vocabulary=extend``, the default): each gets an output
+unit after the old ones (the blank stays class 0; old units keep their weights), and
+the export's in-graph character table holds it. ``vocabulary=keep`` keeps the export's
+characters. A character outside the character set is an error listing it
+(``oov=error``) or is deleted (``oov=drop``). Clips longer than ``max_seconds``, silent
+clips, and transcripts too long for their audio's frames are errors naming the row.
 
 Metrics: CER and WER (``jiwer``) of greedy and beam decoding on the test split,
 beside two baselines: the empty transcript and the most frequent training sentence.
@@ -56,10 +60,11 @@ from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.layers import ctc
 from seqapps.metrics import character_error_rate, word_error_rate
-from seqapps.pipeline import Pipeline, Splits
+from seqapps.pipeline import VOCABULARIES, Pipeline, Splits
 
 CORPORA = {"kjv": lambda: text_data.kjv_bible().lines, "pydoc": lambda: text_data.pydoc_topics().lines}
 SPLITS = ("train", "val", "test")
+VOCABULARY_POLICIES = ("extend", "keep")
 
 
 @dataclasses.dataclass
@@ -71,6 +76,8 @@ class SpeechRecognitionConfig(TrainingConfig):
         train_utterances, val_utterances, test_utterances: generated utterances per split.
         csv: the transcript table inside the ``--data`` folder.
         val_fraction, test_fraction: shares of the user's rows held out.
+        vocabulary: at fine-tuning, "extend" (characters of the training transcripts that the export cannot
+            emit get new output units) or "keep" (the export's characters only; ``oov`` decides the rest).
         oov: transcript characters outside the character set: "error" or "drop".
         max_seconds: the longest clip (training data and ``seqapps predict`` windows).
         n_mels, n_fft, hop_length: the log-mel front end (samples at 16 kHz).
@@ -91,6 +98,7 @@ class SpeechRecognitionConfig(TrainingConfig):
     csv: str = "metadata.csv"
     val_fraction: float = 0.05
     test_fraction: float = 0.1
+    vocabulary: str = "extend"
     oov: str = "error"
     max_seconds: float = 15.0
     n_mels: int = 40
@@ -131,6 +139,8 @@ class SpeechRecognitionConfig(TrainingConfig):
             require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
         require(0 < self.val_fraction and 0 < self.test_fraction and self.val_fraction + self.test_fraction <= 0.5,
                 "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
+        require(self.vocabulary in VOCABULARY_POLICIES, "vocabulary", self.vocabulary,
+                f"one of {', '.join(VOCABULARY_POLICIES)}")
         require(self.oov in speech.OOV_POLICIES, "oov", self.oov, f"one of {', '.join(speech.OOV_POLICIES)}")
         require(self.max_seconds > 0, "max_seconds", self.max_seconds, "a number > 0")
         require(self.conv_filters >= 0, "conv_filters", self.conv_filters, "an integer >= 0")
@@ -177,13 +187,20 @@ class SpeechRecognition(Pipeline):
             parts, words = speech.read_generated(root)
             source = {"source": f"espeak-ng ({root})", "licence": "generated (espeak-ng GPL-3+; text "
                       + ("public domain KJV" if config.corpus == "kjv" else "PSF pydoc topics") + ")"}
+        trained_chars = {c for u in parts["train"] for c in u.transcript}
+        added: list[str] = []
         if state is None:
             # the generated corpus speaks letters, the apostrophe and spaces by construction
-            learned = speech.SPOKEN_CHARS if not data_path else {c for u in parts["train"] for c in u.transcript}
-            chars = sorted(set(learned) | {" "})
+            chars = sorted(set(speech.SPOKEN_CHARS if not data_path else trained_chars) | {" "})
             state = {"chars": ["", *chars], "sample_rate": speech.SAMPLE_RATE, "beam_width": config.beam_width,
                      "max_seconds": config.max_seconds}
+        elif config.vocabulary == "extend":  # fine-tuning: new characters get output units after the old ones
+            added = sorted(trained_chars - set(state["chars"]))
+            state = {**state, "chars": [*state["chars"], *added]}
         charset = state["chars"][1:]
+        known = set(charset)
+        test_chars = [c for u in parts["test"] for c in u.transcript]
+        oov_rate = sum(c not in known for c in test_chars) / len(test_chars)  # before oov= drops or refuses them
         index = {c: i for i, c in enumerate(state["chars"]) if c}
         split_data, arrays = {}, {}
         for split in SPLITS:
@@ -208,7 +225,8 @@ class SpeechRecognition(Pipeline):
                              "paths": [str(u.path) for u in utterances]}
         arrays["words"] = words
         report = {**source, "utterances": {s: len(arrays[s]["transcripts"]) for s in SPLITS},
-                  "characters": len(charset)}
+                  "characters": len(charset),
+                  VOCABULARIES: {"characters": {"added": added, "size": len(charset), "oov_rate": oov_rate}}}
         return Splits(split_data["train"], split_data["val"], split_data["test"], state=state, report=report, arrays=arrays)
 
     # --- model ------------------------------------------------------------------------------

@@ -1,13 +1,18 @@
 """End-to-end checks of the speech_recognition pipeline on its tiny preset (espeak-ng corpus), through the CLI."""
 import csv
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile
 import tensorflow as tf
 
+from pipelines.speech_recognition import SpeechRecognition
+from seqapps.config import resolve_config
 from seqapps.data import speech
+from seqapps.errors import DataError
+from seqapps.pipeline import VOCABULARIES
 from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli, run_tiny
 
 pytestmark = pytest.mark.large
@@ -111,7 +116,7 @@ def test_corrupt_audio_in_user_data_names_file_and_row(capsys, tmp_path, tiny_co
 
 
 @pytest.mark.parametrize("setting, message", [("encoder=transformer", "'encoder'"), ("oov=map", "'oov'"),
-                                              ("units=8", "'units'")])
+                                              ("vocabulary=grow", "'vocabulary'"), ("units=8", "'units'")])
 def test_bad_config_exits_2_with_one_line(capsys, tmp_path, setting, message):
     extra = ["--set", "encoder=hrnn"] if setting == "units=8" else []
     assert_rejected_in_one_line(capsys, tmp_path, "speech_recognition", ["--set", setting, *extra], message)
@@ -127,6 +132,57 @@ def test_finetune_continues_on_the_users_recordings(capsys, speech_run, tiny_cor
                                 "--json")
     assert code == 0, err
     assert answer["export"].endswith("speech_recognition/2") and "greedy_cer" in answer["metrics_before"]
+
+
+def _recordings(folder, transcripts):
+    """A folder of one-second noise clips (not silent, so they are valid audio) with ``transcripts``."""
+    rng = np.random.default_rng(0)
+    (folder / "wavs").mkdir(parents=True)
+    for i in range(len(transcripts)):
+        soundfile.write(folder / "wavs" / f"{i}.wav", 0.1 * rng.standard_normal(speech.SAMPLE_RATE),
+                        speech.SAMPLE_RATE)
+    (folder / "metadata.csv").write_text("path,transcript\n" + "".join(
+        f"wavs/{i}.wav,{text}\n" for i, text in enumerate(transcripts)))
+    return str(folder)
+
+
+@pytest.fixture()
+def exported_state(tmp_path):
+    """The pipeline state of a model trained on transcripts of ``a``, ``b``, ``c`` and spaces."""
+    pipeline = SpeechRecognition()
+    data = pipeline.load_data(resolve_config(SpeechRecognition.Config, "tiny"),
+                              _recordings(tmp_path / "old", ["a cab", "abba", "a bac"] * 8))
+    assert data.state["chars"] == ["", " ", "a", "b", "c"]
+    return data.state
+
+
+def test_fine_tuning_extends_the_character_set_after_the_old_characters(tmp_path, exported_state):
+    pipeline = SpeechRecognition()
+    data = pipeline.load_data(resolve_config(SpeechRecognition.Config, "tiny"),
+                              _recordings(tmp_path / "new", ["Café à la carte"] * 24), state=exported_state)
+    # the blank stays class 0 and the old characters keep their classes; the new ones follow, sorted
+    assert data.state["chars"] == ["", " ", "a", "b", "c", "e", "f", "l", "r", "t", "à", "é"]
+    assert data.report[VOCABULARIES] == {"characters": {"added": ["e", "f", "l", "r", "t", "à", "é"], "size": 11,
+                                                        "oov_rate": 0.0}}
+    (_, labels), = data.train.take(1)
+    assert [data.state["chars"][i] for i in labels.numpy()] == list("café à la carte")
+
+
+def test_vocabulary_keep_refuses_or_drops_new_characters_as_before(tmp_path, exported_state):
+    pipeline = SpeechRecognition()
+    folder = _recordings(tmp_path / "new", ["a cab", "a bac é"] * 12)
+    with pytest.raises(DataError, match=r"1 transcript character.*'é' \(.*metadata.csv line \d+\)"):
+        pipeline.load_data(resolve_config(SpeechRecognition.Config, "tiny", overrides=["vocabulary=keep"]), folder,
+                           state=exported_state)
+    config = resolve_config(SpeechRecognition.Config, "tiny", overrides=["vocabulary=keep", "oov=drop"])
+    data = pipeline.load_data(config, folder, state=exported_state)
+    assert data.state["chars"] == exported_state["chars"]
+    assert set("".join(data.arrays["test"]["transcripts"])) <= set("abc ")
+    # the share of test characters outside the character set, counted on the transcripts before dropping
+    written = [("a cab", "a bac é")[int(Path(path).stem) % 2] for path in data.arrays["test"]["paths"]]
+    expected = sum(text.count("é") for text in written) / sum(map(len, written))
+    assert expected > 0 and data.report[VOCABULARIES]["characters"] == {"added": [], "size": 4,
+                                                                         "oov_rate": pytest.approx(expected)}
 
 
 def test_word_timings_of_a_model_that_transcribes_fall_inside_espeaks_word_spans(tmp_path, monkeypatch):
