@@ -21,6 +21,7 @@ from pipelines.music_tagging import (
 from seqapps.config import resolve_config
 from seqapps.data import music
 from seqapps.errors import DataError
+from seqapps.pipeline import VOCABULARIES
 from tests.pipelines.cli_runner import export_metrics
 
 RATE = music.SAMPLE_RATE
@@ -148,6 +149,34 @@ def test_fine_tuning_on_a_new_tag_extends_the_outputs_keeping_the_old_weights(tm
         if old.name != "scores":
             for a, b in zip(old.get_weights(), new.get_weights()):
                 np.testing.assert_array_equal(a, b)
+
+
+def test_tags_replace_keeps_exactly_the_users_tags_and_reports_what_changed(tmp_path):
+    pipeline = MusicTagging()
+    folder = str(_user_folder(tmp_path))
+    exported = {**pipeline.load_data(resolve_config(MusicTagging.Config, "tiny"), folder).state,
+                "tags": ["genre:reel", "tone", "mode:major"], "thresholds": [0.2, 0.3, 0.4]}
+    extended = pipeline.load_data(resolve_config(MusicTagging.Config, "tiny"), folder, state=exported)
+    assert extended.state["tags"] == ["genre:reel", "tone", "mode:major", "high", "low"]
+    assert extended.report[VOCABULARIES]["tags"] == {"added": ["high", "low"], "removed": [], "size": 5,
+                                                     "clips_with_unseen_tags": {"val": 0, "test": 0}}
+    config = resolve_config(MusicTagging.Config, "tiny", overrides=["tags=replace"])
+    replaced = pipeline.load_data(config, folder, state=exported)
+    assert replaced.state["tags"] == ["high", "low", "tone"] and replaced.state["thresholds"] == [0.5, 0.5, 0.3]
+    assert replaced.report[VOCABULARIES]["tags"] == {"added": ["high", "low"], "removed": ["genre:reel", "mode:major"],
+                                                     "size": 3, "clips_with_unseen_tags": {"val": 0, "test": 0}}
+    assert replaced.arrays["test"]["targets"].shape[1] == 3
+
+
+def test_held_out_clips_with_tags_training_never_saw_are_counted(tmp_path):
+    folder = _user_folder(tmp_path)
+    rows = (folder / "tags.csv").read_text().splitlines()
+    (folder / "tags.csv").write_text("\n".join([rows[0], *(f"{row};clip:{i}" for i, row in enumerate(rows[1:]))]))
+    data = MusicTagging().load_data(resolve_config(MusicTagging.Config, "tiny"), str(folder))
+    # every clip has a tag of its own: each held-out clip has one that training never saw
+    assert data.report[VOCABULARIES]["tags"]["clips_with_unseen_tags"] == {
+        "val": len(data.arrays["val"]["paths"]), "test": len(data.arrays["test"]["paths"])}
+    assert data.report[VOCABULARIES]["tags"]["size"] == 3 + len(data.arrays["train"]["paths"])
 
 
 def test_corrupt_or_empty_audio_is_a_data_error_naming_the_file(tmp_path):
