@@ -56,6 +56,7 @@ from seqapps.config import TrainingConfig, require
 from seqapps.data import music
 from seqapps.data.audio import LogMelSpectrogram, wav_bytes
 from seqapps.errors import DataError
+from seqapps.finetuning import VocabularyMap, transfer_weights
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 from seqapps.layers.spectrogram import SpecAugment, TimeStatistics
 from seqapps.metrics import pr_auc, roc_auc
@@ -438,20 +439,12 @@ class MusicTagging(Pipeline):
 
     def adapt_model(self, model: keras.Model, config: MusicTaggingConfig, data: Splits) -> keras.Model:
         """Adds outputs for new tags: every layer keeps its weights, the new tags' output units start fresh."""
-        old_tags = model.output_shape[-1]
-        if old_tags == len(data.state["tags"]):
+        tags = data.state["tags"]
+        old_tags = model.output_shape[-1]  # the exported tags come first, in their order (load_data)
+        if old_tags == len(tags):
             return model
         grown = self.build_model(config, data)
-        if len(grown.layers) != len(model.layers):
-            raise DataError(f"the exported model has {len(model.layers)} layers, the config builds "
-                            f"{len(grown.layers)}: fine-tune with the exported architecture")
-        for old, new in zip(model.layers, grown.layers):
-            if new.name != "scores":
-                new.set_weights(old.get_weights())
-        kernel, bias = grown.get_layer("scores").get_weights()
-        old_kernel, old_bias = model.get_layer("scores").get_weights()
-        kernel[:, :old_tags], bias[:old_tags] = old_kernel, old_bias
-        grown.get_layer("scores").set_weights([kernel, bias])
+        transfer_weights(model, grown, {"scores": VocabularyMap.from_tokens(tags[:old_tags], tags)})
         return grown
 
     def compile_args(self, config: MusicTaggingConfig, data: Splits) -> dict[str, Any]:
