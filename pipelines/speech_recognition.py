@@ -58,6 +58,7 @@ from seqapps.config import TrainingConfig, require
 from seqapps.data import datasets, speech
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
+from seqapps.finetuning import VocabularyMap, transfer_weights
 from seqapps.layers import ctc
 from seqapps.metrics import character_error_rate, word_error_rate
 from seqapps.pipeline import VOCABULARIES, Pipeline, Splits
@@ -239,6 +240,21 @@ class SpeechRecognition(Pipeline):
             dropout=config.dropout, hrnn_periods=config.hrnn_periods, hrnn_mode=config.hrnn_mode, name=self.name)
         model.build()
         return model
+
+    def adapt_model(self, model: ctc.CTCSpeechModel, config: SpeechRecognitionConfig,
+                    data: Splits) -> ctc.CTCSpeechModel:
+        """Adds output units for new characters: every weight is kept, the new characters' units start fresh.
+
+        The new characters follow the exported ones (``load_data``), so the blank stays class 0 and every
+        old character keeps its class and its unit's weights.
+        """
+        chars = data.state["chars"]
+        if model.num_classes == len(chars):
+            return model
+        grown = self.build_model(config, data)
+        transfer_weights(model, grown, {grown.logits_layer.path: VocabularyMap.from_tokens(
+            chars[:model.num_classes], chars)})
+        return grown
 
     def compile_args(self, config: SpeechRecognitionConfig, data: Splits) -> dict[str, Any]:
         return {"jit_compile": False}  # the model's train_step computes the CTC loss
