@@ -367,6 +367,8 @@ class MusicTagging(Pipeline):
             source = {"source": f"music21 corpus rendered ({root})", "renderer": spec.renderer,
                       "licence": "; ".join(f"{name}: {music.COLLECTIONS[name].licence}" for name in spec.collections)}
         trained_tags = sorted({tag for clip in parts["train"] for tag in clip.tags})
+        # the export's tags (a run's own), which ``adapt_model`` maps to the new ones
+        arrays: dict[str, Any] = {"exported_tags": trained_tags if state is None else state["tags"]}
         if state is None:
             state = {"tags": trained_tags, "sample_rate": rate, "window_samples": int(config.window_seconds * rate),
                      "aggregate": config.aggregate, "max_seconds": config.max_seconds,
@@ -382,7 +384,7 @@ class MusicTagging(Pipeline):
         index = {tag: i for i, tag in enumerate(state["tags"])}
         window = state["window_samples"]
         hop = int((config.train_hop_seconds or config.window_seconds) * rate)
-        datasets, arrays = {}, {}
+        datasets = {}
         for split in SPLITS:
             waveforms, targets = [], np.zeros((len(parts[split]), len(index)), np.float32)
             for row, clip in enumerate(parts[split]):
@@ -438,13 +440,14 @@ class MusicTagging(Pipeline):
         return keras.Model(inputs, outputs, name=self.name)
 
     def adapt_model(self, model: keras.Model, config: MusicTaggingConfig, data: Splits) -> keras.Model:
-        """Adds outputs for new tags: every layer keeps its weights, the new tags' output units start fresh."""
-        tags = data.state["tags"]
-        old_tags = model.output_shape[-1]  # the exported tags come first, in their order (load_data)
-        if old_tags == len(tags):
+        """Fits the output layer to the fine-tuning tags: every layer keeps its weights, a tag the export has
+        keeps its unit's (wherever ``tags=replace`` moves it), a new tag's unit starts fresh, and a dropped tag's
+        unit goes."""
+        mapping = VocabularyMap.from_tokens(data.arrays["exported_tags"], data.state["tags"])
+        if mapping.is_identity:
             return model
         grown = self.build_model(config, data)
-        transfer_weights(model, grown, {"scores": VocabularyMap.from_tokens(tags[:old_tags], tags)})
+        transfer_weights(model, grown, {"scores": mapping})
         return grown
 
     def compile_args(self, config: MusicTaggingConfig, data: Splits) -> dict[str, Any]:

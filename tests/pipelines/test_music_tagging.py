@@ -22,7 +22,7 @@ from seqapps.config import resolve_config
 from seqapps.data import music
 from seqapps.errors import DataError
 from seqapps.pipeline import VOCABULARIES
-from tests.pipelines.cli_runner import export_metrics
+from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics
 
 RATE = music.SAMPLE_RATE
 
@@ -166,6 +166,20 @@ def test_tags_replace_keeps_exactly_the_users_tags_and_reports_what_changed(tmp_
     assert replaced.report[VOCABULARIES]["tags"] == {"added": ["high", "low"], "removed": ["genre:reel", "mode:major"],
                                                      "size": 3, "clips_with_unseen_tags": {"val": 0, "test": 0}}
     assert replaced.arrays["test"]["targets"].shape[1] == 3
+    old_model = pipeline.build_model(config, dataclasses.replace(replaced, state=exported))
+    old_kernel = old_model.get_layer("scores").get_weights()[0]
+    old_model.get_layer("scores").set_weights([old_kernel, np.array([0.1, 0.2, 0.3], np.float32)])  # trained
+    grown = pipeline.adapt_model(old_model, config, replaced)
+    assert grown.output_shape == (None, 3)
+    kernel, bias = grown.get_layer("scores").get_weights()
+    # "tone" keeps its unit (old 1, new 2); "high" and "low" start as a fresh layer does (zero bias)
+    np.testing.assert_array_equal(kernel[:, 2], old_kernel[:, 1])
+    np.testing.assert_allclose(bias, [0.0, 0.0, 0.2])
+
+
+def test_a_bad_tags_setting_exits_2_with_one_line(capsys, tmp_path):
+    assert_rejected_in_one_line(capsys, tmp_path, "music_tagging", ["--set", "tags=bogus"],
+                                "'tags'")
 
 
 def test_held_out_clips_with_tags_training_never_saw_are_counted(tmp_path):
