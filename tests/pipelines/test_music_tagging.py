@@ -1,6 +1,7 @@
 """Checks of the music_tagging pipeline: its tiny run (the shared session export), bad input, the baselines."""
 import csv
 import dataclasses
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +19,13 @@ from pipelines.music_tagging import (
     window_dataset,
     window_starts,
 )
+from seqapps import cli
 from seqapps.config import resolve_config
 from seqapps.data import music
 from seqapps.errors import DataError
+from seqapps.export import read_export
 from seqapps.pipeline import VOCABULARIES
-from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics
+from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli
 
 RATE = music.SAMPLE_RATE
 
@@ -87,6 +90,29 @@ def test_signatures_rank_tags_pad_short_clips_decode_22050_hz_wav_and_reject_nan
     np.testing.assert_allclose(wav["scores"].numpy(), direct["scores"].numpy(), atol=0.05)
     with pytest.raises(tf.errors.InvalidArgumentError):
         loaded.signatures["serving_default"](waveform=tf.constant([[0.0, np.nan, 0.0]], tf.float32))
+
+
+@pytest.mark.large
+def test_finetune_with_tags_replace_exports_and_predicts_only_the_users_tags(music_run, tmp_path, capsys):
+    export, _ = music_run
+    copy = tmp_path / "models" / "music_tagging" / "1"
+    shutil.copytree(export, copy)
+    folder = _user_folder(tmp_path / "mine", count=24)
+    code, answer, err = run_cli(capsys, "finetune", "music_tagging", "--from", str(copy), "--data", str(folder),
+                                "--set", "tags=replace", "--json")
+    assert code == 0, err
+    old_tags, grown = read_export(copy).state["tags"], read_export(answer["export"])
+    assert grown.state["tags"] == ["high", "low", "tone"] and len(grown.state["thresholds"]) == 3
+    assert answer["data"][VOCABULARIES]["tags"] == {"added": ["high", "low", "tone"], "removed": old_tags, "size": 3,
+                                                    "clips_with_unseen_tags": {"val": 0, "test": 0}}
+    loaded = tf.saved_model.load(str(grown.path))
+    clip = soundfile.read(folder / "0.wav", dtype="float32")[0]
+    ranked = loaded.signatures["serving_default"](waveform=tf.constant(clip[None, :]))["tags"].numpy()[0]
+    assert sorted(tag.decode() for tag in ranked) == ["high", "low", "tone"]
+    assert cli.main(["predict", str(grown.path), str(folder / "0.wav"), str(folder / "1.wav")]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("0.wav") == printed.count("1.wav") == 1
+    assert not [tag for tag in old_tags if tag in printed]
 
 
 def _write_clip(path: Path, frequency: float, seconds: float = 1.0) -> None:
