@@ -15,8 +15,14 @@ bias of their words, and decoding adds it at every step.
 
 Tokens: lower-case words with punctuation split (``seqapps.data.text.Tokenizer("word")``), one
 vocabulary per language learned from the training pairs (``max_vocab``, ``min_count``). Unknown words
-map to ``<unk>``; when fine-tuning on new pairs, the export's vocabularies are kept and new words map
-to ``<unk>`` too, so the model's embeddings stay valid. Both vocabularies ship in the export as asset files.
+map to ``<unk>``. Both vocabularies ship in the export as asset files. Fine-tuning on new pairs
+(``vocabulary=extend``, the default) appends the new words of the training pairs seen ``min_count``
+times to each vocabulary (up to ``max_vocab``) and ``adapt_model`` grows the source and target
+embeddings, the output layer and the lexicon table with ``seqapps.finetuning.transfer_weights``: the
+exported words keep their rows, the new ones start as a fresh model would, and the lexicon is extended,
+not refitted: the exported source words keep their IBM Model 1 rows, the new ones get the rows of the
+IBM Model 1 fitted on the fine-tuning pairs (as do their ``<unk>`` replacements). ``vocabulary=keep``
+keeps the exported vocabularies, new words mapping to ``<unk>``.
 
 Data: English to Spanish verse pairs of the World English Bible (apt ``sword-text-web``) and the
 Reina-Valera 1909 (apt ``sword-text-sparv``), both public domain, joined on the verse key, filtered by
@@ -61,11 +67,12 @@ from seqapps.data import datasets
 from seqapps.data import pairs as pair_data
 from seqapps.data import text as text_data
 from seqapps.export import Limits, Signature
+from seqapps.finetuning import VOCABULARY_CHOICES, VocabularyMap, grow_vocabulary, transfer_weights, vocabulary_report
 from seqapps.layers.attention_decoder import CELLS, AttentionDecoder, PaddingMask, WordGenerator
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
 from seqapps.layers.lexicon import LexiconBias
 from seqapps.losses import per_token_training_loss
-from seqapps.pipeline import Pipeline, Splits
+from seqapps.pipeline import VOCABULARIES, Pipeline, Splits
 from seqapps.training import seconds_per_training_step
 
 CORPORA = ("bible", "numbers")
@@ -76,6 +83,7 @@ START = "<s>"
 END_ID, START_ID = 1, 2  # ids right after <unk> in both vocabularies; END also pads
 TOKENIZER = text_data.Tokenizer("word")
 SAMPLES = 5  # test translations shown beside their references
+VOCABULARY_KEYS = ("source_vocabulary", "target_vocabulary")  # in the pipeline state
 
 
 @dataclasses.dataclass
@@ -92,7 +100,9 @@ class TranslationConfig(TrainingConfig):
         split_by: hold out whole "chapter"s or "book"s of verse pairs ("pair" for any data).
         val_fraction, test_fraction: expected shares of the groups held out.
         max_vocab: the most words per language, special tokens included (None: all).
-        min_count: rarer training words map to ``<unk>``.
+        min_count: rarer training words map to ``<unk>`` (at fine-tuning: new words rarer than this are not added).
+        vocabulary: at fine-tuning, "extend" adds the new words of the training pairs to both vocabularies,
+            "keep" keeps the export's (new words become ``<unk>``).
         cell: "lstm" or "gru".
         embedding_dim: word embedding size of both languages.
         units: decoder units; each direction of the encoder has ``units // 2``.
@@ -135,6 +145,7 @@ class TranslationConfig(TrainingConfig):
     test_fraction: float = 0.05
     max_vocab: int | None = None
     min_count: int = 2
+    vocabulary: str = "extend"
     cell: str = "lstm"
     embedding_dim: int = 128
     units: int = 256
@@ -184,6 +195,8 @@ class TranslationConfig(TrainingConfig):
         require(self.cell in CELLS, "cell", self.cell, f"one of {', '.join(CELLS)}")
         require(self.attention in ATTENTIONS, "attention", self.attention, f"one of {', '.join(ATTENTIONS)}")
         require(self.output in OUTPUTS, "output", self.output, f"one of {', '.join(OUTPUTS)}")
+        require(self.vocabulary in VOCABULARY_CHOICES, "vocabulary", self.vocabulary,
+                f"one of {', '.join(VOCABULARY_CHOICES)}")
         for name in ("num_pairs", "max_number", "max_length", "embedding_dim", "encoder_layers", "beam_size",
                      "max_decode_length", "min_count", "lexicon_top_k"):
             require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
@@ -365,16 +378,21 @@ class Translation(Pipeline):
         tokens = {name: ([TOKENIZER.tokenize(line) for line in part.sources],
                          [TOKENIZER.tokenize(line) for line in part.targets]) for name, part in parts.items()}
         lexical = LexicalTranslator.fit(*tokens["train"], top_k=config.lexicon_top_k)
+        train_words = [[word for sentence in side for word in sentence] for side in tokens["train"]]
+        exported = [len(state[key]) for key in VOCABULARY_KEYS] if state else None  # fine-tuning: the export's
         if state is None:
-            source_train, target_train = tokens["train"]
-            vocabularies = [text_data.build_vocabulary((word for sentence in side for word in sentence),
-                                                       config.max_vocab, config.min_count, reserved=[END, START])
-                            for side in (source_train, target_train)]
+            vocabularies = [text_data.build_vocabulary(words, config.max_vocab, config.min_count, reserved=[END, START])
+                            for words in train_words]
             state = {"source_vocabulary": vocabularies[0].tokens, "target_vocabulary": vocabularies[1].tokens,
                      "max_length": config.max_length, "max_decode_length": config.max_decode_length,
                      "beam_size": config.beam_size, "length_penalty": config.length_penalty,
                      "replace_unknown": config.replace_unknown,
                      "unknown_replacements": lexical.table if config.replace_unknown else {}}
+        elif config.vocabulary == "extend":
+            state = {**state, **{key: grow_vocabulary(state[key], words, config.min_count, config.max_vocab)
+                                 for key, words in zip(VOCABULARY_KEYS, train_words)}}
+            if state["replace_unknown"]:  # the exported words keep theirs
+                state["unknown_replacements"] = {**lexical.table, **state.get("unknown_replacements", {})}
         source_vocab, target_vocab = _vocabularies(state)
         arrays = {name: _model_arrays(*tokens[name], source_vocab, target_vocab, config.max_length)
                   for name in parts}
@@ -388,7 +406,11 @@ class Translation(Pipeline):
         report = {"source": found.origin, "licence": found.licence, "counts": found.counts,
                   "pairs": {name: len(part) for name, part in parts.items()},
                   "source_vocabulary": len(source_vocab), "target_vocabulary": len(target_vocab),
-                  "target_oov_rate": oov}
+                  "target_oov_rate": oov,
+                  VOCABULARIES: {name: vocabulary_report(size, state[key], (word for line in side for word in line))
+                                 for name, key, size, side in zip(("source words", "target words"), VOCABULARY_KEYS,
+                                                                   exported or (len(source_vocab), len(target_vocab)),
+                                                                   tokens["test"])}}
         return Splits(datasets_["train"], datasets_["val"], datasets_["test"], state=state, report=report,
                       arrays={"val": parts["val"], "test": parts["test"], "lexical": lexical, "target_counts": target_counts})
 
@@ -434,6 +456,24 @@ class Translation(Pipeline):
         output.bias.assign((np.log(unigram) + config.log_z).astype("float32"))  # start at the unigram model
         return keras.Model({"source": source, "target_in": target_in, "target_out": target_out}, per_token,
                            name=self.name)
+
+    def adapt_model(self, model: keras.Model, config: TranslationConfig, data: Splits) -> keras.Model:
+        """Grows the embeddings, the output layer and the lexicon for the words ``load_data`` added (after the old).
+
+        The exported lexicon rows are kept (their target ids renumbered); the new source words' rows are those
+        ``build_model`` fits on the fine-tuning pairs. A changed ``output`` criterion also rebuilds the model.
+        """
+        exported = [model.get_layer("source_embedding").input_dim, model.get_layer("output").vocab_size]
+        words = [data.state[key] for key in VOCABULARY_KEYS]
+        if exported == [len(side) for side in words] and model.get_layer("output").loss == config.output:
+            return model
+        grown = self.build_model(config, data)
+        source, target = (VocabularyMap.from_tokens(side[:size], side) for side, size in zip(words, exported))
+        maps, value_maps = {"source_embedding": source, "decoder/embedding": target, "output": target}, {}
+        if config.lexicon_bias:  # its rows are source words, its ids target words
+            maps["lexicon"], value_maps["lexicon/table_ids"] = source, target
+        transfer_weights(model, grown, maps, value_maps)
+        return grown
 
     def compile_args(self, config: TranslationConfig, data: Splits) -> dict[str, Any]:
         return {"loss": per_token_training_loss, "jit_compile": config.jit_compile}
@@ -525,8 +565,7 @@ class Translation(Pipeline):
 
 def _vocabularies(state: dict[str, Any]) -> tuple[text_data.Vocabulary, text_data.Vocabulary]:
     """The source and target vocabularies of the pipeline state."""
-    return tuple(text_data.Vocabulary(state[key], [0] * len(state[key]))
-                 for key in ("source_vocabulary", "target_vocabulary"))
+    return tuple(text_data.Vocabulary(state[key], [0] * len(state[key])) for key in VOCABULARY_KEYS)
 
 
 def _bleu_chrf(references: list[str], hypotheses: list[str], prefix: str) -> dict[str, Any]:

@@ -125,7 +125,7 @@ def test_transfer_weights_refuses_another_architecture_and_unexplained_shapes():
     with pytest.raises(ConfigError, match="no vocabulary map explains it"):
         transfer_weights(source, _tagger(NEW_WORDS, OLD_TAGS), {})
     with pytest.raises(ValueError, match="no layer 'output'"):
-        transfer_weights(source, _tagger(OLD_WORDS, OLD_TAGS), {"output": VocabularyMap.from_tokens(OLD_TAGS, OLD_TAGS)})
+        transfer_weights(source, _tagger(OLD_WORDS, OLD_TAGS), {"output": VocabularyMap(np.arange(3), 3)})
     ids = keras.Input((None,), dtype="int32")
     deeper = keras.Model(ids, keras.layers.Dense(3)(keras.layers.Dense(2)(
         keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(5, 4)(ids)))))

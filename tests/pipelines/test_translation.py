@@ -4,6 +4,7 @@ import json
 import random
 from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 
@@ -12,6 +13,7 @@ from pipelines.translation import NULL, LexicalTranslator
 from seqapps import runner
 from seqapps.config import resolve_config
 from seqapps.data.text import Vocabulary
+from seqapps.pipeline import VOCABULARIES
 from tests.export_harness import call_in_tensorflow_only_process, decoded
 from tests.pipelines.cli_runner import assert_rejected_in_one_line
 
@@ -139,11 +141,12 @@ def test_bad_pair_files_are_one_line_errors(capsys, tmp_path, content, extra, me
     assert_rejected_in_one_line(capsys, tmp_path / "out", "translation", ["--data", str(path), *extra], message)
 
 
-def test_user_pairs_keep_the_exported_vocabularies_and_map_new_words_to_unknown(tmp_path):
+def test_user_pairs_keep_the_exported_vocabularies_and_map_new_words_to_unknown_with_vocabulary_keep(tmp_path):
     path = tmp_path / "pairs.tsv"
     path.write_text("".join(f"word{i} one\tpalabra{i} uno\n" for i in range(60)) + "\n", encoding="utf-8")
     pipeline = translation.Translation()
-    config = resolve_config(translation.TranslationConfig, "tiny", overrides=["split_by=pair", "too_long=truncate"])
+    config = resolve_config(translation.TranslationConfig, "tiny", overrides=["split_by=pair", "too_long=truncate",
+                                                                               "vocabulary=keep"])
     state = {"source_vocabulary": ["<unk>", "</s>", "<s>", "one"], "target_vocabulary": ["<unk>", "</s>", "<s>", "uno"],
              "max_length": 30, "max_decode_length": 20, "beam_size": 2, "length_penalty": 0.6, "replace_unknown": True}
     data = pipeline.load_data(config, str(path), state=state)
@@ -153,3 +156,52 @@ def test_user_pairs_keep_the_exported_vocabularies_and_map_new_words_to_unknown(
     assert inputs["target_in"].numpy()[0, :3].tolist() == [translation.START_ID, 0, 3]
     assert inputs["target_out"].numpy()[0, :3].tolist() == [0, 3, translation.END_ID]
     assert weights.numpy()[0, :4].tolist() == [1, 1, 1, 0]
+
+
+ENGLISH, SPANISH = ["one", "two", "three", "four"], ["uno", "dos", "tres", "cuatro"]
+
+
+def _pair_file(path, words: int, lines: int, seed: int):
+    """Lines of two number words and their Spanish, drawn from the first ``words`` of each list."""
+    rng = np.random.default_rng(seed)
+    english, spanish = [*ENGLISH, "seven", "eight"][:words], [*SPANISH, "siete", "ocho"][:words]
+    rows = [(rng.integers(words), rng.integers(words)) for _ in range(lines)]
+    path.write_text("".join(f"{english[a]} {english[b]}\t{spanish[a]} {spanish[b]}\n" for a, b in rows),
+                    encoding="utf-8")
+    return str(path)
+
+
+def _step_logits(model, inputs) -> np.ndarray:
+    """The output layer's logits at every target step, lexicon bias included, in NumPy: h W^T + b + bias."""
+    output = model.get_layer("output")
+    hidden, lexical = keras.Model(model.input, [model.get_layer("decoder").output[0],
+                                                model.get_layer("lexicon").output])(inputs, training=False)
+    return (keras.ops.convert_to_numpy(hidden) @ keras.ops.convert_to_numpy(output.kernel).T
+            + keras.ops.convert_to_numpy(output.bias) + keras.ops.convert_to_numpy(lexical))
+
+
+@pytest.mark.parametrize("output", ["bnce", "softmax"])
+def test_fine_tuning_pairs_with_new_words_grow_the_vocabularies_and_keep_the_old_logits(tmp_path, output):
+    pipeline = translation.Translation()
+    config = resolve_config(translation.TranslationConfig, "tiny", overrides=[f"output={output}"])
+    old = pipeline.load_data(config, _pair_file(tmp_path / "old.tsv", 4, 80, seed=0))
+    model = pipeline.build_model(config, old)
+    new = pipeline.load_data(config, _pair_file(tmp_path / "new.tsv", 6, 40, seed=1), state=old.state)
+    for key, added in (("source_vocabulary", {"seven", "eight"}), ("target_vocabulary", {"siete", "ocho"})):
+        assert new.state[key][: len(old.state[key])] == old.state[key]  # the old words keep their ids
+        assert set(new.state[key][len(old.state[key]):]) == added
+    report = new.report[VOCABULARIES]["target words"]
+    assert set(report["added"]) == {"siete", "ocho"} and report["size"] == len(old.state["target_vocabulary"]) + 2
+    assert report["oov_rate"] == 0.0 and new.report["target_oov_rate"]["train"] == 0.0
+    grown = pipeline.adapt_model(model, config, new)
+    size = len(old.state["target_vocabulary"])
+    assert grown.get_layer("output").vocab_size == size + 2 and grown.get_layer("output").loss == output
+    assert grown.get_layer("source_embedding").input_dim == len(old.state["source_vocabulary"]) + 2
+    inputs = next(iter(old.test.batch(4)))[0]  # old words only: the same ids in both vocabularies
+    before, after = _step_logits(model, inputs), _step_logits(grown, inputs)
+    # float32 matmuls of the same numbers in another order; logits are O(10)
+    np.testing.assert_allclose(after[..., :size], before, rtol=1e-5, atol=1e-4)
+    # the new source words get the lexicon rows of IBM Model 1 fitted on the fine-tuning pairs
+    seven = new.state["source_vocabulary"].index("seven")
+    table = keras.ops.convert_to_numpy(grown.get_layer("lexicon").table_ids)
+    assert new.state["target_vocabulary"][table[seven, 0]] == "siete"
