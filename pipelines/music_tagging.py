@@ -20,7 +20,7 @@ Music of Ireland; no Essen) rendered by FluidSynth or pretty_midi (``seqapps.dat
 reads ``folder/tags.csv`` (``path,tags``, tags separated by ``;`` or ``|``) or one
 sub-folder per tag; ``val_fraction``/``test_fraction`` of the clips (seeded) are held out.
 Fine-tuning on new tag names extends the output layer (``adapt_model``): the old tags keep
-their weights and order, the new ones (from the training clips) start fresh. With
+their weights and order, the new ones (from the training clips, most frequent first) start fresh. With
 ``tags=replace`` the output layer has exactly the training clips' tags, in sorted order:
 a tag the export also has keeps its unit's weights, the others start fresh, and the
 export's other tags are dropped. Thresholds are calibrated on the validation clips
@@ -56,7 +56,7 @@ from seqapps.config import TrainingConfig, require
 from seqapps.data import music
 from seqapps.data.audio import LogMelSpectrogram, wav_bytes
 from seqapps.errors import DataError
-from seqapps.finetuning import VocabularyMap, transfer_weights
+from seqapps.finetuning import VocabularyMap, grow_vocabulary, transfer_weights
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 from seqapps.layers.spectrogram import SpecAugment, TimeStatistics
 from seqapps.metrics import pr_auc, roc_auc
@@ -376,8 +376,8 @@ class MusicTagging(Pipeline):
             added, removed = [], []
         else:  # fine-tuning: the training tags extend the exported ones (which keep their order) or replace them
             exported = state["tags"]
-            tags = trained_tags if config.tags == "replace" else [
-                *exported, *(tag for tag in trained_tags if tag not in exported)]
+            tags = trained_tags if config.tags == "replace" else grow_vocabulary(
+                exported, (tag for clip in parts["train"] for tag in clip.tags))
             added, removed = [t for t in tags if t not in exported], [t for t in exported if t not in tags]
             threshold = dict(zip(exported, state["thresholds"]))  # calibrated again on the validation clips
             state = {**state, "tags": tags, "thresholds": [threshold.get(tag, 0.5) for tag in tags]}

@@ -58,14 +58,14 @@ from seqapps.config import TrainingConfig, require
 from seqapps.data import datasets, speech
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
-from seqapps.finetuning import VocabularyMap, transfer_weights
+from seqapps.finetuning import (VOCABULARY_CHOICES, VocabularyMap, grow_vocabulary, transfer_weights,
+                                vocabulary_report)
 from seqapps.layers import ctc
 from seqapps.metrics import character_error_rate, word_error_rate
 from seqapps.pipeline import VOCABULARIES, Pipeline, Splits
 
 CORPORA = {"kjv": lambda: text_data.kjv_bible().lines, "pydoc": lambda: text_data.pydoc_topics().lines}
 SPLITS = ("train", "val", "test")
-VOCABULARY_POLICIES = ("extend", "keep")
 
 
 @dataclasses.dataclass
@@ -140,8 +140,8 @@ class SpeechRecognitionConfig(TrainingConfig):
             require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
         require(0 < self.val_fraction and 0 < self.test_fraction and self.val_fraction + self.test_fraction <= 0.5,
                 "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
-        require(self.vocabulary in VOCABULARY_POLICIES, "vocabulary", self.vocabulary,
-                f"one of {', '.join(VOCABULARY_POLICIES)}")
+        require(self.vocabulary in VOCABULARY_CHOICES, "vocabulary", self.vocabulary,
+                f"one of {', '.join(VOCABULARY_CHOICES)}")
         require(self.oov in speech.OOV_POLICIES, "oov", self.oov, f"one of {', '.join(speech.OOV_POLICIES)}")
         require(self.max_seconds > 0, "max_seconds", self.max_seconds, "a number > 0")
         require(self.conv_filters >= 0, "conv_filters", self.conv_filters, "an integer >= 0")
@@ -188,20 +188,19 @@ class SpeechRecognition(Pipeline):
             parts, words = speech.read_generated(root)
             source = {"source": f"espeak-ng ({root})", "licence": "generated (espeak-ng GPL-3+; text "
                       + ("public domain KJV" if config.corpus == "kjv" else "PSF pydoc topics") + ")"}
-        trained_chars = {c for u in parts["train"] for c in u.transcript}
-        added: list[str] = []
+        trained_chars = [c for u in parts["train"] for c in u.transcript]
+        exported_chars = len(state["chars"]) - 1 if state else None  # fine-tuning: the export's characters
         if state is None:
             # the generated corpus speaks letters, the apostrophe and spaces by construction
             chars = sorted(set(speech.SPOKEN_CHARS if not data_path else trained_chars) | {" "})
             state = {"chars": ["", *chars], "sample_rate": speech.SAMPLE_RATE, "beam_width": config.beam_width,
                      "max_seconds": config.max_seconds}
-        elif config.vocabulary == "extend":  # fine-tuning: new characters get output units after the old ones
-            added = sorted(trained_chars - set(state["chars"]))
-            state = {**state, "chars": [*state["chars"], *added]}
+        elif config.vocabulary == "extend":  # new characters get output units after the old ones (and the blank)
+            state = {**state, "chars": grow_vocabulary(state["chars"], trained_chars)}
         charset = state["chars"][1:]
-        known = set(charset)
-        test_chars = [c for u in parts["test"] for c in u.transcript]
-        oov_rate = sum(c not in known for c in test_chars) / len(test_chars)  # before oov= drops or refuses them
+        # the test characters outside the character set are counted before oov= drops or refuses them
+        characters = vocabulary_report(exported_chars or len(charset), charset,
+                                       (c for u in parts["test"] for c in u.transcript))
         index = {c: i for i, c in enumerate(state["chars"]) if c}
         split_data, arrays = {}, {}
         for split in SPLITS:
@@ -227,7 +226,7 @@ class SpeechRecognition(Pipeline):
         arrays["words"] = words
         report = {**source, "utterances": {s: len(arrays[s]["transcripts"]) for s in SPLITS},
                   "characters": len(charset),
-                  VOCABULARIES: {"characters": {"added": added, "size": len(charset), "oov_rate": oov_rate}}}
+                  VOCABULARIES: {"characters": characters}}
         return Splits(split_data["train"], split_data["val"], split_data["test"], state=state, report=report, arrays=arrays)
 
     # --- model ------------------------------------------------------------------------------
