@@ -20,10 +20,10 @@ Music of Ireland; no Essen) rendered by FluidSynth or pretty_midi (``seqapps.dat
 reads ``folder/tags.csv`` (``path,tags``, tags separated by ``;`` or ``|``) or one
 sub-folder per tag; ``val_fraction``/``test_fraction`` of the clips (seeded) are held out.
 Fine-tuning on new tag names extends the output layer (``adapt_model``): the old tags keep
-their weights and order, the new ones (from the training clips, most frequent first) start fresh. With
-``tags=replace`` the output layer has exactly the training clips' tags, in sorted order:
-a tag the export also has keeps its unit's weights, the others start fresh, and the
-export's other tags are dropped. Thresholds are calibrated on the validation clips
+their weights and order, the new ones (from the training clips, most frequent first) start
+fresh. With ``tags=replace`` the output layer has exactly the training clips' tags, in
+sorted order: a tag the export also has keeps its unit's weights, the others start fresh,
+and the export's other tags are dropped. Thresholds are calibrated on the validation clips
 either way. A validation or test clip's tag that training never saw is ignored in scoring
 (the report counts such clips).
 
@@ -68,7 +68,7 @@ CELLS = {"gru": keras.layers.GRU, "lstm": keras.layers.LSTM}
 RNN_CELLS = {"gru": keras.layers.GRUCell, "lstm": keras.layers.LSTMCell}
 RNNS = ("rnn", "hrnn")
 POOLINGS = ("last", "meanmax")
-TAG_POLICIES = ("extend", "replace")
+TAG_CHOICES = ("extend", "replace")
 
 
 @dataclasses.dataclass
@@ -166,7 +166,7 @@ class MusicTaggingConfig(TrainingConfig):
         require(self.renderer in music.RENDERERS, "renderer", self.renderer, f"one of {', '.join(music.RENDERERS)}")
         require(0 < self.val_fraction and 0 < self.test_fraction and self.val_fraction + self.test_fraction <= 0.5,
                 "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
-        require(self.tags in TAG_POLICIES, "tags", self.tags, f"one of {', '.join(TAG_POLICIES)}")
+        require(self.tags in TAG_CHOICES, "tags", self.tags, f"one of {', '.join(TAG_CHOICES)}")
         require(self.window_seconds > 0, "window_seconds", self.window_seconds, "a number > 0")
         require(self.clip_seconds >= self.window_seconds, "clip_seconds", self.clip_seconds,
                 f"a number >= window_seconds ({self.window_seconds})")
