@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any, Sequence
 
 import keras
@@ -26,10 +27,11 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps.config import HRNNConfig, require
+from seqapps.data import splits as split_rule
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
 from seqapps.export import Signature
-from seqapps.pipeline import Pipeline, Splits
+from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
 
 BLANK = 2
 SYMBOLS = 3  # 0, 1, blank
@@ -109,6 +111,13 @@ class CopyTask(Pipeline):
     Config = CopyTaskConfig
     predict_input = "strings of 0s and 1s, one per row"
 
+    headline_metrics = (Headline("bpc", "bits per bit", higher_is_better=False),
+                        Headline("bit_accuracy", "bits right", "%", 100.0), Headline("solved", "strings solved", "%", 100.0))
+
+    def write_sample_data(self, folder: Path, seed: int = 0) -> tuple[str | None, list[str]]:
+        """The copy task generates its sequences and reads no data; predict takes bit strings."""
+        return None, ["0110", "1011"]
+
     def load_data(self, config: CopyTaskConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
         if data_path is not None:
@@ -121,6 +130,7 @@ class CopyTask(Pipeline):
         state = {"length": config.length, "string_length": config.string_length, "solved_bpc": config.solved_bpc}
         report = {"length": config.length, "string_length": config.string_length,
                   "sequences": {name: int(inputs.shape[0]) for name, (inputs, _) in splits.items()}}
+        report[SPLIT_COUNTS] = split_rule.split_counts("sequences", report["sequences"])
         return Splits(*(tf.data.Dataset.from_tensor_slices(splits[name]) for name in ("train", "val", "test")),
                       state=state, report=report, arrays={"test": splits["test"]})
 

@@ -46,21 +46,23 @@ A waveform with NaN or Inf, empty, or longer than ``max_seconds`` is rejected
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any, Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from seqapps.config import TrainingConfig, require
-from seqapps.data import music
+from seqapps.config import TrainingConfig, require, require_split_fractions
+from seqapps.data import music, samples
+from seqapps.data import splits as split_rule
 from seqapps.data.audio import LogMelSpectrogram, wav_bytes
 from seqapps.errors import DataError
 from seqapps.finetuning import VocabularyMap, grow_vocabulary, transfer_weights
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 from seqapps.layers.spectrogram import SpecAugment, TimeStatistics
 from seqapps.metrics import pr_auc, roc_auc
-from seqapps.pipeline import VOCABULARIES, Pipeline, Splits
+from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits
 
 SPLITS = ("train", "val", "test")
 AGGREGATES = ("mean", "max")
@@ -164,8 +166,7 @@ class MusicTaggingConfig(TrainingConfig):
         for name in ("pieces_per_collection", "renderings", "n_mels", "n_fft", "hop_length"):
             require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
         require(self.renderer in music.RENDERERS, "renderer", self.renderer, f"one of {', '.join(music.RENDERERS)}")
-        require(0 < self.val_fraction and 0 < self.test_fraction and self.val_fraction + self.test_fraction <= 0.5,
-                "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
+        require_split_fractions(self.val_fraction, self.test_fraction)
         require(self.tags in TAG_CHOICES, "tags", self.tags, f"one of {', '.join(TAG_CHOICES)}")
         require(self.window_seconds > 0, "window_seconds", self.window_seconds, "a number > 0")
         require(self.clip_seconds >= self.window_seconds, "clip_seconds", self.clip_seconds,
@@ -344,6 +345,14 @@ class MusicTagging(Pipeline):
 
     # --- data -------------------------------------------------------------------------------
 
+    headline_metrics = (Headline("roc_auc_macro", "ROC-AUC macro"), Headline("pr_auc_macro", "PR-AUC macro"),
+                        Headline("roc_auc_micro", "ROC-AUC micro"), Headline("pr_auc_micro", "PR-AUC micro"))
+
+    def write_sample_data(self, folder: Path, seed: int = 0) -> tuple[str | None, list[str]]:
+        """24 clips of plucked notes tagged bright/dark and lively/calm, tags the embedded corpus lacks."""
+        _, clips = samples.write_tone_clips(folder / "clips", 24, music.SAMPLE_RATE, seconds=4.0, seed=seed)
+        return str(folder / "clips"), [str(clips[0]), str(clips[1])]
+
     def load_data(self, config: MusicTaggingConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
         from seqapps.data import audio
@@ -351,8 +360,8 @@ class MusicTagging(Pipeline):
         rate = music.SAMPLE_RATE
         if data_path:
             clips = music.read_tagged_folder(data_path, config.csv)
-            splits = music.split_groups([c.group for c in clips], config.val_fraction, config.test_fraction,
-                                        config.seed)
+            splits = split_rule.split_groups([c.group for c in clips], config.val_fraction, config.test_fraction,
+                                             str(data_path), "clips", seed=config.seed)
             parts = {split: [c for c, s in zip(clips, splits) if s == split] for split in SPLITS}
             source = {"source": str(data_path), "licence": "the user's", "renderer": None}
         else:
@@ -397,6 +406,7 @@ class MusicTagging(Pipeline):
         unseen = {split: sum(any(tag not in index for tag in clip.tags) for clip in parts[split])
                   for split in ("val", "test")}
         report = {**source, "clips": {s: len(parts[s]) for s in SPLITS}, "tags": len(index),
+                  SPLIT_COUNTS: split_rule.split_counts("clips", {s: len(parts[s]) for s in SPLITS}),
                   "tag_counts": dict(zip(state["tags"], arrays["train"]["targets"].sum(axis=0).astype(int).tolist())),
                   VOCABULARIES: {"tags": {"added": added, "removed": removed, "size": len(index),
                                           "clips_with_unseen_tags": unseen}}}
@@ -443,11 +453,11 @@ class MusicTagging(Pipeline):
         """Fits the output layer to the fine-tuning tags: every layer keeps its weights, a tag the export has
         keeps its unit's (wherever ``tags=replace`` moves it), a new tag's unit starts fresh, and a dropped tag's
         unit goes."""
-        mapping = VocabularyMap.from_tokens(data.arrays["exported_tags"], data.state["tags"])
-        if mapping.is_identity:
+        exported, tags = data.arrays["exported_tags"], data.state["tags"]
+        if exported == tags:
             return model
         grown = self.build_model(config, data)
-        transfer_weights(model, grown, {"scores": mapping})
+        transfer_weights(model, grown, {"scores": VocabularyMap.from_tokens(exported, tags)})
         return grown
 
     def compile_args(self, config: MusicTaggingConfig, data: Splits) -> dict[str, Any]:

@@ -14,8 +14,8 @@ Data: without ``--data``, a spoken-sentence corpus generated with espeak-ng
 domain, or for ``tiny`` from Python's help topics, PSF) into ``$SEQAPPS_DATA``.
 Validation and test are spoken by voice variants and read sentences that training
 never hears. ``--data folder/ --set csv=metadata.csv`` reads a folder of audio
-files with a ``path,transcript`` table (LJSpeech / Common Voice layout); of every
-100 rows, ``val_fraction`` and ``test_fraction`` go to validation and test.
+files with a ``path,transcript`` table (LJSpeech / Common Voice layout); ``val_fraction``
+and ``test_fraction`` of the rows (at least one each, drawn by ``seed``) go to validation and test.
 Transcripts are lower-cased; the character set is learned from the training
 transcripts. Fine-tuning extends the export's character set with the new characters
 of the training transcripts (``vocabulary=extend``, the default): each gets an output
@@ -54,15 +54,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from seqapps.config import TrainingConfig, require
-from seqapps.data import datasets, speech
+from seqapps.config import TrainingConfig, require, require_split_fractions
+from seqapps.data import datasets, samples, speech
+from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.finetuning import (VOCABULARY_CHOICES, VocabularyMap, grow_vocabulary, transfer_weights,
                                 vocabulary_report)
 from seqapps.layers import ctc
 from seqapps.metrics import character_error_rate, word_error_rate
-from seqapps.pipeline import VOCABULARIES, Pipeline, Splits
+from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits
 
 CORPORA = {"kjv": lambda: text_data.kjv_bible().lines, "pydoc": lambda: text_data.pydoc_topics().lines}
 SPLITS = ("train", "val", "test")
@@ -138,8 +139,7 @@ class SpeechRecognitionConfig(TrainingConfig):
         for name in ("train_utterances", "val_utterances", "test_utterances", "n_mels", "n_fft", "hop_length",
                      "stride", "hrnn_periods", "beam_width"):
             require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
-        require(0 < self.val_fraction and 0 < self.test_fraction and self.val_fraction + self.test_fraction <= 0.5,
-                "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
+        require_split_fractions(self.val_fraction, self.test_fraction)
         require(self.vocabulary in VOCABULARY_CHOICES, "vocabulary", self.vocabulary,
                 f"one of {', '.join(VOCABULARY_CHOICES)}")
         require(self.oov in speech.OOV_POLICIES, "oov", self.oov, f"one of {', '.join(speech.OOV_POLICIES)}")
@@ -170,16 +170,27 @@ class SpeechRecognition(Pipeline):
 
     # --- data -------------------------------------------------------------------------------
 
+    headline_metrics = (Headline("greedy_cer", "CER greedy", "%", 100.0, "cer", higher_is_better=False),
+                        Headline("beam_cer", "CER beam", "%", 100.0, "cer", higher_is_better=False),
+                        Headline("greedy_wer", "WER greedy", "%", 100.0, "wer", higher_is_better=False),
+                        Headline("beam_wer", "WER beam", "%", 100.0, "wer", higher_is_better=False))
+
+    def write_sample_data(self, folder: Path, seed: int = 0) -> tuple[str | None, list[str]]:
+        """30 sentences spoken by espeak-ng, some with accented letters (café, señor) the tiny corpus lacks."""
+        sentences = samples.sample_sentences(30, seed)
+        sentences[1::3] = [f"{line} {'at the café' if i % 2 else 'with the señor'}"
+                           for i, line in enumerate(sentences[1::3])]
+        _, files = samples.write_spoken_sentences(folder / "recordings", sentences)
+        return str(folder / "recordings"), [str(files[0]), str(files[1])]
+
     def load_data(self, config: SpeechRecognitionConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
         words: dict[str, list] = {}
         if datasets.is_tfds(data_path):
             rows = speech.read_transcripts(datasets.tfds_audio_folder(data_path))
-            parts = text_data.split_lines(rows, config.val_fraction, config.test_fraction)
             source = {"source": data_path, "licence": "see the tensorflow-datasets catalog"}
         elif data_path:
             rows = speech.read_transcripts(data_path, config.csv)
-            parts = text_data.split_lines(rows, config.val_fraction, config.test_fraction)
             source = {"source": str(Path(data_path) / config.csv), "licence": "the user's"}
         else:
             spec = speech.CorpusSpec(config.corpus, {"train": config.train_utterances, "val": config.val_utterances,
@@ -188,6 +199,10 @@ class SpeechRecognition(Pipeline):
             parts, words = speech.read_generated(root)
             source = {"source": f"espeak-ng ({root})", "licence": "generated (espeak-ng GPL-3+; text "
                       + ("public domain KJV" if config.corpus == "kjv" else "PSF pydoc topics") + ")"}
+        if data_path:
+            labels = split_rule.assign_splits(len(rows), config.val_fraction, config.test_fraction, source["source"],
+                                              "utterances", "shuffle", config.seed)
+            parts = {name: [rows[i] for i in part] for name, part in split_rule.split_indices(labels).items()}
         trained_chars = [c for u in parts["train"] for c in u.transcript]
         exported_chars = len(state["chars"]) - 1 if state else None  # fine-tuning: the export's characters
         if state is None:
@@ -224,7 +239,8 @@ class SpeechRecognition(Pipeline):
             arrays[split] = {"transcripts": [u.transcript for u in utterances],
                              "paths": [str(u.path) for u in utterances]}
         arrays["words"] = words
-        report = {**source, "utterances": {s: len(arrays[s]["transcripts"]) for s in SPLITS},
+        sizes = {s: len(arrays[s]["transcripts"]) for s in SPLITS}
+        report = {**source, "utterances": sizes, SPLIT_COUNTS: split_rule.split_counts("utterances", sizes),
                   "characters": len(charset),
                   VOCABULARIES: {"characters": characters}}
         return Splits(split_data["train"], split_data["val"], split_data["test"], state=state, report=report, arrays=arrays)

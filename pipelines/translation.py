@@ -55,6 +55,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+from pathlib import Path
 from typing import Any, Sequence
 
 import keras
@@ -62,9 +63,10 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps import metrics as seqapps_metrics
-from seqapps.config import TrainingConfig, require
-from seqapps.data import datasets
+from seqapps.config import TrainingConfig, require, require_split_fractions
+from seqapps.data import datasets, samples
 from seqapps.data import pairs as pair_data
+from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.export import Limits, Signature
 from seqapps.finetuning import VOCABULARY_CHOICES, VocabularyMap, grow_vocabulary, transfer_weights, vocabulary_report
@@ -72,7 +74,7 @@ from seqapps.layers.attention_decoder import CELLS, AttentionDecoder, PaddingMas
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
 from seqapps.layers.lexicon import LexiconBias
 from seqapps.losses import per_token_training_loss
-from seqapps.pipeline import VOCABULARIES, Pipeline, Splits
+from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits
 from seqapps.training import seconds_per_training_step
 
 CORPORA = ("bible", "numbers")
@@ -98,7 +100,7 @@ class TranslationConfig(TrainingConfig):
         too_long: pairs over ``max_length``: "reject" (drop), "truncate" or "error".
         max_ratio: drop pairs whose token counts differ by more than this factor (misaligned verses).
         split_by: hold out whole "chapter"s or "book"s of verse pairs ("pair" for any data).
-        val_fraction, test_fraction: expected shares of the groups held out.
+        val_fraction, test_fraction: shares of the groups held out (``seqapps.data.splits``).
         max_vocab: the most words per language, special tokens included (None: all).
         min_count: rarer training words map to ``<unk>`` (at fine-tuning: new words rarer than this are not added).
         vocabulary: at fine-tuning, "extend" adds the new words of the training pairs to both vocabularies,
@@ -213,8 +215,7 @@ class TranslationConfig(TrainingConfig):
         require(self.max_vocab is None or self.max_vocab >= 4, "max_vocab", self.max_vocab, "null or >= 4")
         require(self.max_eval_pairs is None or self.max_eval_pairs >= 1, "max_eval_pairs", self.max_eval_pairs,
                 "null or >= 1")
-        require(0 < self.val_fraction and 0 < self.test_fraction and self.val_fraction + self.test_fraction <= 0.5,
-                "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
+        require_split_fractions(self.val_fraction, self.test_fraction)
 
 
 def read_pairs(config: TranslationConfig, data_path: str | None) -> pair_data.Pairs:
@@ -369,6 +370,23 @@ class Translation(Pipeline):
 
     # --- data -------------------------------------------------------------------------------
 
+    headline_metrics = (Headline("greedy_bleu", "BLEU greedy", baseline_key="bleu"),
+                        Headline("beam_bleu", "BLEU beam", baseline_key="bleu"),
+                        Headline("greedy_chrf", "chrF greedy", baseline_key="chrf"),
+                        Headline("beam_chrf", "chrF beam", baseline_key="chrf"),
+                        Headline("ppl_full", "perplexity", higher_is_better=False))
+
+    def write_sample_data(self, folder: Path, seed: int = 0) -> tuple[str | None, list[str]]:
+        """40 English-Spanish pairs (``pairs.tsv``, Anki's header-less ``source<TAB>target``) counting things, some of them words the number phrases lack."""
+        from num2words import num2words
+
+        things = [("cats", "gatos"), ("dogs", "perros"), ("boats", "barcos"), ("trees", "árboles"),
+                  ("zeppelins", "zepelines"), ("quokkas", "quokkas"), ("houses", "casas"), ("letters", "cartas")]
+        rows = [(f"{num2words(n)} {en}", f"{num2words(n, lang='es')} {es}")
+                for i, (en, es) in enumerate(things) for n in range(2 + i % 3, 7 + i % 3)]
+        path = samples.write_table(folder / "pairs.tsv", None, rows, delimiter="\t")
+        return str(path), ["three dogs", "twenty one"]
+
     def load_data(self, config: TranslationConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
         self.config = config  # evaluate() reads max_eval_pairs
@@ -405,6 +423,7 @@ class Translation(Pipeline):
                for name, part in arrays.items()}
         report = {"source": found.origin, "licence": found.licence, "counts": found.counts,
                   "pairs": {name: len(part) for name, part in parts.items()},
+                  SPLIT_COUNTS: split_rule.split_counts("pairs", {name: len(part) for name, part in parts.items()}),
                   "source_vocabulary": len(source_vocab), "target_vocabulary": len(target_vocab),
                   "target_oov_rate": oov,
                   VOCABULARIES: {name: vocabulary_report(size, state[key], (word for line in side for word in line))

@@ -84,11 +84,6 @@ class VocabularyMap:
         """The new ids of the entries the old vocabulary lacks."""
         return np.flatnonzero(self.old_ids < 0)
 
-    @property
-    def is_identity(self) -> bool:
-        """True when the vocabulary is unchanged."""
-        return self.new_size == self.old_size and bool(np.all(self.old_ids == np.arange(self.old_size)))
-
     def place(self, old: np.ndarray, fresh: np.ndarray, axis: int) -> np.ndarray:
         """``fresh`` with the old entries along ``axis`` copied to their new positions.
 
@@ -178,7 +173,8 @@ def _layers_by_path(model: keras.Model) -> dict[str, keras.layers.Layer]:
     """Every layer of ``model``, nested ones included, by its Keras path (``decoder/embedding``)."""
     found = {}
     for top in model.layers:
-        for layer in top._flatten_layers(include_self=True, recursive=True):  # Keras 3: nested layers
+        # Keras 3 lists a layer's nested layers (AttentionDecoder's embedding) only through this private method
+        for layer in top._flatten_layers(include_self=True, recursive=True):
             if layer.path:
                 found.setdefault(layer.path, layer)
     return found
@@ -189,9 +185,9 @@ def transfer_weights(source: keras.Model, target: keras.Model, index_maps: Mappi
     """Copies a trained model's weights into a model of the same architecture built for new vocabularies.
 
     The two models' weights are paired in order (``model.weights``: the same architecture lists them in
-    the same order, whatever the automatic layer names). A weight of a layer under a key of
-    ``index_maps`` is placed entry by entry on its vocabulary axis (``vocabulary_axis``); every other
-    weight must have the same shape in both models and is copied whole.
+    the same order, whatever the automatic layer names). A weight of a layer named in ``index_maps`` is
+    placed entry by entry on its vocabulary axis (``vocabulary_axis``); every other weight must have the
+    same shape in both models and is copied whole.
 
     Args:
         source: the exported (trained) model.
@@ -199,7 +195,7 @@ def transfer_weights(source: keras.Model, target: keras.Model, index_maps: Mappi
         index_maps: layer path in ``target`` (``"output"``, ``"decoder/embedding"``: a nested layer is named
             by its path) -> the map of the vocabulary that indexes that layer's own weights.
         value_maps: weight path in ``target`` (``"lexicon/table_ids"``) -> the map of the ids the weight
-            holds, renumbered after placing.
+            holds: the exported entries' ids are renumbered (the fresh entries hold new ids already).
 
     Raises:
         ConfigError: the models' weights do not pair up, or a weight's shape changed where no vocabulary
@@ -218,12 +214,12 @@ def transfer_weights(source: keras.Model, target: keras.Model, index_maps: Mappi
                          "vocabulary indexes (see seqapps.finetuning.vocabulary_axis)")
     if len(source.weights) != len(target.weights):
         raise ConfigError(f"the exported model has {len(source.weights)} weights, the new one {len(target.weights)}: "
-                         "fine-tune with the exported architecture")
+                          "fine-tune with the exported architecture")
     for old, fresh in zip(source.weights, target.weights):
         old_value, fresh_value = keras.ops.convert_to_numpy(old), keras.ops.convert_to_numpy(fresh)
         if old.name != fresh.name:
             raise ConfigError(f"weight {old.path!r} of the exported model pairs with {fresh.path!r}: "
-                             "fine-tune with the exported architecture")
+                              "fine-tune with the exported architecture")
         if fresh.path in value_maps:  # the old ids it holds, as new ids (the fresh entries are new ids already)
             old_value = value_maps[fresh.path].renumber(old_value)
         mapping = index_maps.get(fresh.path.rpartition("/")[0])

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from seqapps.errors import ConfigError
-from seqapps.finetuning import VocabularyMap, transfer_weights
+from seqapps.finetuning import VocabularyMap, grow_vocabulary, transfer_weights, vocabulary_report
 from seqapps.layers.batch_nce import BatchNCE, full_logits, unigram_distribution
 from seqapps.layers.lexicon import LexiconBias
 
@@ -36,14 +36,24 @@ def _randomise(model: keras.Model, seed: int) -> None:
 def test_vocabulary_map_from_tokens_places_and_renumbers():
     mapping = VocabularyMap.from_tokens(OLD_WORDS, NEW_WORDS)
     assert mapping.old_ids.tolist() == [0, 3, 1, -1, 4, -1]
-    assert mapping.added.tolist() == [3, 5] and mapping.new_size == 6 and not mapping.is_identity
+    assert mapping.added.tolist() == [3, 5] and mapping.new_size == 6
     old, fresh = np.arange(10.0).reshape(5, 2), -np.ones((6, 2))
     np.testing.assert_array_equal(mapping.place(old, fresh, 0), [[0, 1], [6, 7], [2, 3], [-1, -1], [8, 9], [-1, -1]])
     np.testing.assert_array_equal(mapping.place(old.T, fresh.T, 1), mapping.place(old, fresh, 0).T)
     assert mapping.renumber(np.array([[1, 2], [3, 4]], "int32")).tolist() == [[2, 0], [1, 4]]  # b -> <unk>
-    assert VocabularyMap.from_tokens(OLD_WORDS, OLD_WORDS).is_identity
+    assert VocabularyMap.from_tokens(OLD_WORDS, OLD_WORDS).old_ids.tolist() == [0, 1, 2, 3, 4]
     with pytest.raises(ValueError, match="distinct ids"):
         VocabularyMap(np.array([0, 0]), 3)
+
+
+def test_grow_vocabulary_appends_the_new_words_by_count_from_min_count_up_to_max_size():
+    words = "x y a x z y x q".split()  # x 3, y 2, z 1, q 1; a is known
+    assert grow_vocabulary(OLD_WORDS, words) == [*OLD_WORDS, "x", "y", "z", "q"]  # ties: first seen
+    assert grow_vocabulary(OLD_WORDS, words, min_count=2) == [*OLD_WORDS, "x", "y"]
+    assert grow_vocabulary(OLD_WORDS, words, max_size=6) == [*OLD_WORDS, "x"]
+    assert grow_vocabulary(OLD_WORDS, words, max_size=3) == OLD_WORDS  # the export's words are never dropped
+    assert vocabulary_report(5, [*OLD_WORDS, "x"], "x a w w".split()) == {"added": ["x"], "size": 6, "oov_rate": 0.5}
+    assert vocabulary_report(5, OLD_WORDS, [])["oov_rate"] is None
 
 
 def test_transfer_weights_moves_embedding_rows_and_dense_columns():
