@@ -20,7 +20,12 @@ Music of Ireland; no Essen) rendered by FluidSynth or pretty_midi (``seqapps.dat
 reads ``folder/tags.csv`` (``path,tags``, tags separated by ``;`` or ``|``) or one
 sub-folder per tag; ``val_fraction``/``test_fraction`` of the clips (seeded) are held out.
 Fine-tuning on new tag names extends the output layer (``adapt_model``): the old tags keep
-their weights and order, the new ones (from the training clips) start fresh.
+their weights and order, the new ones (from the training clips, most frequent first) start
+fresh. With ``tags=replace`` the output layer has exactly the training clips' tags, in
+sorted order: a tag the export also has keeps its unit's weights, the others start fresh,
+and the export's other tags are dropped. Thresholds are calibrated on the validation clips
+either way. A validation or test clip's tag that training never saw is ignored in scoring
+(the report counts such clips).
 
 Metrics: macro and micro ROC-AUC and PR-AUC, the ROC-AUC of each tag and its mean per tag
 group (``genre``, ``mode``, ... of ``group:value`` tags) on the test clips, beside two
@@ -54,11 +59,11 @@ from seqapps.data import music, samples
 from seqapps.data import splits as split_rule
 from seqapps.data.audio import LogMelSpectrogram, wav_bytes
 from seqapps.errors import DataError
-from seqapps.finetuning import VocabularyMap, transfer_weights
+from seqapps.finetuning import VocabularyMap, grow_vocabulary, transfer_weights
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 from seqapps.layers.spectrogram import SpecAugment, TimeStatistics
 from seqapps.metrics import pr_auc, roc_auc
-from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits, row_inputs
+from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits, row_inputs
 
 SPLITS = ("train", "val", "test")
 AGGREGATES = ("mean", "max")
@@ -67,6 +72,7 @@ CELLS = {"gru": keras.layers.GRU, "lstm": keras.layers.LSTM}
 RNN_CELLS = {"gru": keras.layers.GRUCell, "lstm": keras.layers.LSTMCell}
 RNNS = ("rnn", "hrnn")
 POOLINGS = ("last", "meanmax")
+TAG_CHOICES = ("extend", "replace")
 
 
 @dataclasses.dataclass
@@ -81,6 +87,8 @@ class MusicTaggingConfig(TrainingConfig):
         renderer: "auto" (FluidSynth when installed), "synth" (pretty_midi) or "fluidsynth".
         csv: the tag table inside the ``--data`` folder.
         val_fraction, test_fraction: shares of the pieces (generated) or rows (user) held out.
+        tags: at fine-tuning, "extend" (the export's tags, then the training clips' new tags) or "replace" (the
+            training clips' tags only; a tag the export also has keeps its output unit's weights).
         window_seconds: the model's window; tracks are cut into windows of this length (non-overlapping, the
             last one ending at the track's end; a track shorter than one window is zero-padded).
         train_hop_seconds: hop between the training windows (overlapping when < window_seconds: more, shifted
@@ -114,6 +122,7 @@ class MusicTaggingConfig(TrainingConfig):
     csv: str = "tags.csv"
     val_fraction: float = 0.15
     test_fraction: float = 0.2
+    tags: str = "extend"
     window_seconds: float = 3.0
     train_hop_seconds: float | None = None
     aggregate: str = "mean"
@@ -160,6 +169,7 @@ class MusicTaggingConfig(TrainingConfig):
             require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
         require(self.renderer in music.RENDERERS, "renderer", self.renderer, f"one of {', '.join(music.RENDERERS)}")
         require_split_fractions(self.val_fraction, self.test_fraction)
+        require(self.tags in TAG_CHOICES, "tags", self.tags, f"one of {', '.join(TAG_CHOICES)}")
         require(self.window_seconds > 0, "window_seconds", self.window_seconds, "a number > 0")
         require(self.clip_seconds >= self.window_seconds, "clip_seconds", self.clip_seconds,
                 f"a number >= window_seconds ({self.window_seconds})")
@@ -368,18 +378,25 @@ class MusicTagging(Pipeline):
                 raise DataError(f"{root}: a split has no clips; take more pieces_per_collection")
             source = {"source": f"music21 corpus rendered ({root})", "renderer": spec.renderer,
                       "licence": "; ".join(f"{name}: {music.COLLECTIONS[name].licence}" for name in spec.collections)}
-        if state is not None:  # fine-tuning: new training tags extend the exported ones, which keep their order
-            new = sorted({tag for clip in parts["train"] for tag in clip.tags} - set(state["tags"]))
-            state = {**state, "tags": [*state["tags"], *new], "thresholds": [*state["thresholds"], *[0.5] * len(new)]}
-        else:
-            tags = sorted({tag for clip in parts["train"] for tag in clip.tags})
-            state = {"tags": tags, "sample_rate": rate, "window_samples": int(config.window_seconds * rate),
+        trained_tags = sorted({tag for clip in parts["train"] for tag in clip.tags})
+        # the export's tags (a run's own), which ``adapt_model`` maps to the new ones
+        arrays: dict[str, Any] = {"exported_tags": trained_tags if state is None else state["tags"]}
+        if state is None:
+            state = {"tags": trained_tags, "sample_rate": rate, "window_samples": int(config.window_seconds * rate),
                      "aggregate": config.aggregate, "max_seconds": config.max_seconds,
-                     "thresholds": [0.5] * len(tags)}
+                     "thresholds": [0.5] * len(trained_tags)}
+            added, removed = [], []
+        else:  # fine-tuning: the training tags extend the exported ones (which keep their order) or replace them
+            exported = state["tags"]
+            tags = trained_tags if config.tags == "replace" else grow_vocabulary(
+                exported, (tag for clip in parts["train"] for tag in clip.tags))
+            added, removed = [t for t in tags if t not in exported], [t for t in exported if t not in tags]
+            threshold = dict(zip(exported, state["thresholds"]))  # calibrated again on the validation clips
+            state = {**state, "tags": tags, "thresholds": [threshold.get(tag, 0.5) for tag in tags]}
         index = {tag: i for i, tag in enumerate(state["tags"])}
         window = state["window_samples"]
         hop = int((config.train_hop_seconds or config.window_seconds) * rate)
-        datasets, arrays = {}, {}
+        datasets = {}
         for split in SPLITS:
             waveforms, targets = [], np.zeros((len(parts[split]), len(index)), np.float32)
             for row, clip in enumerate(parts[split]):
@@ -388,9 +405,14 @@ class MusicTagging(Pipeline):
                 waveforms.append(audio.read_audio(clip.path, rate, config.max_seconds))
             arrays[split] = {"waveforms": waveforms, "targets": targets, "paths": [str(c.path) for c in parts[split]]}
             datasets[split] = window_dataset(waveforms, targets, window, hop if split == "train" else window)
+        # held-out clips with a tag that training never saw: that tag is ignored in scoring them
+        unseen = {split: sum(any(tag not in index for tag in clip.tags) for clip in parts[split])
+                  for split in ("val", "test")}
         report = {**source, "clips": {s: len(parts[s]) for s in SPLITS}, "tags": len(index),
                   SPLIT_COUNTS: split_rule.split_counts("clips", {s: len(parts[s]) for s in SPLITS}),
-                  "tag_counts": dict(zip(state["tags"], arrays["train"]["targets"].sum(axis=0).astype(int).tolist()))}
+                  "tag_counts": dict(zip(state["tags"], arrays["train"]["targets"].sum(axis=0).astype(int).tolist())),
+                  VOCABULARIES: {"tags": {"added": added, "removed": removed, "size": len(index),
+                                          "clips_with_unseen_tags": unseen}}}
         return Splits(datasets["train"], datasets["val"], datasets["test"], state=state, report=report, arrays=arrays)
 
     # --- model ------------------------------------------------------------------------------
@@ -431,13 +453,14 @@ class MusicTagging(Pipeline):
         return keras.Model(inputs, outputs, name=self.name)
 
     def adapt_model(self, model: keras.Model, config: MusicTaggingConfig, data: Splits) -> keras.Model:
-        """Adds outputs for new tags: every layer keeps its weights, the new tags' output units start fresh."""
-        tags = data.state["tags"]
-        old_tags = model.output_shape[-1]  # the exported tags come first, in their order (load_data)
-        if old_tags == len(tags):
+        """Fits the output layer to the fine-tuning tags: every layer keeps its weights, a tag the export has
+        keeps its unit's (wherever ``tags=replace`` moves it), a new tag's unit starts fresh, and a dropped tag's
+        unit goes."""
+        exported, tags = data.arrays["exported_tags"], data.state["tags"]
+        if exported == tags:
             return model
         grown = self.build_model(config, data)
-        transfer_weights(model, grown, {"scores": VocabularyMap.from_tokens(tags[:old_tags], tags)})
+        transfer_weights(model, grown, {"scores": VocabularyMap.from_tokens(exported, tags)})
         return grown
 
     def compile_args(self, config: MusicTaggingConfig, data: Splits) -> dict[str, Any]:

@@ -17,9 +17,13 @@ never hears. ``--data folder/ --set csv=metadata.csv`` reads a folder of audio
 files with a ``path,transcript`` table (LJSpeech / Common Voice layout); ``val_fraction``
 and ``test_fraction`` of the rows (at least one each, drawn by ``seed``) go to validation and test.
 Transcripts are lower-cased; the character set is learned from the training
-transcripts. A character outside it is an error listing it (``oov=error``) or is
-deleted (``oov=drop``). Clips longer than ``max_seconds``, silent clips, and
-transcripts too long for their audio's frames are errors naming the row.
+transcripts. Fine-tuning extends the export's character set with the new characters
+of the training transcripts (``vocabulary=extend``, the default): each gets an output
+unit after the old ones (the blank stays class 0; old units keep their weights), and
+the export's in-graph character table holds it. ``vocabulary=keep`` keeps the export's
+characters. A character outside the character set is an error listing it
+(``oov=error``) or is deleted (``oov=drop``). Clips longer than ``max_seconds``, silent
+clips, and transcripts too long for their audio's frames are errors naming the row.
 
 Metrics: CER and WER (``jiwer``) of greedy and beam decoding on the test split,
 beside two baselines: the empty transcript and the most frequent training sentence.
@@ -56,9 +60,11 @@ from seqapps.data import datasets, samples, speech
 from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
+from seqapps.finetuning import (VOCABULARY_CHOICES, VocabularyMap, grow_vocabulary, transfer_weights,
+                                vocabulary_report)
 from seqapps.layers import ctc
 from seqapps.metrics import character_error_rate, word_error_rate
-from seqapps.pipeline import INPUT_INDEX, SPLIT_COUNTS, Headline, Pipeline, Splits, row_inputs
+from seqapps.pipeline import INPUT_INDEX, SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits, row_inputs
 
 CORPORA = {"kjv": lambda: text_data.kjv_bible().lines, "pydoc": lambda: text_data.pydoc_topics().lines}
 SPLITS = ("train", "val", "test")
@@ -73,6 +79,8 @@ class SpeechRecognitionConfig(TrainingConfig):
         train_utterances, val_utterances, test_utterances: generated utterances per split.
         csv: the transcript table inside the ``--data`` folder.
         val_fraction, test_fraction: shares of the user's rows held out.
+        vocabulary: at fine-tuning, "extend" (characters of the training transcripts that the export cannot
+            emit get new output units) or "keep" (the export's characters only; ``oov`` decides the rest).
         oov: transcript characters outside the character set: "error" or "drop".
         max_seconds: the longest clip (training data and ``seqapps predict`` windows).
         n_mels, n_fft, hop_length: the log-mel front end (samples at 16 kHz).
@@ -93,6 +101,7 @@ class SpeechRecognitionConfig(TrainingConfig):
     csv: str = "metadata.csv"
     val_fraction: float = 0.05
     test_fraction: float = 0.1
+    vocabulary: str = "extend"
     oov: str = "error"
     max_seconds: float = 15.0
     n_mels: int = 40
@@ -132,6 +141,8 @@ class SpeechRecognitionConfig(TrainingConfig):
                      "stride", "hrnn_periods", "beam_width"):
             require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
         require_split_fractions(self.val_fraction, self.test_fraction)
+        require(self.vocabulary in VOCABULARY_CHOICES, "vocabulary", self.vocabulary,
+                f"one of {', '.join(VOCABULARY_CHOICES)}")
         require(self.oov in speech.OOV_POLICIES, "oov", self.oov, f"one of {', '.join(speech.OOV_POLICIES)}")
         require(self.max_seconds > 0, "max_seconds", self.max_seconds, "a number > 0")
         require(self.conv_filters >= 0, "conv_filters", self.conv_filters, "an integer >= 0")
@@ -195,13 +206,19 @@ class SpeechRecognition(Pipeline):
             labels = split_rule.assign_splits(len(rows), config.val_fraction, config.test_fraction, source["source"],
                                               "utterances", "shuffle", config.seed)
             parts = {name: [rows[i] for i in part] for name, part in split_rule.split_indices(labels).items()}
+        trained_chars = [c for u in parts["train"] for c in u.transcript]
+        exported_chars = len(state["chars"]) - 1 if state else None  # fine-tuning: the export's characters
         if state is None:
             # the generated corpus speaks letters, the apostrophe and spaces by construction
-            learned = speech.SPOKEN_CHARS if not data_path else {c for u in parts["train"] for c in u.transcript}
-            chars = sorted(set(learned) | {" "})
+            chars = sorted(set(speech.SPOKEN_CHARS if not data_path else trained_chars) | {" "})
             state = {"chars": ["", *chars], "sample_rate": speech.SAMPLE_RATE, "beam_width": config.beam_width,
                      "max_seconds": config.max_seconds}
+        elif config.vocabulary == "extend":  # new characters get output units after the old ones (and the blank)
+            state = {**state, "chars": grow_vocabulary(state["chars"], trained_chars)}
         charset = state["chars"][1:]
+        # the test characters outside the character set are counted before oov= drops or refuses them
+        characters = vocabulary_report(exported_chars or len(charset), charset,
+                                       (c for u in parts["test"] for c in u.transcript))
         index = {c: i for i, c in enumerate(state["chars"]) if c}
         split_data, arrays = {}, {}
         for split in SPLITS:
@@ -227,7 +244,8 @@ class SpeechRecognition(Pipeline):
         arrays["words"] = words
         sizes = {s: len(arrays[s]["transcripts"]) for s in SPLITS}
         report = {**source, "utterances": sizes, SPLIT_COUNTS: split_rule.split_counts("utterances", sizes),
-                  "characters": len(charset)}
+                  "characters": len(charset),
+                  VOCABULARIES: {"characters": characters}}
         return Splits(split_data["train"], split_data["val"], split_data["test"], state=state, report=report, arrays=arrays)
 
     # --- model ------------------------------------------------------------------------------
@@ -240,6 +258,21 @@ class SpeechRecognition(Pipeline):
             dropout=config.dropout, hrnn_periods=config.hrnn_periods, hrnn_mode=config.hrnn_mode, name=self.name)
         model.build()
         return model
+
+    def adapt_model(self, model: ctc.CTCSpeechModel, config: SpeechRecognitionConfig,
+                    data: Splits) -> ctc.CTCSpeechModel:
+        """Adds output units for new characters: every weight is kept, the new characters' units start fresh.
+
+        The new characters follow the exported ones (``load_data``), so the blank stays class 0 and every
+        old character keeps its class and its unit's weights.
+        """
+        chars = data.state["chars"]
+        if model.num_classes == len(chars):
+            return model
+        grown = self.build_model(config, data)
+        transfer_weights(model, grown, {grown.logits_layer.path: VocabularyMap.from_tokens(
+            chars[:model.num_classes], chars)})
+        return grown
 
     def compile_args(self, config: SpeechRecognitionConfig, data: Splits) -> dict[str, Any]:
         return {"jit_compile": False}  # the model's train_step computes the CTC loss

@@ -235,6 +235,11 @@ class CTCSpeechModel(keras.Model):
         """The time between output frames."""
         return self.stride * self.hop_length / self.sample_rate
 
+    @property
+    def logits_layer(self) -> keras.layers.Dense:
+        """The Dense layer with one unit per class (the blank, then the characters): what fine-tuning grows."""
+        return self.hrnn.head if self.encoder == "hrnn" else self.head
+
     def output_lengths(self, length: tf.Tensor) -> tf.Tensor:
         """Valid output frames of waveforms with ``length`` valid samples."""
         frames = self.frontend.frame_lengths(length)

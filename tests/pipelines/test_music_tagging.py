@@ -1,6 +1,7 @@
 """Checks of the music_tagging pipeline: its tiny run (the shared session export), bad input, the baselines."""
 import csv
 import dataclasses
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +19,13 @@ from pipelines.music_tagging import (
     window_dataset,
     window_starts,
 )
+from seqapps import cli
 from seqapps.config import resolve_config
 from seqapps.data import music
 from seqapps.errors import DataError
-from tests.pipelines.cli_runner import export_metrics
+from seqapps.export import read_export
+from seqapps.pipeline import VOCABULARIES
+from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli
 
 RATE = music.SAMPLE_RATE
 
@@ -90,6 +94,29 @@ def test_signatures_rank_tags_pad_short_clips_decode_22050_hz_wav_and_reject_nan
         loaded.signatures["serving_default"](waveform=tf.constant([[0.0, np.nan, 0.0]], tf.float32))
 
 
+@pytest.mark.large
+def test_finetune_with_tags_replace_exports_and_predicts_only_the_users_tags(music_run, tmp_path, capsys):
+    export, _ = music_run
+    copy = tmp_path / "models" / "music_tagging" / "1"
+    shutil.copytree(export, copy)
+    folder = _user_folder(tmp_path / "mine", count=24)
+    code, answer, err = run_cli(capsys, "finetune", "music_tagging", "--from", str(copy), "--data", str(folder),
+                                "--set", "tags=replace", "--json")
+    assert code == 0, err
+    old_tags, grown = read_export(copy).state["tags"], read_export(answer["export"])
+    assert grown.state["tags"] == ["high", "low", "tone"] and len(grown.state["thresholds"]) == 3
+    assert answer["data"][VOCABULARIES]["tags"] == {"added": ["high", "low", "tone"], "removed": old_tags, "size": 3,
+                                                    "clips_with_unseen_tags": {"val": 0, "test": 0}}
+    loaded = tf.saved_model.load(str(grown.path))
+    clip = soundfile.read(folder / "0.wav", dtype="float32")[0]
+    ranked = loaded.signatures["serving_default"](waveform=tf.constant(clip[None, :]))["tags"].numpy()[0]
+    assert sorted(tag.decode() for tag in ranked) == ["high", "low", "tone"]
+    assert cli.main(["predict", str(grown.path), str(folder / "0.wav"), str(folder / "1.wav")]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("0.wav") == printed.count("1.wav") == 1
+    assert not [tag for tag in old_tags if tag in printed]
+
+
 def _write_clip(path: Path, frequency: float, seconds: float = 1.0) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     soundfile.write(path, 0.3 * np.sin(2 * np.pi * frequency * np.arange(int(RATE * seconds)) / RATE), RATE)
@@ -150,6 +177,49 @@ def test_fine_tuning_on_a_new_tag_extends_the_outputs_keeping_the_old_weights(tm
         if old.name != "scores":
             for a, b in zip(old.get_weights(), new.get_weights()):
                 np.testing.assert_array_equal(a, b)
+
+
+def test_tags_replace_keeps_exactly_the_users_tags_and_reports_what_changed(tmp_path):
+    pipeline = MusicTagging()
+    folder = str(_user_folder(tmp_path))
+    exported = {**pipeline.load_data(resolve_config(MusicTagging.Config, "tiny"), folder).state,
+                "tags": ["genre:reel", "tone", "mode:major"], "thresholds": [0.2, 0.3, 0.4]}
+    extended = pipeline.load_data(resolve_config(MusicTagging.Config, "tiny"), folder, state=exported)
+    added = extended.state["tags"][3:]
+    assert extended.state["tags"][:3] == exported["tags"] and sorted(added) == ["high", "low"]
+    assert extended.report[VOCABULARIES]["tags"] == {"added": added, "removed": [], "size": 5,
+                                                     "clips_with_unseen_tags": {"val": 0, "test": 0}}
+    config = resolve_config(MusicTagging.Config, "tiny", overrides=["tags=replace"])
+    replaced = pipeline.load_data(config, folder, state=exported)
+    assert replaced.state["tags"] == ["high", "low", "tone"] and replaced.state["thresholds"] == [0.5, 0.5, 0.3]
+    assert replaced.report[VOCABULARIES]["tags"] == {"added": ["high", "low"], "removed": ["genre:reel", "mode:major"],
+                                                     "size": 3, "clips_with_unseen_tags": {"val": 0, "test": 0}}
+    assert replaced.arrays["test"]["targets"].shape[1] == 3
+    old_model = pipeline.build_model(config, dataclasses.replace(replaced, state=exported))
+    old_kernel = old_model.get_layer("scores").get_weights()[0]
+    old_model.get_layer("scores").set_weights([old_kernel, np.array([0.1, 0.2, 0.3], np.float32)])  # trained
+    grown = pipeline.adapt_model(old_model, config, replaced)
+    assert grown.output_shape == (None, 3)
+    kernel, bias = grown.get_layer("scores").get_weights()
+    # "tone" keeps its unit (old 1, new 2); "high" and "low" start as a fresh layer does (zero bias)
+    np.testing.assert_array_equal(kernel[:, 2], old_kernel[:, 1])
+    np.testing.assert_allclose(bias, [0.0, 0.0, 0.2])
+
+
+def test_a_bad_tags_setting_exits_2_with_one_line(capsys, tmp_path):
+    assert_rejected_in_one_line(capsys, tmp_path, "music_tagging", ["--set", "tags=bogus"],
+                                "'tags'")
+
+
+def test_held_out_clips_with_tags_training_never_saw_are_counted(tmp_path):
+    folder = _user_folder(tmp_path)
+    rows = (folder / "tags.csv").read_text().splitlines()
+    (folder / "tags.csv").write_text("\n".join([rows[0], *(f"{row};clip:{i}" for i, row in enumerate(rows[1:]))]))
+    data = MusicTagging().load_data(resolve_config(MusicTagging.Config, "tiny"), str(folder))
+    # every clip has a tag of its own: each held-out clip has one that training never saw
+    assert data.report[VOCABULARIES]["tags"]["clips_with_unseen_tags"] == {
+        "val": len(data.arrays["val"]["paths"]), "test": len(data.arrays["test"]["paths"])}
+    assert data.report[VOCABULARIES]["tags"]["size"] == 3 + len(data.arrays["train"]["paths"])
 
 
 def test_corrupt_or_empty_audio_is_a_data_error_naming_the_file(tmp_path):

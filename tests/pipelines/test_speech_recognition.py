@@ -1,14 +1,21 @@
 """End-to-end checks of the speech_recognition pipeline on its tiny preset (espeak-ng corpus), through the CLI."""
 import csv
+import dataclasses
 import shutil
+from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 import soundfile
 import tensorflow as tf
 
+from pipelines.speech_recognition import SpeechRecognition
 from seqapps.config import resolve_config
 from seqapps.data import speech
+from seqapps.errors import DataError
+from seqapps.export import read_export
+from seqapps.pipeline import VOCABULARIES
 from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli, run_tiny
 
 pytestmark = pytest.mark.large
@@ -126,22 +133,116 @@ def test_corrupt_audio_in_user_data_names_file_and_row(capsys, tmp_path, tiny_co
 
 
 @pytest.mark.parametrize("setting, message", [("encoder=transformer", "'encoder'"), ("oov=map", "'oov'"),
-                                              ("units=8", "'units'")])
+                                              ("vocabulary=grow", "'vocabulary'"), ("units=8", "'units'")])
 def test_bad_config_exits_2_with_one_line(capsys, tmp_path, setting, message):
     extra = ["--set", "encoder=hrnn"] if setting == "units=8" else []
     assert_rejected_in_one_line(capsys, tmp_path, "speech_recognition", ["--set", setting, *extra], message)
 
 
-def test_finetune_continues_on_the_users_recordings(capsys, speech_run, tiny_corpus, tmp_path):
+def _graph_string_constants(export) -> list[list[str]]:
+    """The string constants (lists) of the SavedModel's graph and its functions: the in-graph tables."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel.FromString((export / "saved_model.pb").read_bytes())
+    graph = saved.meta_graphs[0].graph_def
+    nodes = [*graph.node, *(node for function in graph.library.function for node in function.node_def)]
+    values = [tf.make_ndarray(node.attr["value"].tensor) for node in nodes
+              if node.op == "Const" and node.attr["value"].tensor.dtype == tf.string.as_datatype_enum]
+    return [[item.decode() for item in value.ravel()] for value in values if value.ndim == 1]
+
+
+def test_finetune_on_a_new_character_grows_the_export_to_emit_it(capsys, speech_run, tiny_corpus, tmp_path):
     export, _ = speech_run
     folder = _user_folder(tmp_path, tiny_corpus, lambda rows: "path,sentence\n" + "".join(
-        f"{r['path']},{r['transcript'].upper()}\n" for r in rows))  # Common Voice's column; case is normalised
-    copy = tmp_path / "models" / "speech_recognition" / "1"
+        f"{r['path']},{r['transcript'].upper().replace('E', 'É')}\n" for r in rows))  # Common Voice's column;
+    copy = tmp_path / "models" / "speech_recognition" / "1"                          # case is normalised
     shutil.copytree(export, copy)
     code, answer, err = run_cli(capsys, "finetune", "speech_recognition", "--from", str(copy), "--data", str(folder),
                                 "--json")
     assert code == 0, err
     assert answer["export"].endswith("speech_recognition/2") and "greedy_cer" in answer["metrics_before"]
+    old_chars, grown = read_export(copy).state["chars"], read_export(answer["export"])
+    chars = grown.state["chars"]
+    assert chars == [*old_chars, "é"] and answer["data"][VOCABULARIES]["characters"]["added"] == ["é"]
+    # the serving graph's character table holds the new character
+    assert chars in _graph_string_constants(grown.path) and chars not in _graph_string_constants(copy)
+    model = keras.saving.load_model(grown.keras_model_path)
+    assert model.num_classes == model.logits_layer.units == len(old_chars) + 1
+
+
+def _recordings(folder, transcripts):
+    """A folder of one-second noise clips (not silent, so they are valid audio) with ``transcripts``."""
+    rng = np.random.default_rng(0)
+    (folder / "wavs").mkdir(parents=True)
+    for i in range(len(transcripts)):
+        soundfile.write(folder / "wavs" / f"{i}.wav", 0.1 * rng.standard_normal(speech.SAMPLE_RATE),
+                        speech.SAMPLE_RATE)
+    (folder / "metadata.csv").write_text("path,transcript\n" + "".join(
+        f"wavs/{i}.wav,{text}\n" for i, text in enumerate(transcripts)))
+    return str(folder)
+
+
+@pytest.fixture()
+def exported_state(tmp_path):
+    """The pipeline state of a model trained on transcripts of ``a``, ``b``, ``c`` and spaces."""
+    pipeline = SpeechRecognition()
+    data = pipeline.load_data(resolve_config(SpeechRecognition.Config, "tiny"),
+                              _recordings(tmp_path / "old", ["a cab", "abba", "a bac"] * 8))
+    assert data.state["chars"] == ["", " ", "a", "b", "c"]
+    return data.state
+
+
+def test_fine_tuning_extends_the_character_set_after_the_old_characters(tmp_path, exported_state):
+    pipeline = SpeechRecognition()
+    data = pipeline.load_data(resolve_config(SpeechRecognition.Config, "tiny"),
+                              _recordings(tmp_path / "new", ["Café à la carte"] * 24), state=exported_state)
+    # the blank stays class 0 and the old characters keep their classes; the new ones follow, in order of
+    # frequency, then of first appearance
+    added = ["f", "é", "à", "l", "r", "t", "e"]
+    assert data.state["chars"] == ["", " ", "a", "b", "c", *added]
+    assert data.report[VOCABULARIES] == {"characters": {"added": added, "size": 11, "oov_rate": 0.0}}
+    (_, labels), = data.train.take(1)
+    assert [data.state["chars"][i] for i in labels.numpy()] == list("café à la carte")
+
+
+@pytest.mark.parametrize("encoder, units", [("birnn", "[8]"), ("hrnn", "[8,8]")])
+def test_growing_the_ctc_output_layer_keeps_the_blank_and_the_old_characters_outputs(tmp_path, exported_state,
+                                                                                   encoder, units):
+    keras.utils.set_random_seed(0)
+    pipeline = SpeechRecognition()
+    config = resolve_config(SpeechRecognition.Config, "tiny", overrides=[f"encoder={encoder}", f"units={units}"])
+    data = pipeline.load_data(config, _recordings(tmp_path / "new", ["a cabé"] * 24), state=exported_state)
+    old = pipeline.build_model(config, dataclasses.replace(data, state=exported_state))
+    rng = np.random.default_rng(1)
+    for weight in old.trainable_weights:  # a trained model's weights: no zero bias
+        weight.assign(rng.normal(scale=0.3, size=weight.shape).astype("float32"))
+    (inputs, _), = data.test.padded_batch(2).take(1)
+    before = old(inputs).numpy()
+    grown = pipeline.adapt_model(old, config, data)
+    assert old.num_classes == 5 and grown.num_classes == 6 == grown.logits_layer.units
+    for kept, new in zip(old.weights, grown.weights):
+        if new.path.startswith(grown.logits_layer.path):
+            new = new.numpy()[..., :5]
+        np.testing.assert_array_equal(kept.numpy(), new, err_msg=kept.path)
+    # class 0 (the blank) and the old characters score every frame as the exported model does
+    np.testing.assert_allclose(grown(inputs).numpy()[..., :5], before, rtol=1e-5, atol=1e-5)
+
+
+def test_vocabulary_keep_refuses_or_drops_new_characters_as_before(tmp_path, exported_state):
+    pipeline = SpeechRecognition()
+    folder = _recordings(tmp_path / "new", ["a cab", "a bac é"] * 12)
+    with pytest.raises(DataError, match=r"1 transcript character.*'é' \(.*metadata.csv line \d+\)"):
+        pipeline.load_data(resolve_config(SpeechRecognition.Config, "tiny", overrides=["vocabulary=keep"]), folder,
+                           state=exported_state)
+    config = resolve_config(SpeechRecognition.Config, "tiny", overrides=["vocabulary=keep", "oov=drop"])
+    data = pipeline.load_data(config, folder, state=exported_state)
+    assert data.state["chars"] == exported_state["chars"]
+    assert set("".join(data.arrays["test"]["transcripts"])) <= set("abc ")
+    # the share of test characters outside the character set, counted on the transcripts before dropping
+    written = [("a cab", "a bac é")[int(Path(path).stem) % 2] for path in data.arrays["test"]["paths"]]
+    expected = sum(text.count("é") for text in written) / sum(map(len, written))
+    assert expected > 0 and data.report[VOCABULARIES]["characters"] == {"added": [], "size": 4,
+                                                                         "oov_rate": round(expected, 4)}
 
 
 def test_word_timings_of_a_model_that_transcribes_fall_inside_espeaks_word_spans(tmp_path, monkeypatch):
