@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any, Sequence
 
 import keras
@@ -29,7 +30,7 @@ from seqapps.config import HRNNConfig, require
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
 from seqapps.export import Signature
-from seqapps.pipeline import Pipeline, Splits
+from seqapps.pipeline import Headline, Pipeline, Splits
 
 BLANK = 2
 SYMBOLS = 3  # 0, 1, blank
@@ -108,6 +109,13 @@ class CopyTask(Pipeline):
 
     Config = CopyTaskConfig
     predict_input = "strings of 0s and 1s, one per row"
+
+    headline_metrics = (Headline("bpc", "bits per bit", higher_is_better=False),
+                        Headline("bit_accuracy", "bits right", "%", 100.0), Headline("solved", "strings solved", "%", 100.0))
+
+    def write_sample_data(self, folder: Path, seed: int = 0) -> tuple[str | None, list[str]]:
+        """The copy task generates its sequences and reads no data; predict takes bit strings."""
+        return None, ["0110", "1011"]
 
     def load_data(self, config: CopyTaskConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:

@@ -41,14 +41,14 @@ import tensorflow as tf
 from seqapps import baselines, intervals
 from seqapps import metrics as forecast_metrics_lib
 from seqapps.config import TrainingConfig, require
-from seqapps.data import datasets
+from seqapps.data import datasets, samples
 from seqapps.data.tables import (DECIMAL_MARKS, FILL_METHODS, check_timezone, local_times, parse_duration,
                                  read_csv, to_time_series)
 from seqapps.errors import DataError
 from seqapps.export import Signature
 from seqapps.losses import ScaledMeanAbsoluteError
 from seqapps.layers.time_features import CalendarFeatures, SeasonalDifference, SeasonalNaive, Shrinkage
-from seqapps.pipeline import Pipeline, Splits
+from seqapps.pipeline import Headline, Pipeline, Splits
 
 END_TIME = "end_time"
 FORECAST_TIME = "forecast_time"
@@ -902,6 +902,17 @@ class WeatherForecasting(Forecasting):
     """Next 24 hours of air temperature from past hourly weather (pvlib TMY3, BSD-3)."""
 
     Config = WeatherConfig
+    headline_metrics = (Headline("mae", "MAE", "°C", higher_is_better=False),
+                        Headline("rmse", "RMSE", "°C", higher_is_better=False),
+                        Headline("interval_coverage", "80% interval covers", "%", 100.0),
+                        Headline("pinball", "pinball", "°C", higher_is_better=False))
+
+    def write_sample_data(self, folder: Path, seed: int = 0) -> tuple[str | None, list[str]]:
+        """Ten weeks of hourly weather in the TMY3 columns the export reads."""
+        columns = {"temp_air": (12.0, 5.0, 0.8), "temp_dew": (6.0, 2.0, 0.8), "relative_humidity": (70.0, -15.0, 4.0),
+                   "pressure": (1010.0, 1.0, 2.0), "wind_speed": (4.0, 1.5, 0.8)}
+        path = samples.write_series(folder / "my_weather.csv", "2024-03-01", "1h", 24 * 70, columns, seed)
+        return str(path), [str(path)]
 
     def default_data(self) -> pd.DataFrame:
         return datasets.tmy3_weather()
@@ -911,6 +922,17 @@ class LoadForecasting(Forecasting):
     """Next day of half-hourly electricity demand (pmdarima Taylor series, MIT)."""
 
     Config = LoadConfig
+    headline_metrics = (Headline("mae", "MAE", "MW", higher_is_better=False),
+                        Headline("rmse", "RMSE", "MW", higher_is_better=False),
+                        Headline("smape", "sMAPE", "%", higher_is_better=False),
+                        Headline("interval_coverage", "80% interval covers", "%", 100.0),
+                        Headline("pinball", "pinball", "MW", higher_is_better=False))
+
+    def write_sample_data(self, folder: Path, seed: int = 0) -> tuple[str | None, list[str]]:
+        """Ten weeks of half-hourly demand in the export's column."""
+        path = samples.write_series(folder / "my_load.csv", "2024-03-01", "30min", 48 * 70,
+                                    {"demand": (30000.0, 6000.0, 400.0)}, seed)
+        return str(path), [str(path)]
 
     def default_data(self) -> pd.DataFrame:
         return datasets.taylor_load()

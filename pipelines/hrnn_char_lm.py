@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any, Sequence
 
 import keras
@@ -34,12 +35,12 @@ import tensorflow as tf
 
 from seqapps import metrics
 from seqapps.config import HRNNConfig, require
-from seqapps.data import datasets
+from seqapps.data import datasets, samples
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
 from seqapps.export import Signature
-from seqapps.pipeline import Pipeline, Splits
+from seqapps.pipeline import Headline, Pipeline, Splits
 
 CORPORA = {"pydoc": text_data.pydoc_topics, "kjv": text_data.kjv_bible, "wordnet": text_data.wordnet_glosses}
 START = "\n"  # every text is read after a line break, as every training line is
@@ -105,6 +106,14 @@ class HRNNCharLM(Pipeline):
 
     Config = HRNNCharLMConfig
     predict_input = "texts, one per row: bits per character and the likeliest next characters"
+
+    headline_metrics = (Headline("bpc", "BPC", "bits/char", higher_is_better=False),)
+
+    def write_sample_data(self, folder: Path, seed: int = 0) -> tuple[str | None, list[str]]:
+        """A text file of 40 sentences, some with accented letters the help topics lack."""
+        lines = samples.sample_sentences(40, seed)
+        lines[1::4] = [f"{line} at the café of the señor" for line in lines[1::4]]
+        return str(samples.write_text(folder / "my_text.txt", lines)), ["the old man sees", "a café"]
 
     def load_data(self, config: HRNNCharLMConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:

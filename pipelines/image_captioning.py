@@ -39,7 +39,7 @@ from seqapps.config import TrainingConfig, require
 from seqapps.data import captions as caption_data
 from seqapps.data import datasets
 from seqapps.data import images as image_data
-from seqapps.data import scenes
+from seqapps.data import samples, scenes
 from seqapps.data import text as text_data
 from seqapps.data.files import data_home
 from seqapps.errors import ConfigError, DataError
@@ -47,7 +47,7 @@ from seqapps.export import Limits, Signature
 from seqapps.layers.attention_decoder import ATTENTIONS, CELLS, AttentionDecoder, WordGenerator
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
 from seqapps.losses import per_token_training_loss
-from seqapps.pipeline import Pipeline, Splits
+from seqapps.pipeline import Headline, Pipeline, Splits
 
 OUTPUTS = ("softmax", "bnce")
 END = text_data.END_OF_SENTENCE
@@ -203,6 +203,19 @@ class ImageCaptioning(Pipeline):
     Config = CaptioningConfig
 
     # --- data -------------------------------------------------------------------------------
+
+    headline_metrics = (Headline("test/greedy_bleu4", "BLEU-4 greedy", baseline_key="test/bleu4"),
+                        Headline("test/beam_bleu4", "BLEU-4 beam", baseline_key="test/bleu4"),
+                        Headline("test/beam_fact_accuracy", "facts right", "%", 100.0,
+                                 baseline_key="test/fact_accuracy"),
+                        Headline("test_novel/beam_bleu4", "novel BLEU-4", baseline_key="test_novel/bleu4"),
+                        Headline("test_novel/beam_fact_accuracy", "novel facts right", "%", 100.0,
+                                 baseline_key="test_novel/fact_accuracy"))
+
+    def write_sample_data(self, folder: Path, seed: int = 0) -> tuple[str | None, list[str]]:
+        """24 photos of temples and flowers with two captions each, words the generated scenes lack."""
+        _, images = samples.write_shape_images(folder / "photos", 24, seed)
+        return str(folder / "photos"), [str(images[0]), str(images[3])]
 
     def load_data(self, config: CaptioningConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:

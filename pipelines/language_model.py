@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any, Sequence
 
 import keras
@@ -46,14 +47,14 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps.config import TrainingConfig, require
-from seqapps.data import datasets
+from seqapps.data import datasets, samples
 from seqapps.data import text as text_data
 from seqapps.export import Signature
 from seqapps.layers.batch_nce import LOSSES, NOISE_SCOPES, BatchNCE, unigram_distribution
 from seqapps.layers.ngram_context import NGramContext
 from seqapps.losses import per_token_training_loss
 from seqapps.metrics import perplexity, unigram_log_probs
-from seqapps.pipeline import Pipeline, Splits
+from seqapps.pipeline import Headline, Pipeline, Splits
 from seqapps.training import seconds_per_training_step
 
 ARCHITECTURES = ("ffnn", "ffnn_relu", "rnn", "rnn_relu", "lstm", "lstm_relu")
@@ -167,6 +168,14 @@ class LanguageModel(Pipeline):
     Config = LanguageModelConfig
 
     # --- data -------------------------------------------------------------------------------
+
+    headline_metrics = (Headline("ppl_full", "PPL^f", higher_is_better=False),
+                        Headline("ppl_self_normalized", "PPL^n", baseline_key="ppl_full", higher_is_better=False))
+
+    def write_sample_data(self, folder: Path, seed: int = 0) -> tuple[str | None, list[str]]:
+        """A text file of 40 sentences, half of them with made-up words (``samples.NEW_WORDS``)."""
+        path = samples.write_text(folder / "my_text.txt", samples.sample_sentences(40, seed))
+        return str(path), ["the old man sees a quokka", "my sister likes the boat"]
 
     def load_data(self, config: LanguageModelConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:

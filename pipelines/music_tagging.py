@@ -41,6 +41,7 @@ A waveform with NaN or Inf, empty, or longer than ``max_seconds`` is rejected
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any, Sequence
 
 import keras
@@ -48,14 +49,14 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps.config import TrainingConfig, require
-from seqapps.data import music
+from seqapps.data import music, samples
 from seqapps.data.audio import LogMelSpectrogram, wav_bytes
 from seqapps.errors import DataError
 from seqapps.finetuning import VocabularyMap, transfer_weights
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 from seqapps.layers.spectrogram import SpecAugment, TimeStatistics
 from seqapps.metrics import pr_auc, roc_auc
-from seqapps.pipeline import Pipeline, Splits
+from seqapps.pipeline import Headline, Pipeline, Splits
 
 SPLITS = ("train", "val", "test")
 AGGREGATES = ("mean", "max")
@@ -333,6 +334,14 @@ class MusicTagging(Pipeline):
     Config = MusicTaggingConfig
 
     # --- data -------------------------------------------------------------------------------
+
+    headline_metrics = (Headline("roc_auc_macro", "ROC-AUC macro"), Headline("pr_auc_macro", "PR-AUC macro"),
+                        Headline("roc_auc_micro", "ROC-AUC micro"), Headline("pr_auc_micro", "PR-AUC micro"))
+
+    def write_sample_data(self, folder: Path, seed: int = 0) -> tuple[str | None, list[str]]:
+        """24 clips of plucked notes tagged bright/dark and lively/calm, tags the embedded corpus lacks."""
+        _, clips = samples.write_tone_clips(folder / "clips", 24, music.SAMPLE_RATE, seconds=4.0, seed=seed)
+        return str(folder / "clips"), [str(clips[0]), str(clips[1])]
 
     def load_data(self, config: MusicTaggingConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:

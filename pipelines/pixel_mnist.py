@@ -19,6 +19,7 @@ returns ``label`` (int64 digit) and ``probabilities`` (float32 [batch, 10]).
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any, Sequence
 
 import keras
@@ -26,12 +27,12 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps.config import HRNNConfig, require
-from seqapps.data import datasets
+from seqapps.data import datasets, samples
 from seqapps.data.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_images, read_image_bytes
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
 from seqapps.export import Limits, Signature
-from seqapps.pipeline import Pipeline, Splits
+from seqapps.pipeline import Headline, Pipeline, Splits
 
 CLASSES = 10
 PERMUTATION_SEED = 1234  # the permutation is fixed: the same for every run of an image size
@@ -93,6 +94,14 @@ class PixelMnist(Pipeline):
 
     Config = PixelMnistConfig
     predict_input = "PNG or JPEG image files of digits, one per row"
+
+    headline_metrics = (Headline("accuracy", "accuracy", "%", 100.0),
+                        Headline("cross_entropy", "cross-entropy", "nats", higher_is_better=False))
+
+    def write_sample_data(self, folder: Path, seed: int = 0) -> tuple[str | None, list[str]]:
+        """A folder of 30 digit images, one sub-folder per digit."""
+        files = samples.write_digit_folders(folder / "digits", per_digit=3, seed=seed)
+        return str(folder / "digits"), [str(files[0]), str(files[-1])]
 
     def load_data(self, config: PixelMnistConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:

@@ -51,12 +51,12 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps.config import TrainingConfig, require
-from seqapps.data import datasets, speech
+from seqapps.data import datasets, samples, speech
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.layers import ctc
 from seqapps.metrics import character_error_rate, word_error_rate
-from seqapps.pipeline import Pipeline, Splits
+from seqapps.pipeline import Headline, Pipeline, Splits
 
 CORPORA = {"kjv": lambda: text_data.kjv_bible().lines, "pydoc": lambda: text_data.pydoc_topics().lines}
 SPLITS = ("train", "val", "test")
@@ -158,6 +158,19 @@ class SpeechRecognition(Pipeline):
     Config = SpeechRecognitionConfig
 
     # --- data -------------------------------------------------------------------------------
+
+    headline_metrics = (Headline("greedy_cer", "CER greedy", "%", 100.0, "cer", higher_is_better=False),
+                        Headline("beam_cer", "CER beam", "%", 100.0, "cer", higher_is_better=False),
+                        Headline("greedy_wer", "WER greedy", "%", 100.0, "wer", higher_is_better=False),
+                        Headline("beam_wer", "WER beam", "%", 100.0, "wer", higher_is_better=False))
+
+    def write_sample_data(self, folder: Path, seed: int = 0) -> tuple[str | None, list[str]]:
+        """30 sentences spoken by espeak-ng, some with accented letters (café, señor) the tiny corpus lacks."""
+        sentences = samples.sample_sentences(30, seed)
+        sentences[1::3] = [f"{line} {'at the café' if i % 2 else 'with the señor'}"
+                           for i, line in enumerate(sentences[1::3])]
+        _, files = samples.write_spoken_sentences(folder / "recordings", sentences)
+        return str(folder / "recordings"), [str(files[0]), str(files[1])]
 
     def load_data(self, config: SpeechRecognitionConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any, Sequence
 
 import keras
@@ -35,11 +36,11 @@ import tensorflow as tf
 
 from seqapps import metrics
 from seqapps.config import TrainingConfig, require
-from seqapps.data import datasets
+from seqapps.data import datasets, samples
 from seqapps.data import text as text_data
 from seqapps.export import Limits, Signature
 from seqapps.layers import decoding
-from seqapps.pipeline import Pipeline, Splits
+from seqapps.pipeline import Headline, Pipeline, Splits
 
 CORPORA = {"kjv": text_data.kjv_bible, "pydoc": text_data.pydoc_topics}
 START = "\n"  # every prompt is preceded by a line break, as every training line is
@@ -115,6 +116,14 @@ class TextGeneration(Pipeline):
     predict_input = "prompts, one per row; --set length=N --set temperature=T (default 200, 0.8)"
 
     # --- data -------------------------------------------------------------------------------
+
+    headline_metrics = (Headline("bits_per_char", "BPC", "bits/char", higher_is_better=False),)
+
+    def write_sample_data(self, folder: Path, seed: int = 0) -> tuple[str | None, list[str]]:
+        """A text file of 40 sentences, some with accented letters the embedded corpus lacks."""
+        lines = samples.sample_sentences(40, seed)
+        lines[1::4] = [f"{line} at the café of the señor" for line in lines[1::4]]
+        return str(samples.write_text(folder / "my_text.txt", lines)), ["the old man", "señor"]
 
     def load_data(self, config: TextGenerationConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:

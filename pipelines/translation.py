@@ -49,6 +49,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+from pathlib import Path
 from typing import Any, Sequence
 
 import keras
@@ -57,7 +58,7 @@ import tensorflow as tf
 
 from seqapps import metrics as seqapps_metrics
 from seqapps.config import TrainingConfig, require
-from seqapps.data import datasets
+from seqapps.data import datasets, samples
 from seqapps.data import pairs as pair_data
 from seqapps.data import text as text_data
 from seqapps.export import Limits, Signature
@@ -65,7 +66,7 @@ from seqapps.layers.attention_decoder import CELLS, AttentionDecoder, PaddingMas
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
 from seqapps.layers.lexicon import LexiconBias
 from seqapps.losses import per_token_training_loss
-from seqapps.pipeline import Pipeline, Splits
+from seqapps.pipeline import Headline, Pipeline, Splits
 from seqapps.training import seconds_per_training_step
 
 CORPORA = ("bible", "numbers")
@@ -355,6 +356,23 @@ class Translation(Pipeline):
     Config = TranslationConfig
 
     # --- data -------------------------------------------------------------------------------
+
+    headline_metrics = (Headline("greedy_bleu", "BLEU greedy", baseline_key="bleu"),
+                        Headline("beam_bleu", "BLEU beam", baseline_key="bleu"),
+                        Headline("greedy_chrf", "chrF greedy", baseline_key="chrf"),
+                        Headline("beam_chrf", "chrF beam", baseline_key="chrf"),
+                        Headline("ppl_full", "perplexity", higher_is_better=False))
+
+    def write_sample_data(self, folder: Path, seed: int = 0) -> tuple[str | None, list[str]]:
+        """40 English-Spanish pairs (``pairs.tsv``, Anki's header-less ``source<TAB>target``) counting things, some of them words the number phrases lack."""
+        from num2words import num2words
+
+        things = [("cats", "gatos"), ("dogs", "perros"), ("boats", "barcos"), ("trees", "árboles"),
+                  ("zeppelins", "zepelines"), ("quokkas", "quokkas"), ("houses", "casas"), ("letters", "cartas")]
+        rows = [(f"{num2words(n)} {en}", f"{num2words(n, lang='es')} {es}")
+                for i, (en, es) in enumerate(things) for n in range(2 + i % 3, 7 + i % 3)]
+        path = samples.write_table(folder / "pairs.tsv", None, rows, delimiter="\t")
+        return str(path), ["three dogs", "twenty one"]
 
     def load_data(self, config: TranslationConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:

@@ -212,35 +212,11 @@ def replay_native_stderr(log: io.BufferedRandom | None) -> None:
 
 
 def _summary(result: dict[str, Any]) -> str:
-    """A terminal summary of a run: metrics beside the baselines, then the export path."""
-    rows = {"model": result["metrics"], **result.get("baseline", {})}
-    if "metrics_before" in result:
-        rows = {"before finetune": result["metrics_before"], **rows}
-    keys = [k for k in result["metrics"] if "/" not in k]
-    width = max(len(name) for name in rows)
-    columns = {k: max(12, len(k) + 2) for k in keys}  # a long metric name keeps a gap before it
-    lines = [f"{result['pipeline']} ({result['preset']} preset) in {result['seconds']} s",
-             " " * width + "".join(f"{k:>{columns[k]}}" for k in keys)]
-    lines += [f"{name:<{width}}" + "".join(f"{values[k]:>{columns[k]}.4g}" if values.get(k) is not None
-                                           else f"{'n/a':>{columns[k]}}" for k in keys)
-              for name, values in rows.items()]
-    if "backtest" in result:
-        backtest = result["backtest"]
-        spread = {"model": backtest["metrics"], **backtest["baseline"]}
-        columns = {k: max(20, len(k) + 2) for k in keys}
-        lines.append(f"backtest over {backtest['folds']} folds (mean +- standard deviation):")
-        lines.append(" " * width + "".join(f"{k:>{columns[k]}}" for k in keys))
-        lines += [f"{name:<{width}}" + "".join(
-            f"{values[k]['mean']:>{columns[k] - 10}.4g} +- {values[k]['std']:<6.3g}"
-            if values.get(k, {}).get("mean") is not None else f"{'n/a':>{columns[k]}}" for k in keys)
-            for name, values in spread.items()]
-    data = result.get("data", {})
-    if "csv" in data or data.get("timezone"):
-        read = [f"separator {data['csv']['separator']!r}, decimal {data['csv']['decimal']!r}"] if "csv" in data else []
-        read += [f"time zone {data['timezone']}"] if data.get("timezone") else []
-        lines.append(f"data: {data.get('source', '')} ({'; '.join(read)})")
-    lines.append(f"export: {result['export']}")
-    return "\n".join(lines)
+    """The terminal summary of a run: headline metrics beside the baselines, split counts, the export path."""
+    from seqapps.pipeline import REGISTRY
+    from seqapps.summary import run_summary
+
+    return run_summary(result, REGISTRY.get(result["pipeline"]).headline_metrics)
 
 
 def _list(as_json: bool) -> None:

@@ -48,26 +48,31 @@ class Headline:
     """One of a pipeline's headline metrics, as the run summary and the docs show it.
 
     Attributes:
-        key: its key in ``metrics`` and in each baseline's dict (a baseline without it shows ``n/a``).
+        key: its key in the model's ``metrics``.
         label: the column's title (default: ``key``).
-        unit: printed after the value ("MW", "°C", "%", "bits/char"); "%" multiplies a fraction by 100.
+        unit: printed in the title ("MW", "°C", "%", "bits/char").
+        scale: the value is multiplied by it for display (100 for a fraction shown in %).
+        baseline_key: its key in each baseline's dict, where the baselines name it otherwise
+            (a model's ``greedy_cer`` against a baseline's ``cer``); default ``key``. A baseline
+            without it shows ``n/a``.
         higher_is_better: False for errors and losses.
     """
 
     key: str
     label: str = ""
     unit: str = ""
+    scale: float = 1.0
+    baseline_key: str = ""
     higher_is_better: bool = True
 
     def title(self) -> str:
         """The column's title: the label, with the unit in brackets."""
         return f"{self.label or self.key}" + (f" ({self.unit})" if self.unit else "")
 
-    def format(self, value: Any) -> str:
-        """The value as the summary prints it: ``n/a`` when missing, 4 significant digits otherwise."""
-        if value is None or isinstance(value, (dict, list, str)):
-            return "n/a"
-        return f"{100 * float(value):.4g}" if self.unit == "%" else f"{float(value):.4g}"
+    def value(self, metrics: dict[str, Any], baseline: bool = False) -> float | None:
+        """This metric in a model's (or, with ``baseline``, a baseline's) metrics, scaled; None when absent."""
+        found = metrics.get((self.baseline_key or self.key) if baseline else self.key)
+        return None if not isinstance(found, (int, float)) or isinstance(found, bool) else self.scale * found
 
 
 @dataclasses.dataclass

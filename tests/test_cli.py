@@ -10,6 +10,8 @@ import pandas as pd
 import pytest
 
 from seqapps import cli
+from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline
+from seqapps.summary import run_summary
 
 pytestmark = pytest.mark.large
 
@@ -154,8 +156,9 @@ def test_run_summary_lists_the_backtest_mean_and_spread_beside_the_split_metrics
     assert backtest["baseline"]["ridge"]["mae"]["mean"] == 4.0 and backtest["periods"] == ["a", "b", "c"]
     result = {"pipeline": "p", "preset": "tiny", "seconds": 1.0, "metrics": folds[-1][0], "baseline": folds[-1][1],
               "backtest": backtest, "export": "out/p/1"}
-    lines = cli._summary(result).splitlines()
+    lines = run_summary(result, (Headline("mae", "MAE", "MW"),)).splitlines()
     start = lines.index("backtest over 3 folds (mean +- standard deviation):")
+    assert lines[start + 1].split() == ["MAE", "(MW)"]
     assert lines[start + 2].split() == ["model", "4", "+-", "1"]
     assert lines[start + 3].split() == ["ridge", "4", "+-", "2"]
 
@@ -164,10 +167,35 @@ def test_run_summary_keeps_a_long_metric_name_apart_from_its_neighbours():
     result = {"pipeline": "p", "preset": "tiny", "seconds": 1.0, "export": "out/p/1",
               "metrics": {"mase": 0.175, "interval_coverage": 0.798, "pinball": 109.2},
               "baseline": {"ridge": {"mase": 0.176, "interval_coverage": None, "pinball": None}}}
-    header, model, ridge = cli._summary(result).splitlines()[1:4]
+    header, model, ridge = run_summary(result).splitlines()[1:4]
     assert header.split() == ["mase", "interval_coverage", "pinball"]
     assert model.split() == ["model", "0.175", "0.798", "109.2"]
     assert ridge.split() == ["ridge", "0.176", "n/a", "n/a"]
     # Each value ends where its column's name ends.
     for name, value in (("interval_coverage", "0.798"), ("pinball", "109.2")):
         assert model.index(value) + len(value) == header.index(name) + len(name)
+
+
+def test_run_summary_shows_headlines_in_units_against_baselines_named_otherwise_and_nested_results():
+    # The defects of issue 22: a dict metric crashed the summary, a metric with "/" vanished, and
+    # baselines computed under other names showed n/a.
+    result = {"pipeline": "p", "preset": "tiny", "seconds": 1.0, "export": "out/p/1",
+              "metrics": {"greedy_cer": 0.93, "test/beam_bleu4": 12.5, "parameters": 72384,
+                          "val_bleu_by_length_penalty": {"0.0": 11.0, "0.6": 12.25}, "samples/test": [{"a": 1}]},
+              "baseline": {"most_frequent_sentence": {"cer": 0.8}, "empty": {}},
+              "data": {"source": "mine.csv", SPLIT_COUNTS: {"unit": "clips", "train": 19, "val": 2, "test": 3},
+                       VOCABULARIES: {"words": {"added": ["temple", "flower"], "size": 37, "oov_rate": 0.05}}},
+              "finetuned_from": "out/p/1", "metrics_before": {"greedy_cer": 1.0}}
+    headlines = (Headline("greedy_cer", "CER", "%", 100.0, "cer", higher_is_better=False),
+                 Headline("test/beam_bleu4", "BLEU-4"))
+    lines = run_summary(result, headlines).splitlines()
+    assert lines[0] == "p (fine-tuned from out/p/1) in 1.0 s"
+    assert lines[1].split() == ["CER", "(%)", "BLEU-4"]
+    rows = {line.split()[0]: line.split()[1:] for line in lines[2:7]}
+    assert rows["before"] == ["finetune", "100", "n/a"] and rows["model"] == ["93", "12.5"]
+    assert rows["most_frequent_sentence"] == ["80", "n/a"] and rows["empty"] == ["n/a", "n/a"]
+    assert "other metrics: parameters 72384" in lines
+    assert "val_bleu_by_length_penalty: 0.0 11, 0.6 12.25" in lines
+    assert "split: 19 train / 2 validation / 3 test clips" in lines
+    assert "words: 37 in all; 2 added (temple, flower); 5% of test words unknown" in lines
+    assert lines[-1] == "export: out/p/1"
