@@ -11,6 +11,10 @@ Data: by default generated scenes of 1-3 coloured shapes with their true caption
 (``seqapps.data.scenes``), written once from the seed into ``$SEQAPPS_DATA`` (default
 ``~/.cache/seqapps``). Scenes with a held-out colour/shape pair form the second test split
 ``test_novel``. ``--data folder/`` (or its ``captions.csv``) reads the user's ``image,caption`` rows.
+Fine-tuning (``seqapps finetune image_captioning --from EXPORT --data folder/``) extends the export's
+vocabulary with the training captions' new words seen ``min_count`` times (``vocabulary=extend``, the
+default; ``adapt_model`` grows the decoder's embedding and the output layer with
+``seqapps.finetuning.transfer_weights``); ``vocabulary=keep`` keeps it, new words becoming ``<unk>``.
 
 Metrics: BLEU-1 to BLEU-4 (sacrebleu, all references) for greedy and beam search on ``test`` and
 ``test_novel``, and, for generated scenes, the share of captions whose facts are all true
@@ -44,10 +48,11 @@ from seqapps.data import text as text_data
 from seqapps.data.files import data_home
 from seqapps.errors import ConfigError, DataError
 from seqapps.export import Limits, Signature
+from seqapps.finetuning import VOCABULARY_CHOICES, VocabularyMap, grow_vocabulary, transfer_weights, vocabulary_report
 from seqapps.layers.attention_decoder import ATTENTIONS, CELLS, AttentionDecoder, WordGenerator
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
 from seqapps.losses import per_token_training_loss
-from seqapps.pipeline import Headline, Pipeline, Splits
+from seqapps.pipeline import VOCABULARIES, Headline, Pipeline, Splits
 
 OUTPUTS = ("softmax", "bnce")
 END = text_data.END_OF_SENTENCE
@@ -75,7 +80,9 @@ class CaptioningConfig(TrainingConfig):
         output: "softmax" or "bnce".
         log_z, extra_noise: B-NCE's fixed log normaliser and extra noise words.
         max_caption_length: the most words of a training caption (longer ones are cut) and of a generated one.
-        min_count: rarer caption words map to ``<unk>``.
+        min_count: rarer caption words map to ``<unk>`` (at fine-tuning: new words rarer than this are not added).
+        vocabulary: at fine-tuning, "extend" adds the new words of the training captions to the export's
+            vocabulary, "keep" keeps the export's (new words become ``<unk>``).
         beam_size, length_penalty: beam search.
         max_eval_images: caption at most this many images per test split (None: all).
     """
@@ -101,6 +108,7 @@ class CaptioningConfig(TrainingConfig):
     extra_noise: int = 0
     max_caption_length: int = 24
     min_count: int = 1
+    vocabulary: str = "extend"
     beam_size: int = 3
     length_penalty: float = 0.6
     max_eval_images: int | None = None
@@ -134,6 +142,8 @@ class CaptioningConfig(TrainingConfig):
         require(self.cell in CELLS, "cell", self.cell, f"one of {', '.join(CELLS)}")
         require(self.attention in ATTENTIONS, "attention", self.attention, f"one of {', '.join(ATTENTIONS)}")
         require(self.output in OUTPUTS, "output", self.output, f"one of {', '.join(OUTPUTS)}")
+        require(self.vocabulary in VOCABULARY_CHOICES, "vocabulary", self.vocabulary,
+                f"one of {', '.join(VOCABULARY_CHOICES)}")
         require(0 <= self.dropout < 1, "dropout", self.dropout, "a number in [0, 1)")
         require(self.length_penalty >= 0, "length_penalty", self.length_penalty, "a number >= 0")
         require(self.max_eval_images is None or self.max_eval_images >= 1, "max_eval_images",
@@ -223,12 +233,15 @@ class ImageCaptioning(Pipeline):
         parts = user_splits(config, data_path) if data_path else scene_splits(config)
         tokens = {name: [[TOKENIZER.tokenize(c)[: config.max_caption_length] for c in group] for group in part.captions]
                   for name, part in parts.items()}
+        words = [word for group in tokens["train"] for caption in group for word in caption]
+        exported_words = len(state["vocabulary"]) if state else None  # fine-tuning: the export's vocabulary
         if state is None:
-            words = (word for group in tokens["train"] for caption in group for word in caption)
             vocabulary = text_data.build_vocabulary(words, min_count=config.min_count, reserved=[END, START])
             state = {"vocabulary": vocabulary.tokens, "image_size": config.image_size,
                      "max_caption_length": config.max_caption_length, "beam_size": config.beam_size,
                      "length_penalty": config.length_penalty}
+        elif config.vocabulary == "extend":
+            state = {**state, "vocabulary": grow_vocabulary(state["vocabulary"], words, config.min_count)}
         vocabulary = text_data.Vocabulary(state["vocabulary"], [0] * len(state["vocabulary"]))
         pixels = {name: decode_files(part.images, state["image_size"], part.source) for name, part in parts.items()}
         width = state["max_caption_length"] + 1
@@ -253,7 +266,9 @@ class ImageCaptioning(Pipeline):
         report = {"source": "generated scenes (seqapps.data.scenes)" if not data_path else parts["train"].source,
                   "images": {name: len(part) for name, part in parts.items()},
                   "captions": {name: sum(len(group) for group in part.captions) for name, part in parts.items()},
-                  "vocabulary": len(vocabulary)}
+                  "vocabulary": len(vocabulary),
+                  VOCABULARIES: {"words": vocabulary_report(exported_words or len(vocabulary), vocabulary.tokens, (
+                      word for group in tokens["test"] for caption in group for word in caption))}}
         return Splits(datasets_["train"], datasets_["val"], datasets_["test"], state=state, report=report,
                       arrays={"parts": parts, "pixels": pixels, "target_counts": counts, "truths": truths})
 
@@ -307,6 +322,17 @@ class ImageCaptioning(Pipeline):
         output.bias.assign((np.log(unigram) + config.log_z).astype("float32"))
         return keras.Model({"image": image, "target_in": target_in, "target_out": target_out}, per_token,
                            name=self.name)
+
+    def adapt_model(self, model: keras.Model, config: CaptioningConfig, data: Splits) -> keras.Model:
+        """Grows the decoder's embedding and the output layer for the words ``load_data`` added (after the old)."""
+        words = data.state["vocabulary"]
+        exported = model.get_layer("output").vocab_size
+        if exported == len(words):
+            return model
+        grown = self.build_model(config, data)
+        mapping = VocabularyMap.from_tokens(words[:exported], words)
+        transfer_weights(model, grown, {"decoder/embedding": mapping, "output": mapping})
+        return grown
 
     def compile_args(self, config: CaptioningConfig, data: Splits) -> dict[str, Any]:
         return {"loss": per_token_training_loss}

@@ -29,8 +29,9 @@ Optimizer slots are not transferred: ``finetune`` compiles a fresh optimizer.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
-from typing import Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import keras
 import numpy as np
@@ -39,6 +40,9 @@ from seqapps.errors import ConfigError
 from seqapps.layers.batch_nce import BatchNCE
 from seqapps.layers.lexicon import LexiconBias
 
+#: the ``vocabulary`` config choices of the pipelines that fine-tune on text: "extend" adds the fine-tuning
+#: data's new words (``grow_vocabulary``); "keep" keeps the export's, new words becoming ``<unk>``.
+VOCABULARY_CHOICES = ("extend", "keep")
 #: ``vocabulary_axis`` of a weight that the fresh model's own value replaces (never copied).
 FRESH = "fresh"
 #: cells whose ``kernel`` rows a one-hot vocabulary indexes when the model feeds them one-hot ids
@@ -120,6 +124,46 @@ class VocabularyMap:
         kept = np.flatnonzero(self.old_ids >= 0)
         new_of_old[self.old_ids[kept]] = kept
         return new_of_old[np.asarray(old_ids)].astype(np.asarray(old_ids).dtype)
+
+
+def grow_vocabulary(old: Sequence[str], words: Iterable[str], min_count: int = 1,
+                    max_size: int | None = None) -> list[str]:
+    """The exported tokens, then the fine-tuning words they lack, as OpenNMT-tf's ``update_vocab`` "merge".
+
+    The old tokens keep their ids, so the old model's rows stay where they are.
+
+    Args:
+        old: the export's tokens, by id.
+        words: the fine-tuning training tokens.
+        min_count: a new word is added when seen at least this often.
+        max_size: the most tokens of the result (None: no limit); the most frequent new words are added first.
+
+    Returns:
+        ``old`` followed by the new words, most frequent first (ties: first seen).
+    """
+    known = set(old)
+    counts = collections.Counter(word for word in words if word not in known)
+    added = [word for word, count in counts.most_common() if count >= min_count]
+    room = len(added) if max_size is None else max(0, max_size - len(old))
+    return [*old, *added[:room]]
+
+
+def vocabulary_report(old_size: int, tokens: Sequence[str], test_words: Iterable[str]) -> dict[str, Any]:
+    """One entry of the ``seqapps.pipeline.VOCABULARIES`` report.
+
+    Args:
+        old_size: how many of ``tokens`` the export had (``len(tokens)`` for a model trained from scratch).
+        tokens: the model's vocabulary, exported tokens first.
+        test_words: the test split's words.
+
+    Returns:
+        ``{"added": [...], "size": N, "oov_rate": share of test words outside the vocabulary}`` (None
+        without test words).
+    """
+    known = set(tokens)
+    outside = [word not in known for word in test_words]
+    return {"added": list(tokens[old_size:]), "size": len(tokens),
+            "oov_rate": round(float(np.mean(outside)), 4) if outside else None}
 
 
 def vocabulary_axis(layer: keras.layers.Layer, weight_name: str) -> int | str | None:

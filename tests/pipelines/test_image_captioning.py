@@ -77,3 +77,59 @@ def test_bad_caption_folders_are_one_line_errors(capsys, tmp_path, rows, message
     Image.new("RGB", (16, 16)).save(folder / "a.png")
     (folder / "captions.csv").write_text("image,caption\n" + rows, encoding="utf-8")
     assert_rejected_in_one_line(capsys, tmp_path / "out", "image_captioning", ["--data", str(folder)], message)
+
+
+def _new_word_photos(folder, count: int = 8):
+    """Red triangles captioned "a red temple" and blue discs "a blue flower" (temple and flower: new words)."""
+    from PIL import ImageDraw
+
+    folder.mkdir()
+    rows = ["image,caption"]
+    for i in range(count):
+        image = Image.new("RGB", (32, 32), "white")
+        draw, shift = ImageDraw.Draw(image), i // 2
+        if i % 2 == 0:
+            draw.polygon([(4 + shift, 26), (16, 4 + shift), (28 - shift, 26)], fill=(220, 20, 20))
+        else:
+            draw.ellipse([6 + shift, 6 + shift, 26 - shift, 26 - shift], fill=(20, 20, 220))
+        image.save(folder / f"{i}.png")
+        rows.append(f"{i}.png,{'a red temple' if i % 2 == 0 else 'a blue flower'}")
+    (folder / "captions.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return folder
+
+
+SCENE_WORDS = ["<unk>", "</s>", "<s>", "a", "red", "blue", "square"]
+
+
+@pytest.mark.parametrize("mode, added", [("extend", ["temple", "flower"]), ("keep", [])])
+def test_fine_tuning_data_extends_the_vocabulary_with_new_words_unless_kept(tmp_path, mode, added):
+    from seqapps.config import resolve_config
+    from seqapps.pipeline import VOCABULARIES
+
+    pipeline = image_captioning.ImageCaptioning()
+    config = resolve_config(image_captioning.CaptioningConfig, "tiny",
+                            overrides=[f"vocabulary={mode}", "val_fraction=0.01", "test_fraction=0.01"])
+    state = {"vocabulary": SCENE_WORDS, "image_size": 32, "max_caption_length": 24, "beam_size": 2,
+             "length_penalty": 0.6}
+    data = pipeline.load_data(config, str(_new_word_photos(tmp_path / "photos")), state=state)
+    assert data.state["vocabulary"] == SCENE_WORDS + added  # old ids unchanged, new words after them
+    # every caption has one new word in three
+    assert data.report[VOCABULARIES]["words"] == {"added": added, "size": len(SCENE_WORDS) + len(added),
+                                                  "oov_rate": 0.0 if added else round(1 / 3, 4)}
+    targets = np.concatenate([t["target_out"].numpy() for t, _, _ in data.train])
+    assert (targets == len(SCENE_WORDS)).any() == bool(added) and (targets == 0).any() == (not added)
+
+
+@pytest.mark.large
+def test_fine_tuning_on_captions_with_new_words_emits_them(tiny_export, tmp_path):
+    """The acceptance test of issue 22: after fitting captions with new words, the export says them."""
+    import tensorflow as tf
+
+    folder = _new_word_photos(tmp_path / "photos")
+    result = runner.finetune("image_captioning", tiny_export["export"], str(folder), overrides=[
+        "val_fraction=0.01", "test_fraction=0.01", "epochs=10", "learning_rate=0.02", "early_stopping_patience=20",
+        "max_eval_images=1"])
+    assert result["data"]["vocabularies"]["words"]["added"] == ["temple", "flower"]
+    images = np.array([(folder / f"{i}.png").read_bytes() for i in (6, 7)], dtype=object)
+    captions = tf.saved_model.load(result["export"]).signatures["serving_default"](image_bytes=tf.constant(images))
+    assert decoded(captions["caption"]) == ["a red temple", "a blue flower"]
