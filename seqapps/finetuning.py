@@ -36,6 +36,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import keras
 import numpy as np
 
+from seqapps.data import text as text_data
 from seqapps.errors import ConfigError
 from seqapps.layers.batch_nce import BatchNCE
 from seqapps.layers.lexicon import LexiconBias
@@ -252,3 +253,27 @@ def transfer_weights(source: keras.Model, target: keras.Model, index_maps: Mappi
             cell = isinstance(layers[fresh.path.rpartition("/")[0]], RECURRENT_CELLS)
             value = mapping.place(old_value, fresh_value, axis, old_value.shape[axis] - mapping.old_size if cell else 0)
         fresh.assign(value.astype(fresh_value.dtype))
+
+
+def fine_tuning_vocabulary(exported: Mapping[str, list], training_tokens: Sequence[str], policy: str = "extend",
+                           max_size: int | None = None, min_count: int = 1) -> text_data.Vocabulary:
+    """The vocabulary of a text model (``seqapps.data.text.Vocabulary``) fine-tuned on ``training_tokens``.
+
+    With "extend", the vocabulary the fine-tuning data would get from scratch (``build_vocabulary`` with
+    ``max_size`` and ``min_count``) is merged into the export's, as OpenNMT-tf's ``update_vocab`` merges a
+    new vocabulary file: the exported tokens keep their ids and the data's tokens they lack follow, the most
+    frequent first. So ``max_size`` bounds what one data set brings, not the merged size.
+
+    Args:
+        exported: the export's ``Vocabulary.state()``.
+        training_tokens: the fine-tuning training split's tokens.
+        policy: one of ``VOCABULARY_CHOICES``; "keep": the export's tokens.
+        max_size, min_count: the config's rules for a vocabulary built from scratch.
+
+    Returns:
+        The vocabulary, counted on ``training_tokens``.
+    """
+    tokens = exported["tokens"]
+    if policy == "extend":  # the data's own tokens, each once, in decreasing count: grow_vocabulary keeps that order
+        tokens = grow_vocabulary(tokens, text_data.build_vocabulary(training_tokens, max_size, min_count).tokens)
+    return text_data.Vocabulary.counted(tokens, collections.Counter(training_tokens))

@@ -1,9 +1,18 @@
 """End-to-end checks of the hrnn_char_lm pipeline (word-boundary HRNN) on its tiny preset, through the CLI."""
+import dataclasses
+import shutil
 
+import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from pipelines.hrnn_char_lm import weighted_windows
+from pipelines.hrnn_char_lm import HRNNCharLM, weighted_windows
+from seqapps import cli
+from seqapps.config import resolve_config
+from seqapps.data import text as text_data
+from seqapps.export import read_export
+from seqapps.pipeline import VOCABULARIES
 from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli, run_tiny
 
 pytestmark = pytest.mark.large
@@ -49,3 +58,63 @@ def test_predict_scores_text_and_names_next_characters(lm_run, capsys):
 ])
 def test_bad_config_exits_2_with_one_line(capsys, tmp_path, setting, message):
     assert_rejected_in_one_line(capsys, tmp_path, "hrnn_char_lm", ["--set", setting], message)
+
+
+def _randomise(model: keras.Model, seed: int) -> None:
+    """Every weight to random values, as a trained model's (the zero biases too)."""
+    rng = np.random.default_rng(seed)
+    for weight in model.weights:
+        weight.assign(rng.normal(size=weight.shape).astype("float32"))
+
+
+def test_fine_tuning_adds_the_new_characters_and_keeps_the_old_entries(lm_run, tmp_path):
+    info = read_export(lm_run[0])
+    pipeline = HRNNCharLM()
+    data_path, _ = pipeline.write_sample_data(tmp_path)
+    config = resolve_config(pipeline.Config, "tiny")  # decoupled: the level-1 decoder reconstructs characters
+    old = info.state["vocabulary"]["tokens"]
+    data = pipeline.load_data(config, data_path, state=info.state)
+    chars = data.state["vocabulary"]["tokens"]
+    assert chars[: len(old)] == old and chars[len(old):] == ["é", "ñ"]
+    assert data.report[VOCABULARIES] == {"characters": {"added": ["é", "ñ"], "size": len(old) + 2, "oov_rate": 0.0}}
+    exported = pipeline.build_model(config, dataclasses.replace(data, state=info.state))
+    _randomise(exported, 0)
+    grown = pipeline.adapt_model(exported, config, data)
+    units = config.units[0]
+    for old_layer, new_layer, axis in [(exported.hrnn.cells[0], grown.hrnn.cells[0], 0), (exported.hrnn.head,
+                                       grown.hrnn.head, 1), (exported.hrnn.decoder_output[0],
+                                                             grown.hrnn.decoder_output[0], 1)]:
+        before, after = (keras.ops.convert_to_numpy(layer.kernel) for layer in (old_layer, new_layer))
+        assert after.shape[axis] == before.shape[axis] + 2
+        np.testing.assert_array_equal(np.take(after, np.arange(len(old)), axis), np.take(before, np.arange(len(old)),
+                                                                                           axis))
+    bottom_before, bottom_after = (keras.ops.convert_to_numpy(model.hrnn.cells[0].kernel) for model in (exported, grown))
+    np.testing.assert_array_equal(bottom_after[-units:], bottom_before[-units:])  # the level above's rows
+    # the old characters' logits of an old text, before training: the exported model's
+    text = np.array([[chars.index(c) for c in "\nthe value of x"]], "int32")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(grown(text))[..., : len(old)],
+                               keras.ops.convert_to_numpy(exported(text)), rtol=1e-5, atol=1e-5)
+    # vocabulary=keep: the export's characters, the new ones read as the unknown id, the model as exported
+    keep = resolve_config(pipeline.Config, "tiny", overrides=["vocabulary=keep"])
+    kept = pipeline.load_data(keep, data_path, state=info.state)
+    assert kept.state["vocabulary"]["tokens"] == old and kept.arrays["train_counts"][0] > 0
+    assert pipeline.adapt_model(exported, keep, kept) is exported
+
+
+def test_a_fine_tuned_export_scores_text_with_a_new_character(lm_run, tmp_path, capsys):
+    data_path, _ = HRNNCharLM().write_sample_data(tmp_path)
+    shutil.copytree(lm_run[0], tmp_path / "models" / "1")
+    code = cli.main(["finetune", "hrnn_char_lm", "--from", str(tmp_path / "models" / "1"), "--data", data_path])
+    printed = capsys.readouterr().out
+    assert code == 0 and "2 added (é, ñ)" in printed
+    info = read_export(tmp_path / "models" / "2")
+    chars = info.state["vocabulary"]["tokens"]
+    assert text_data.Vocabulary.read(info.path / "assets" / "chars.txt").tokens == chars
+    # the graph reads ñ as its new id: its cost of the text is the Keras model's from those ids
+    model = keras.saving.load_model(info.keras_model_path)
+    ids = np.array([[chars.index(c) for c in "\nel señor"]], "int32")
+    log_probs = np.log(keras.ops.convert_to_numpy(keras.ops.softmax(model(ids), axis=-1)))[0]
+    expected = -np.mean(log_probs[np.arange(ids.shape[1] - 1), ids[0, 1:]]) / np.log(2)
+    serve = tf.saved_model.load(str(info.path)).signatures["serving_default"]
+    bpc = serve(text=tf.constant(["el señor"]))["bits_per_character"].numpy()[0]
+    np.testing.assert_allclose(bpc, expected, rtol=1e-4)
