@@ -27,10 +27,11 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps.config import HRNNConfig, require
+from seqapps.data import splits as split_rule
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
 from seqapps.export import Signature
-from seqapps.pipeline import Headline, Pipeline, Splits
+from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
 
 BLANK = 2
 SYMBOLS = 3  # 0, 1, blank
@@ -129,6 +130,7 @@ class CopyTask(Pipeline):
         state = {"length": config.length, "string_length": config.string_length, "solved_bpc": config.solved_bpc}
         report = {"length": config.length, "string_length": config.string_length,
                   "sequences": {name: int(inputs.shape[0]) for name, (inputs, _) in splits.items()}}
+        report[SPLIT_COUNTS] = split_rule.split_counts("sequences", report["sequences"])
         return Splits(*(tf.data.Dataset.from_tensor_slices(splits[name]) for name in ("train", "val", "test")),
                       state=state, report=report, arrays={"test": splits["test"]})
 

@@ -42,13 +42,14 @@ from seqapps import baselines, intervals
 from seqapps import metrics as forecast_metrics_lib
 from seqapps.config import TrainingConfig, require
 from seqapps.data import datasets, samples
-from seqapps.data.tables import (DECIMAL_MARKS, FILL_METHODS, check_timezone, local_times, parse_duration,
-                                 read_csv, to_time_series)
+from seqapps.data import splits as split_rule
+from seqapps.data.tables import (DECIMAL_MARKS, FILL_METHODS, check_timezone, format_duration, local_times,
+                                 parse_duration, read_csv, to_time_series)
 from seqapps.errors import DataError
 from seqapps.export import Signature
 from seqapps.losses import ScaledMeanAbsoluteError
 from seqapps.layers.time_features import CalendarFeatures, SeasonalDifference, SeasonalNaive, Shrinkage
-from seqapps.pipeline import Headline, Pipeline, Splits
+from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
 
 END_TIME = "end_time"
 FORECAST_TIME = "forecast_time"
@@ -68,6 +69,50 @@ def cross_fit_blocks(config: "ForecastingConfig", windows: int, horizon: int) ->
         return config.ridge_cross_fit
     blocks = config.interval_cross_fit
     return blocks if blocks > 1 and windows / blocks + 2 * horizon <= windows / 2 else 0
+
+
+def csv_columns(state: dict[str, Any]) -> tuple[str, list[str]]:
+    """The CSV names of an export's timestamp and input columns: the model's own names, or the ones a
+    fine-tune mapped them to (``finetune_csv_names``), which ``predict`` and the next fine-tune read.
+
+    Returns:
+        ``(timestamp column, input columns in the model's order)``.
+    """
+    names = state.get("csv_names", {})
+    return names.get(state["timestamp_col"], state["timestamp_col"]), [names.get(c, c) for c in state["input_cols"]]
+
+
+def finetune_csv_names(config: "ForecastingConfig", state: dict[str, Any]) -> dict[str, str]:
+    """The fine-tuning CSV's name of each of the export's columns, mapped by position.
+
+    ``timestamp_col`` names the CSV's timestamp column, ``target_cols`` one CSV column for each of the
+    export's targets in order, and ``feature_cols`` (when set) one for each of its other inputs in order;
+    settings left alone keep the names the export read (they come from its saved config).
+
+    Args:
+        config: the fine-tuning config (the export's, with the user's ``--set`` on top).
+        state: the export's state.
+
+    Returns:
+        ``{export column: CSV column}`` for the timestamp and every input column.
+
+    Raises:
+        ConfigError: a list of another length than the export's, or a CSV column named twice.
+    """
+    _, read_before = csv_columns(state)
+    targets = state["target_cols"]
+    features = [c for c in state["input_cols"] if c not in targets]
+    require(len(config.target_cols) == len(targets), "target_cols", config.target_cols,
+            f"{len(targets)} column name(s), one for each target of the export ({', '.join(targets)})")
+    feature_cols = (list(config.feature_cols) if config.feature_cols is not None
+                    else [read_before[state["input_cols"].index(c)] for c in features])
+    require(len(feature_cols) == len(features), "feature_cols", config.feature_cols,
+            f"{len(features)} column name(s), one for each feature of the export ({', '.join(features) or 'none'})")
+    names = {state["timestamp_col"]: config.timestamp_col, **dict(zip(targets, config.target_cols)),
+             **dict(zip(features, feature_cols))}
+    require(len(set(names.values())) == len(names), "timestamp_col/target_cols/feature_cols",
+            list(names.values()), "each CSV column named once")
+    return names
 
 
 def fold_bounds(rows: int, val_fraction: float, test_fraction: float,
@@ -128,6 +173,8 @@ class ForecastingConfig(TrainingConfig):
         timestamp_col: the CSV column of timestamps.
         target_cols: columns to forecast.
         feature_cols: input covariates besides the targets (None: every other numeric column).
+            At ``finetune``, these three name your CSV's columns for the export's, by position
+            (``finetune_csv_names``); the new export reads those names in ``predict`` too.
         horizon: how far ahead to forecast.
         lookback: how much history the model reads.
         residual_period: forecast a correction to the seasonal-naive forecast of this
@@ -322,15 +369,18 @@ class Forecasting(Pipeline):
         source = frame.attrs.get("source", "data")
         if state is not None:
             input_cols, targets = state["input_cols"], state["target_cols"]
-            config = dataclasses.replace(config, timestamp_col=state["timestamp_col"])
+            csv_names = finetune_csv_names(config, state)
+            read_cols = [csv_names[c] for c in input_cols]
+            state = {**state, "csv_names": csv_names}
         else:
             targets = list(config.target_cols)
-            input_cols = targets + [c for c in self._feature_columns(frame, config) if c not in targets]
-        series = to_time_series(frame, config.timestamp_col, input_cols, config.fill_gaps, config.timezone)
+            input_cols = read_cols = targets + [c for c in self._feature_columns(frame, config) if c not in targets]
+        series = to_time_series(frame, config.timestamp_col, read_cols, config.fill_gaps, config.timezone)
+        series.frame.columns = input_cols  # the model's names
         step_seconds = int(series.step.total_seconds())
         if state is not None and step_seconds != state["step_seconds"]:
-            raise DataError(f"{source}: sampling interval is {series.step}, but the model was trained on "
-                            f"{pd.Timedelta(seconds=state['step_seconds'])} data")
+            raise DataError(f"{source}: sampling interval is {format_duration(series.step)}, but the model was "
+                            f"trained on {format_duration(pd.Timedelta(seconds=state['step_seconds']))} data")
         steps = self._steps(config, series.step) if state is None else {
             k: state.get(k) for k in ("horizon", "lookback", "residual_period", "ridge_lags", "daily_lag",
                                       "weekly_lag")}
@@ -361,11 +411,12 @@ class Forecasting(Pipeline):
             }
         times = series.frame.index.to_numpy().astype("datetime64[s]").astype("int64")[:n]
         target_index = [input_cols.index(c) for c in targets]
-        report = {"source": source, "rows": n, "step": str(series.step), "input_cols": input_cols,
+        report = {"source": source, "rows": n, "step": format_duration(series.step), "input_cols": input_cols,
                   "target_cols": targets, "filled_values": series.filled, "timezone": series.timezone,
                   **({"csv": frame.attrs["csv"]} if "csv" in frame.attrs else {}),
                   "windows": {name: int(len(found)) for name, found in origins.items()},
                   "test_period": [str(series.frame.index[i]) for i in (bounds["test"][0], n - 1)]}
+        report[SPLIT_COUNTS] = split_rule.split_counts("windows", report["windows"])
         # Windows are never materialised: training, the ridge fit, the calibration and evaluation
         # cut them from the series as they read them (see docs/results.md, memory).
         arrays = {"values": values[:, target_index], "series": values.astype("float32"), "times": times,
@@ -861,22 +912,25 @@ class Forecasting(Pipeline):
 
     def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
         if len(inputs) != 1:
+            timestamp_col, read_cols = csv_columns(state)
             raise DataError(f"expected one INPUT, a CSV file with the last {state['lookback']} rows or more "
-                            f"of columns {', '.join([state['timestamp_col'], *state['input_cols']])}")
+                            f"of columns {', '.join([timestamp_col, *read_cols])}")
         frame = read_csv(inputs[0], decimal=state.get("decimal", "."))
         zone = state.get("timezone")
-        series = to_time_series(frame, state["timestamp_col"], state["input_cols"],
-                                timezone=None if zone in (None, "file offsets") else zone)
+        timestamp_col, read_cols = csv_columns(state)
+        series = to_time_series(frame, timestamp_col, read_cols, timezone=None if zone in (None, "file offsets") else zone)
+        series.frame.columns = state["input_cols"]
         if (series.utc_offsets is None) != (state.get("utc_offsets") is None):
             raise DataError(f"{inputs[0]}: timestamps {'have' if series.utc_offsets else 'lack'} UTC offsets; "
                             f"the model was trained on timestamps {'with' if state.get('utc_offsets') else 'without'} "
                             "them")
         if int(series.step.total_seconds()) != state["step_seconds"]:
-            raise DataError(f"{inputs[0]}: sampling interval is {series.step}, the model expects "
-                            f"{pd.Timedelta(seconds=state['step_seconds'])}")
+            raise DataError(f"{inputs[0]}: sampling interval is {format_duration(series.step)}, the model expects "
+                            f"{format_duration(pd.Timedelta(seconds=state['step_seconds']))}")
         if len(series.frame) < state["lookback"]:
             raise DataError(f"{inputs[0]}: has {len(series.frame)} rows, the model needs the last "
-                            f"{state['lookback']} rows ({pd.Timedelta(seconds=state['step_seconds'] * state['lookback'])})")
+                            f"{state['lookback']} rows "
+                            f"({format_duration(pd.Timedelta(seconds=state['step_seconds'] * state['lookback']))})")
         window = series.frame.iloc[-state["lookback"]:]
         features = {name: window[name].to_numpy("float32")[None, :] for name in state["input_cols"]}
         features[END_TIME] = window.index.to_numpy().astype("datetime64[s]").astype("int64")[-1:]

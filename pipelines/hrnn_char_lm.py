@@ -7,8 +7,8 @@ trains it with restricted gradients plus the decoder loss (the level-1 decoder
 reconstructs one of the last ``periods`` characters of the word), ``mode=hrnn``
 with true gradients (the unrestricted baseline of the paper).
 
-Text is split into lines; of every 100 lines some go to validation and test
-(``seqapps.data.text.split_lines``). Each split is joined with line breaks and cut
+Text is split into lines; the validation and test lines are spread evenly through
+the text (``seqapps.data.text.split_lines``). Each split is joined with line breaks and cut
 into windows of ``seq_len`` + 1 characters. Default data: Python's help topics
 (``pydoc_data``, pip-free); ``corpus=kjv`` or ``wordnet`` read the apt corpora,
 ``--data your.txt`` any UTF-8 text. Fine-tuning (``seqapps finetune hrnn_char_lm --from
@@ -41,15 +41,16 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps import metrics
-from seqapps.config import HRNNConfig, require
+from seqapps.config import HRNNConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
+from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
 from seqapps.export import Signature
 from seqapps.finetuning import (VOCABULARY_CHOICES, VocabularyMap, fine_tuning_vocabulary, transfer_weights,
                                 vocabulary_report)
-from seqapps.pipeline import VOCABULARIES, Headline, Pipeline, Splits
+from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits
 
 CORPORA = {"pydoc": text_data.pydoc_topics, "kjv": text_data.kjv_bible, "wordnet": text_data.wordnet_glosses}
 START = "\n"  # every text is read after a line break, as every training line is
@@ -101,8 +102,7 @@ class HRNNCharLMConfig(HRNNConfig):
         require(self.vocabulary in VOCABULARY_CHOICES, "vocabulary", self.vocabulary,
                 f"one of {', '.join(VOCABULARY_CHOICES)}")
         require(self.min_char_count >= 1, "min_char_count", self.min_char_count, "an integer >= 1")
-        require(0 < self.val_fraction < 0.5 and 0 < self.test_fraction < 0.5, "val_fraction/test_fraction",
-                (self.val_fraction, self.test_fraction), "fractions in (0, 0.5)")
+        require_split_fractions(self.val_fraction, self.test_fraction)
 
 
 def weighted_windows(ids: np.ndarray, seq_len: int, what: str) -> tuple[np.ndarray, np.ndarray]:
@@ -145,6 +145,8 @@ class HRNNCharLM(Pipeline):
         splits = {name: weighted_windows(stream, config.seq_len, f"{corpus.source}: the {name} split")
                   for name, stream in streams.items()}
         report = {"source": corpus.source, "licence": corpus.licence, "lines": len(corpus.lines),
+                  SPLIT_COUNTS: split_rule.split_counts("lines", split_rule.split_sizes(
+                      len(corpus.lines), config.val_fraction, config.test_fraction, corpus.source, "lines")),
                   "characters": corpus.num_chars,
                   "vocabulary": len(vocabulary), "windows": {name: int(len(w[0])) for name, w in splits.items()},
                   VOCABULARIES: {"characters": vocabulary_report(exported, vocabulary.tokens,

@@ -39,20 +39,21 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps import metrics as seqapps_metrics
-from seqapps.config import TrainingConfig, require
+from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import captions as caption_data
 from seqapps.data import datasets
 from seqapps.data import images as image_data
 from seqapps.data import samples, scenes
+from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.data.files import data_home
-from seqapps.errors import ConfigError, DataError
+from seqapps.errors import ConfigError
 from seqapps.export import Limits, Signature
 from seqapps.finetuning import VOCABULARY_CHOICES, VocabularyMap, grow_vocabulary, transfer_weights, vocabulary_report
 from seqapps.layers.attention_decoder import ATTENTIONS, CELLS, AttentionDecoder, WordGenerator
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
 from seqapps.losses import per_token_training_loss
-from seqapps.pipeline import VOCABULARIES, Headline, Pipeline, Splits
+from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits
 
 OUTPUTS = ("softmax", "bnce")
 END = text_data.END_OF_SENTENCE
@@ -148,8 +149,7 @@ class CaptioningConfig(TrainingConfig):
         require(self.length_penalty >= 0, "length_penalty", self.length_penalty, "a number >= 0")
         require(self.max_eval_images is None or self.max_eval_images >= 1, "max_eval_images",
                 self.max_eval_images, "null or >= 1")
-        require(0 < self.val_fraction and 0 < self.test_fraction and self.val_fraction + self.test_fraction <= 0.5,
-                "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
+        require_split_fractions(self.val_fraction, self.test_fraction)
 
 
 def scene_splits(config: CaptioningConfig) -> dict[str, caption_data.CaptionedImages]:
@@ -166,20 +166,13 @@ def scene_splits(config: CaptioningConfig) -> dict[str, caption_data.CaptionedIm
 
 
 def user_splits(config: CaptioningConfig, data_path: str) -> dict[str, caption_data.CaptionedImages]:
-    """The user's images, split by image (every 100 images: the first ``val`` to val, then test)."""
+    """The user's images, split by image (``seqapps.data.splits``: a permutation seeded by ``config.seed``)."""
     read = caption_data.read_captions(datasets.tfds_caption_folder(data_path) if datasets.is_tfds(data_path)
                                       else data_path)
-    indices = {"train": [], "val": [], "test": []}
-    val_cut, test_cut = round(100 * config.val_fraction), round(100 * (config.val_fraction + config.test_fraction))
-    for i in range(len(read)):
-        slot = i % 100
-        indices["val" if slot < val_cut else "test" if slot < test_cut else "train"].append(i)
-    empty = [name for name, part in indices.items() if not part]
-    if empty:
-        raise DataError(f"{read.source}: {len(read)} images leave the {' and '.join(empty)} split(s) empty; "
-                        "give more images")
+    labels = split_rule.assign_splits(len(read), config.val_fraction, config.test_fraction, read.source, "images",
+                                      "shuffle", config.seed)
     return {name: caption_data.CaptionedImages([read.images[i] for i in part], [read.captions[i] for i in part],
-                                               read.source) for name, part in indices.items()}
+                                               read.source) for name, part in split_rule.split_indices(labels).items()}
 
 
 def decode_files(paths: Sequence[Path], image_size: int, source: str, batch_size: int = 256) -> np.ndarray:
@@ -265,6 +258,7 @@ class ImageCaptioning(Pipeline):
                   if not data_path}
         report = {"source": "generated scenes (seqapps.data.scenes)" if not data_path else parts["train"].source,
                   "images": {name: len(part) for name, part in parts.items()},
+                  SPLIT_COUNTS: split_rule.split_counts("images", {name: len(part) for name, part in parts.items()}),
                   "captions": {name: sum(len(group) for group in part.captions) for name, part in parts.items()},
                   "vocabulary": len(vocabulary),
                   VOCABULARIES: {"words": vocabulary_report(exported_words or len(vocabulary), vocabulary.tokens, (

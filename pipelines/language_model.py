@@ -59,8 +59,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from seqapps.config import TrainingConfig, require
+from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
+from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.export import Signature
 from seqapps.finetuning import (VOCABULARY_CHOICES, VocabularyMap, fine_tuning_vocabulary, transfer_weights,
@@ -69,7 +70,7 @@ from seqapps.layers.batch_nce import LOSSES, NOISE_SCOPES, BatchNCE, unigram_dis
 from seqapps.layers.ngram_context import NGramContext
 from seqapps.losses import per_token_training_loss
 from seqapps.metrics import perplexity, unigram_log_probs
-from seqapps.pipeline import VOCABULARIES, Headline, Pipeline, Splits
+from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits
 from seqapps.training import seconds_per_training_step
 
 ARCHITECTURES = ("ffnn", "ffnn_relu", "rnn", "rnn_relu", "lstm", "lstm_relu")
@@ -105,7 +106,7 @@ class LanguageModelConfig(TrainingConfig):
             or "keep" (the export's words; new ones map to ``<unk>``).
         max_words: use only the first lines up to this many tokens (None: all).
         max_eval_tokens: evaluate validation and test on at most this many tokens (None: all).
-        val_fraction, test_fraction: shares of the lines held out (every 100th line and so on).
+        val_fraction, test_fraction: shares of the lines held out, spread evenly through the text.
         top_k: next-word candidates returned by the export.
         timing_steps: timed training steps (on a fresh copy) for tokens/s.
         jit_compile: compile the training step with XLA.
@@ -174,8 +175,7 @@ class LanguageModelConfig(TrainingConfig):
         require(self.max_words is None or self.max_words >= 1, "max_words", self.max_words, "null or >= 1")
         require(self.max_eval_tokens is None or self.max_eval_tokens >= 1, "max_eval_tokens",
                 self.max_eval_tokens, "null or >= 1")
-        require(0 < self.val_fraction and 0 < self.test_fraction and self.val_fraction + self.test_fraction <= 0.5,
-                "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
+        require_split_fractions(self.val_fraction, self.test_fraction)
 
 
 def context_tokens(architecture: str, ngram_order: int) -> int:
@@ -194,8 +194,10 @@ class LanguageModel(Pipeline):
                         Headline("ppl_self_normalized", "PPL^n", baseline_key="ppl_full", higher_is_better=False))
 
     def write_sample_data(self, folder: Path, seed: int = 0) -> tuple[str | None, list[str]]:
-        """A text file of 40 sentences, half of them with made-up words (``samples.NEW_WORDS``)."""
-        path = samples.write_text(folder / "my_text.txt", samples.sample_sentences(40, seed))
+        """A text file of 40 lines of two sentences each, a quarter of them with made-up words (``samples.NEW_WORDS``)."""
+        sentences = samples.sample_sentences(80, seed)
+        lines = [f"{first} . {second} ." for first, second in zip(sentences[0::2], sentences[1::2])]
+        path = samples.write_text(folder / "my_text.txt", lines)
         return str(path), ["the old man sees a quokka", "my sister likes the boat"]
 
     def load_data(self, config: LanguageModelConfig, data_path: str | None,
@@ -205,7 +207,7 @@ class LanguageModel(Pipeline):
         lines = [TOKENIZER.tokenize(line) for line in corpus.lines]
         if config.max_words is not None:
             lines = text_data.first_lines_up_to(lines, config.max_words)
-        parts = text_data.split_lines(lines, config.val_fraction, config.test_fraction)
+        parts = text_data.split_lines(lines, config.val_fraction, config.test_fraction, corpus.source)
         eos = text_data.END_OF_SENTENCE
         tokens = {name: [token for line in part for token in (*line, eos)] for name, part in parts.items()}
         if state is None:
@@ -226,6 +228,7 @@ class LanguageModel(Pipeline):
                                            what=f"{corpus.source}: the {name} split")
                    for name, stream in streams.items()}
         report = {"source": corpus.source, "licence": corpus.licence, "lines": len(lines),
+                  SPLIT_COUNTS: split_rule.split_counts("lines", {name: len(part) for name, part in parts.items()}),
                   "tokens": {name: int(len(stream)) for name, stream in streams.items()},
                   "vocabulary": len(vocab), "train_oov_rate": round(float(counts[0] / max(1, counts.sum())), 5),
                   VOCABULARIES: {"words": vocabulary_report(exported, vocab.tokens, tokens["test"])}}

@@ -48,15 +48,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from seqapps.config import TrainingConfig, require
+from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import music, samples
+from seqapps.data import splits as split_rule
 from seqapps.data.audio import LogMelSpectrogram, wav_bytes
 from seqapps.errors import DataError
 from seqapps.finetuning import VocabularyMap, transfer_weights
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 from seqapps.layers.spectrogram import SpecAugment, TimeStatistics
 from seqapps.metrics import pr_auc, roc_auc
-from seqapps.pipeline import Headline, Pipeline, Splits
+from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
 
 SPLITS = ("train", "val", "test")
 AGGREGATES = ("mean", "max")
@@ -156,8 +157,7 @@ class MusicTaggingConfig(TrainingConfig):
         for name in ("pieces_per_collection", "renderings", "n_mels", "n_fft", "hop_length"):
             require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
         require(self.renderer in music.RENDERERS, "renderer", self.renderer, f"one of {', '.join(music.RENDERERS)}")
-        require(0 < self.val_fraction and 0 < self.test_fraction and self.val_fraction + self.test_fraction <= 0.5,
-                "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
+        require_split_fractions(self.val_fraction, self.test_fraction)
         require(self.window_seconds > 0, "window_seconds", self.window_seconds, "a number > 0")
         require(self.clip_seconds >= self.window_seconds, "clip_seconds", self.clip_seconds,
                 f"a number >= window_seconds ({self.window_seconds})")
@@ -350,8 +350,8 @@ class MusicTagging(Pipeline):
         rate = music.SAMPLE_RATE
         if data_path:
             clips = music.read_tagged_folder(data_path, config.csv)
-            splits = music.split_groups([c.group for c in clips], config.val_fraction, config.test_fraction,
-                                        config.seed)
+            splits = split_rule.split_groups([c.group for c in clips], config.val_fraction, config.test_fraction,
+                                             str(data_path), "clips", seed=config.seed)
             parts = {split: [c for c, s in zip(clips, splits) if s == split] for split in SPLITS}
             source = {"source": str(data_path), "licence": "the user's", "renderer": None}
         else:
@@ -386,6 +386,7 @@ class MusicTagging(Pipeline):
             arrays[split] = {"waveforms": waveforms, "targets": targets, "paths": [str(c.path) for c in parts[split]]}
             datasets[split] = window_dataset(waveforms, targets, window, hop if split == "train" else window)
         report = {**source, "clips": {s: len(parts[s]) for s in SPLITS}, "tags": len(index),
+                  SPLIT_COUNTS: split_rule.split_counts("clips", {s: len(parts[s]) for s in SPLITS}),
                   "tag_counts": dict(zip(state["tags"], arrays["train"]["targets"].sum(axis=0).astype(int).tolist()))}
         return Splits(datasets["train"], datasets["val"], datasets["test"], state=state, report=report, arrays=arrays)
 

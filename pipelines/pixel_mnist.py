@@ -26,13 +26,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from seqapps.config import HRNNConfig, require
+from seqapps.config import HRNNConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
+from seqapps.data import splits as split_rule
 from seqapps.data.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_images, read_image_bytes
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
 from seqapps.export import Limits, Signature
-from seqapps.pipeline import Headline, Pipeline, Splits
+from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
 
 CLASSES = 10
 PERMUTATION_SEED = 1234  # the permutation is fixed: the same for every run of an image size
@@ -69,8 +70,7 @@ class PixelMnistConfig(HRNNConfig):
         require(2 <= self.image_size <= 64, "image_size", self.image_size, "an integer in [2, 64]")
         require(self.max_train_images is None or self.max_train_images >= 1, "max_train_images",
                 self.max_train_images, "null or an integer >= 1")
-        require(0 < self.val_fraction < 0.5 and 0 < self.test_fraction < 0.5, "val_fraction/test_fraction",
-                (self.val_fraction, self.test_fraction), "fractions in (0, 0.5)")
+        require_split_fractions(self.val_fraction, self.test_fraction)
 
 
 def digits_images() -> tuple[np.ndarray, np.ndarray]:
@@ -87,6 +87,41 @@ def pixel_order(image_size: int, permute: bool) -> np.ndarray:
     if not permute:
         return np.arange(steps)
     return np.random.default_rng(PERMUTATION_SEED).permutation(steps)
+
+
+def digit_folder(folder: Path, image_size: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """A user's digit images: one sub-folder per digit, ``0/`` to ``9/`` (Keras' ``image_dataset_from_directory``
+    layout), of PNG, JPEG, GIF or BMP files, light ink on dark as in MNIST.
+
+    Each image is decoded and resized as the export's signature does (``decode_images``, luma).
+
+    Args:
+        folder: the folder.
+        image_size: the side the images are resized to.
+
+    Returns:
+        ``(images float32 [n, size, size] in 0..255, labels int64 [n], the folder's name)``.
+
+    Raises:
+        DataError: the folder is a file, holds no digit folder, a sub-folder is not named by a digit,
+            or a file is not an image (named).
+    """
+    if not folder.is_dir():
+        raise DataError(f"{folder}: expected a folder with one sub-folder per digit (0/ ... 9/) of images, "
+                        "or tfds:mnist, or no --data for the bundled scikit-learn digits")
+    subfolders = sorted(path for path in folder.iterdir() if path.is_dir() and not path.name.startswith("."))
+    wrong = [path.name for path in subfolders if path.name not in [str(d) for d in range(CLASSES)]]
+    if wrong or not subfolders:
+        raise DataError(f"{folder / wrong[0] if wrong else folder}: expected sub-folders named by digits 0-9, "
+                        f"one per class, holding its images")
+    files = [(path, int(sub.name)) for sub in subfolders for path in sorted(sub.iterdir())
+             if path.is_file() and not path.name.startswith(".")]
+    if not files:
+        raise DataError(f"{folder}: the digit folders hold no image files")
+    encoded = [read_image_bytes(path) for path, _ in files]
+    images = np.concatenate([decode_images(tf.constant(encoded[start: start + 256]), image_size, image_size,
+                                           channels=1).numpy()[..., 0] for start in range(0, len(encoded), 256)])
+    return images.astype(np.float32), np.array([label for _, label in files], np.int64), str(folder)
 
 
 class PixelMnist(Pipeline):
@@ -125,8 +160,10 @@ class PixelMnist(Pipeline):
                    "train": (images[order[n_val + n_test:]], labels[order[n_val + n_test:]])}
             source = data_path
         else:
-            raise DataError(f"--data {data_path}: expected tfds:mnist (a local tensorflow_datasets copy) or no --data "
-                            "for the bundled scikit-learn digits")
+            images, labels, source = digit_folder(Path(data_path), config.image_size)
+            assigned = np.array(split_rule.assign_splits(len(labels), config.val_fraction, config.test_fraction,
+                                                         source, "images", "shuffle", config.seed))
+            raw = {name: (images[assigned == name], labels[assigned == name]) for name in ("val", "test", "train")}
         if config.max_train_images is not None:
             raw["train"] = tuple(part[: config.max_train_images] for part in raw["train"])
         size = config.image_size
@@ -140,6 +177,7 @@ class PixelMnist(Pipeline):
             splits[name] = (pixels, targets)
         report = {"source": source, "image_size": size, "steps": size * size, "permute": config.permute,
                   "images": {name: int(len(part[1])) for name, part in raw.items()}}
+        report[SPLIT_COUNTS] = split_rule.split_counts("images", report["images"])
         arrays = {"test": splits["test"], "test_labels": raw["test"][1], "train_labels": raw["train"][1],
                   "train_pixels": splits["train"][0][..., 0], "test_images": raw["test"][0][:2]}
         return Splits(*(tf.data.Dataset.from_tensor_slices(splits[name]) for name in ("train", "val", "test")),

@@ -14,8 +14,8 @@ Data: without ``--data``, a spoken-sentence corpus generated with espeak-ng
 domain, or for ``tiny`` from Python's help topics, PSF) into ``$SEQAPPS_DATA``.
 Validation and test are spoken by voice variants and read sentences that training
 never hears. ``--data folder/ --set csv=metadata.csv`` reads a folder of audio
-files with a ``path,transcript`` table (LJSpeech / Common Voice layout); of every
-100 rows, ``val_fraction`` and ``test_fraction`` go to validation and test.
+files with a ``path,transcript`` table (LJSpeech / Common Voice layout); ``val_fraction``
+and ``test_fraction`` of the rows (at least one each, drawn by ``seed``) go to validation and test.
 Transcripts are lower-cased; the character set is learned from the training
 transcripts. A character outside it is an error listing it (``oov=error``) or is
 deleted (``oov=drop``). Clips longer than ``max_seconds``, silent clips, and
@@ -50,13 +50,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from seqapps.config import TrainingConfig, require
+from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import datasets, samples, speech
+from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.layers import ctc
 from seqapps.metrics import character_error_rate, word_error_rate
-from seqapps.pipeline import Headline, Pipeline, Splits
+from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
 
 CORPORA = {"kjv": lambda: text_data.kjv_bible().lines, "pydoc": lambda: text_data.pydoc_topics().lines}
 SPLITS = ("train", "val", "test")
@@ -129,8 +130,7 @@ class SpeechRecognitionConfig(TrainingConfig):
         for name in ("train_utterances", "val_utterances", "test_utterances", "n_mels", "n_fft", "hop_length",
                      "stride", "hrnn_periods", "beam_width"):
             require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
-        require(0 < self.val_fraction and 0 < self.test_fraction and self.val_fraction + self.test_fraction <= 0.5,
-                "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
+        require_split_fractions(self.val_fraction, self.test_fraction)
         require(self.oov in speech.OOV_POLICIES, "oov", self.oov, f"one of {', '.join(speech.OOV_POLICIES)}")
         require(self.max_seconds > 0, "max_seconds", self.max_seconds, "a number > 0")
         require(self.conv_filters >= 0, "conv_filters", self.conv_filters, "an integer >= 0")
@@ -177,11 +177,9 @@ class SpeechRecognition(Pipeline):
         words: dict[str, list] = {}
         if datasets.is_tfds(data_path):
             rows = speech.read_transcripts(datasets.tfds_audio_folder(data_path))
-            parts = text_data.split_lines(rows, config.val_fraction, config.test_fraction)
             source = {"source": data_path, "licence": "see the tensorflow-datasets catalog"}
         elif data_path:
             rows = speech.read_transcripts(data_path, config.csv)
-            parts = text_data.split_lines(rows, config.val_fraction, config.test_fraction)
             source = {"source": str(Path(data_path) / config.csv), "licence": "the user's"}
         else:
             spec = speech.CorpusSpec(config.corpus, {"train": config.train_utterances, "val": config.val_utterances,
@@ -190,6 +188,10 @@ class SpeechRecognition(Pipeline):
             parts, words = speech.read_generated(root)
             source = {"source": f"espeak-ng ({root})", "licence": "generated (espeak-ng GPL-3+; text "
                       + ("public domain KJV" if config.corpus == "kjv" else "PSF pydoc topics") + ")"}
+        if data_path:
+            labels = split_rule.assign_splits(len(rows), config.val_fraction, config.test_fraction, source["source"],
+                                              "utterances", "shuffle", config.seed)
+            parts = {name: [rows[i] for i in part] for name, part in split_rule.split_indices(labels).items()}
         if state is None:
             # the generated corpus speaks letters, the apostrophe and spaces by construction
             learned = speech.SPOKEN_CHARS if not data_path else {c for u in parts["train"] for c in u.transcript}
@@ -220,7 +222,8 @@ class SpeechRecognition(Pipeline):
             arrays[split] = {"transcripts": [u.transcript for u in utterances],
                              "paths": [str(u.path) for u in utterances]}
         arrays["words"] = words
-        report = {**source, "utterances": {s: len(arrays[s]["transcripts"]) for s in SPLITS},
+        sizes = {s: len(arrays[s]["transcripts"]) for s in SPLITS}
+        report = {**source, "utterances": sizes, SPLIT_COUNTS: split_rule.split_counts("utterances", sizes),
                   "characters": len(charset)}
         return Splits(split_data["train"], split_data["val"], split_data["test"], state=state, report=report, arrays=arrays)
 

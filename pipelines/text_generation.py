@@ -2,8 +2,8 @@
 
 The model reads characters (embedded) through ``layers`` stacked LSTMs and
 predicts the next character at every step (teacher forcing). Text is split
-into lines (verses); every 100th line goes to validation and the next ones to
-test, so all books are in each split. Default data: the King James Bible from
+into lines (verses); the validation and test lines are spread evenly through the
+text (``seqapps.data.text.split_lines``), so all books are in each split. Default data: the King James Bible from
 the SWORD module ``engKJV2006eb`` (apt ``libsword-utils`` + ``sword-text-kjv``;
 public domain); ``--data your.txt`` trains on any UTF-8 text. Fine-tuning
 (``seqapps finetune text_generation --from EXPORT --data your.txt``) adds every
@@ -41,14 +41,15 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps import metrics
-from seqapps.config import TrainingConfig, require
+from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
+from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.export import Limits, Signature
 from seqapps.finetuning import (VOCABULARY_CHOICES, VocabularyMap, fine_tuning_vocabulary, transfer_weights,
                                 vocabulary_report)
 from seqapps.layers import decoding
-from seqapps.pipeline import VOCABULARIES, Headline, Pipeline, Splits
+from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits
 
 CORPORA = {"kjv": text_data.kjv_bible, "pydoc": text_data.pydoc_topics}
 START = "\n"  # every prompt is preceded by a line break, as every training line is
@@ -118,8 +119,7 @@ class TextGenerationConfig(TrainingConfig):
                 f"one of {', '.join(VOCABULARY_CHOICES)}")
         require(self.top_k >= 0, "top_k", self.top_k, "an integer >= 0")
         require(self.max_chars is None or self.max_chars >= 1, "max_chars", self.max_chars, "null or >= 1")
-        require(0 < self.val_fraction and 0 < self.test_fraction and self.val_fraction + self.test_fraction <= 0.5,
-                "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
+        require_split_fractions(self.val_fraction, self.test_fraction)
 
 
 class TextGeneration(Pipeline):
@@ -155,6 +155,8 @@ class TextGeneration(Pipeline):
         windows = {name: text_data.windows(stream, config.seq_len, what=f"{corpus.source}: the {name} split")
                    for name, stream in streams.items()}
         report = {"source": corpus.source, "licence": corpus.licence, "lines": len(corpus.lines),
+                  SPLIT_COUNTS: split_rule.split_counts("lines", split_rule.split_sizes(
+                      len(corpus.lines), config.val_fraction, config.test_fraction, corpus.source, "lines")),
                   "characters": {name: int(len(stream)) for name, stream in streams.items()},
                   "vocabulary": len(vocabulary) - 1,
                   VOCABULARIES: {"characters": vocabulary_report(exported, vocabulary.tokens,

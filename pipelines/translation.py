@@ -57,16 +57,17 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps import metrics as seqapps_metrics
-from seqapps.config import TrainingConfig, require
+from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
 from seqapps.data import pairs as pair_data
+from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.export import Limits, Signature
 from seqapps.layers.attention_decoder import CELLS, AttentionDecoder, PaddingMask, WordGenerator
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
 from seqapps.layers.lexicon import LexiconBias
 from seqapps.losses import per_token_training_loss
-from seqapps.pipeline import Headline, Pipeline, Splits
+from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
 from seqapps.training import seconds_per_training_step
 
 CORPORA = ("bible", "numbers")
@@ -91,7 +92,7 @@ class TranslationConfig(TrainingConfig):
         too_long: pairs over ``max_length``: "reject" (drop), "truncate" or "error".
         max_ratio: drop pairs whose token counts differ by more than this factor (misaligned verses).
         split_by: hold out whole "chapter"s or "book"s of verse pairs ("pair" for any data).
-        val_fraction, test_fraction: expected shares of the groups held out.
+        val_fraction, test_fraction: shares of the groups held out (``seqapps.data.splits``).
         max_vocab: the most words per language, special tokens included (None: all).
         min_count: rarer training words map to ``<unk>``.
         cell: "lstm" or "gru".
@@ -201,8 +202,7 @@ class TranslationConfig(TrainingConfig):
         require(self.max_vocab is None or self.max_vocab >= 4, "max_vocab", self.max_vocab, "null or >= 4")
         require(self.max_eval_pairs is None or self.max_eval_pairs >= 1, "max_eval_pairs", self.max_eval_pairs,
                 "null or >= 1")
-        require(0 < self.val_fraction and 0 < self.test_fraction and self.val_fraction + self.test_fraction <= 0.5,
-                "val_fraction/test_fraction", (self.val_fraction, self.test_fraction), "fractions summing to <= 0.5")
+        require_split_fractions(self.val_fraction, self.test_fraction)
 
 
 def read_pairs(config: TranslationConfig, data_path: str | None) -> pair_data.Pairs:
@@ -405,6 +405,7 @@ class Translation(Pipeline):
                for name, part in arrays.items()}
         report = {"source": found.origin, "licence": found.licence, "counts": found.counts,
                   "pairs": {name: len(part) for name, part in parts.items()},
+                  SPLIT_COUNTS: split_rule.split_counts("pairs", {name: len(part) for name, part in parts.items()}),
                   "source_vocabulary": len(source_vocab), "target_vocabulary": len(target_vocab),
                   "target_oov_rate": oov}
         return Splits(datasets_["train"], datasets_["val"], datasets_["test"], state=state, report=report,

@@ -128,6 +128,12 @@ def require(condition: bool, field: str, value: Any, expected: str) -> None:
         raise ConfigError(f"config field {field!r}: got {value!r}, expected {expected}")
 
 
+def require_split_fractions(val_fraction: float, test_fraction: float) -> None:
+    """Raises ConfigError unless both shares are > 0 and they sum below 1 (``seqapps.data.splits``)."""
+    require(0 < val_fraction and 0 < test_fraction and val_fraction + test_fraction < 1, "val_fraction/test_fraction",
+            (val_fraction, test_fraction), "shares > 0 summing below 1")
+
+
 def resolve_config(
     config_class: type[TrainingConfig],
     preset: str = "default",

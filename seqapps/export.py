@@ -35,13 +35,12 @@ from typing import Any, Callable, Iterator
 import keras
 import numpy as np
 import tensorflow as tf
-import yaml
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from seqapps import compat
 from seqapps.errors import ExportError
+from seqapps.export_folder import ASSETS_EXTRA, ExportInfo, read_export, version_dirs  # noqa: F401 (export.*)
 
-ASSETS_EXTRA = "assets.extra"
 WARMUP_FILE = "tf_serving_warmup_requests"
 STAGING_PREFIX = ".tmp-"  # hidden folder an export is written to before it is renamed into place
 LIMITS_FILE = "limits.json"
@@ -123,15 +122,6 @@ def _check_batch_leading(name: str, signature: Signature) -> None:
         if spec.shape.rank is None or spec.shape.rank == 0 or spec.shape[0] is not None:
             raise ExportError(f"signature {name!r}: input {input_name!r} has shape {spec.shape}; every input "
                               "needs a leading batch dimension of size None (TF Serving's row format)")
-
-
-def version_dirs(model_root: Path) -> dict[int, Path]:
-    """Returns ``{version: folder}`` for the folders named by 1 to 18 ASCII digits under ``model_root``
-    (others, such as ``²``, are ignored: an export never depends on other folders' names)."""
-    if not model_root.is_dir():
-        return {}
-    return {int(p.name): p for p in model_root.iterdir()
-            if p.is_dir() and p.name.isascii() and p.name.isdigit() and len(p.name) <= 18}
 
 
 @contextlib.contextmanager
@@ -290,56 +280,6 @@ def _rename_into_place(staging: Path, model_root: Path) -> Path:
         except OSError:
             if not target.exists():
                 raise
-
-
-@dataclasses.dataclass
-class ExportInfo:
-    """An export folder and what ``assets.extra`` says about it."""
-
-    path: Path
-    pipeline: str
-    preset: str
-    config: dict[str, Any]
-    state: dict[str, Any]
-    metrics: dict[str, Any]
-
-    @property
-    def keras_model_path(self) -> Path:
-        """The trainable model saved with the export."""
-        return self.path / ASSETS_EXTRA / "model.keras"
-
-    @property
-    def version(self) -> int:
-        """The export's version number."""
-        return int(self.path.name)
-
-
-def read_export(path: str | Path) -> ExportInfo:
-    """Reads an export folder; ``saved_models/NAME`` means its latest version.
-
-    Raises:
-        ExportError: the folder is missing or is not a complete seqapps export.
-    """
-    path = Path(path)
-    if not path.is_dir():
-        raise ExportError(f"{path}: no such export folder (expected saved_models/NAME/VERSION)")
-    if not (path / "saved_model.pb").is_file():
-        versions = version_dirs(path)
-        if not versions:
-            raise ExportError(f"{path}: not a SavedModel export (no saved_model.pb, and no version folders)")
-        path = versions[max(versions)]
-    extra = path / ASSETS_EXTRA
-    needed = ["config.yaml", "state.json", "metrics.json", "model.keras"]
-    missing = [name for name in needed if not (extra / name).is_file()]
-    if not (path / "saved_model.pb").is_file() or missing:
-        raise ExportError(f"{path}: incomplete export, missing {', '.join(missing) or 'saved_model.pb'}")
-    saved = yaml.safe_load((extra / "config.yaml").read_text(encoding="utf-8"))
-    if not isinstance(saved, dict) or "pipeline" not in saved:
-        raise ExportError(f"{extra / 'config.yaml'}: not a seqapps config (no 'pipeline' key)")
-    return ExportInfo(path=path, pipeline=saved["pipeline"], preset=saved.get("preset", "default"),
-                      config=saved.get("config") or {},
-                      state=json.loads((extra / "state.json").read_text(encoding="utf-8")),
-                      metrics=json.loads((extra / "metrics.json").read_text(encoding="utf-8")))
 
 
 # --- TF Serving warm-up requests -------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 from seqapps.config import TrainingConfig, check_names, dump_config, resolve_config
 from seqapps.errors import DataError, ExportError
+from seqapps.export_folder import read_export
 from seqapps.pipeline import REGISTRY, Pipeline, Splits
 
 TFDS_PREFIX = "tfds:"
@@ -210,9 +211,7 @@ def finetune(name: str, from_path: str | Path, data_path: str, overrides: tuple[
         raise DataError("finetune needs --data PATH with your own data")
     check_data_path(data_path)
     _check_config_names(name, None, None, overrides)
-    from seqapps.export import read_export
-
-    info = read_export(from_path)
+    info = read_export(from_path)  # before TensorFlow is imported: a wrong --from is told at once
     if info.pipeline != name:
         raise ExportError(f"{info.path}: is an export of {info.pipeline!r}, not {name!r}")
     pipeline_class = REGISTRY.get(name)

@@ -81,19 +81,22 @@ codes = [cli.main(["run", "nosuch_pipeline"]),
          cli.main(["run", "copy_task", "--set", "nosuch=1"]),
          cli.main(["run", "copy_task", "--preset", "nosuch"]),
          cli.main(["run", "load_forecasting", "--config", {str(config)!r}]),
-         cli.main(["finetune", "copy_task", "--from", "x", "--data", {str(config)!r}, "--set", "unitz=4"])]
+         cli.main(["finetune", "copy_task", "--from", "x", "--data", {str(config)!r}, "--set", "unitz=4"]),
+         cli.main(["finetune", "load_forecasting", "--from", {str(tmp_path / "nosuch")!r}, "--data", {str(config)!r}])]
 print(codes, "tensorflow" in sys.modules, "keras" in sys.modules)
 """
     completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert completed.stdout.split() == ["[2,", "2,", "2,", "2,", "2,", "2,", "2]", "False", "False"], completed.stderr
+    assert completed.stdout.split() == ["[2,", "2,", "2,", "2,", "2,", "2,", "2,", "2]", "False", "False"], \
+        completed.stderr
     lines = completed.stderr.splitlines()
-    assert len(lines) == 7 and "unknown pipeline 'nosuch_pipeline'" in lines[0]
+    assert len(lines) == 8 and "unknown pipeline 'nosuch_pipeline'" in lines[0]
     assert lines[1].endswith("missing.csv: file not found") and lines[2].endswith("missing.csv: file not found")
     # The messages are resolve_config's own (the config class read from the pipeline's source).
     assert lines[3].endswith("--set: unknown config field 'nosuch' for CopyTaskConfig")
     assert lines[4].endswith("unknown preset 'nosuch'; choose one of tiny, default, full, three_level")
     assert lines[5].endswith(f"{config}: unknown config field 'horizn' for LoadConfig; did you mean 'horizon'?")
     assert lines[6].endswith("--set: unknown config field 'unitz' for CopyTaskConfig; did you mean 'units'?")
+    assert lines[7].endswith(f"{tmp_path / 'nosuch'}: no such export folder (expected saved_models/NAME/VERSION)")
 
 
 def test_the_config_outline_read_from_source_matches_each_imported_config_class():

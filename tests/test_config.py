@@ -2,8 +2,10 @@ import dataclasses
 
 import pytest
 
-from seqapps.config import TrainingConfig, dump_config, resolve_config
+from seqapps.config import TrainingConfig, dump_config, require_split_fractions, resolve_config
 from seqapps.errors import ConfigError
+from seqapps.pipeline import REGISTRY
+from tests.pipelines.cli_runner import assert_rejected_in_one_line
 
 
 @dataclasses.dataclass
@@ -75,3 +77,25 @@ def test_exponent_floats_without_a_dot_are_numbers():
     from seqapps.config import TrainingConfig, resolve_config
 
     assert resolve_config(TrainingConfig, "default", overrides=["learning_rate=3e-4"]).learning_rate == 3e-4
+
+
+SPLITTING = [name for name in REGISTRY.names() if "val_fraction" in REGISTRY.config_outline(name).fields]
+
+
+def test_every_pipeline_but_the_generated_copy_task_takes_split_fractions():
+    assert sorted(set(REGISTRY.names()) - set(SPLITTING)) == ["copy_task"]
+
+
+@pytest.mark.parametrize("name", SPLITTING)
+@pytest.mark.parametrize("fractions", [("0", "0.1"), ("0.6", "0.5")])
+def test_split_fractions_are_checked_in_one_line(capsys, tmp_path, name, fractions):
+    val_fraction, test_fraction = fractions
+    assert_rejected_in_one_line(capsys, tmp_path, name, ["--set", f"val_fraction={val_fraction}",
+                                                         "--set", f"test_fraction={test_fraction}"],
+                                "config field 'val_fraction/test_fraction'")
+
+
+def test_any_shares_above_0_summing_below_1_are_taken():
+    require_split_fractions(0.45, 0.45)
+    with pytest.raises(ConfigError, match=r"got \(0.5, 0.5\), expected shares > 0 summing below 1"):
+        require_split_fractions(0.5, 0.5)

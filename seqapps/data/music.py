@@ -40,6 +40,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from seqapps.data import splits as split_rule
 from seqapps.data.files import build_folder_atomically
 from seqapps.data.files import data_home
 from seqapps.errors import DataError
@@ -282,32 +283,6 @@ class CorpusSpec:
         return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
-def split_groups(groups: Sequence[str], val_fraction: float, test_fraction: float, seed: int) -> list[str]:
-    """The split of each item, by group: a seeded permutation of the distinct groups cut into test, val and train.
-
-    Args:
-        groups: each item's group (a piece); a group's items share a split.
-        val_fraction, test_fraction: shares of the groups held out (each at least one group).
-        seed: the seed of the permutation.
-
-    Returns:
-        ``"train"``, ``"val"`` or ``"test"`` for each item.
-
-    Raises:
-        DataError: fewer than 3 groups, so a split would be empty.
-    """
-    distinct = list(dict.fromkeys(groups))
-    if len(distinct) < 3:
-        raise DataError(f"{len(distinct)} clip(s) or piece(s) cannot fill train, validation and test; give at "
-                        "least 3 (better dozens)")
-    order = np.random.default_rng(seed).permutation(len(distinct))
-    n_test = max(1, round(len(distinct) * test_fraction))
-    n_val = max(1, min(round(len(distinct) * val_fraction), len(distinct) - n_test - 1))
-    split_of = {distinct[index]: "test" if rank < n_test else "val" if rank < n_test + n_val else "train"
-                for rank, index in enumerate(order)}
-    return [split_of[group] for group in groups]
-
-
 def render_key(midi_bytes: bytes, rng_seed: list[int], spec: CorpusSpec) -> str:
     """The name of a clip in the render cache: a hash of everything that makes its audio."""
     soundfont = find_soundfont() if spec.renderer == "fluidsynth" else None
@@ -374,7 +349,8 @@ def _generate(folder: Path, spec: CorpusSpec) -> None:
     (folder / "piece.mid").unlink(missing_ok=True)
     rows = []
     (folder / "clips").mkdir()
-    splits = split_groups([piece.name for piece, _, _ in parsed], spec.val_fraction, spec.test_fraction, spec.seed)
+    splits = split_rule.split_groups([piece.name for piece, _, _ in parsed], spec.val_fraction, spec.test_fraction,
+                                     f"the {', '.join(spec.collections)} corpus", "pieces", seed=spec.seed)
     for number, ((piece, tags, midi_bytes), split) in enumerate(zip(parsed, splits)):
         for take in range(spec.renderings):
             cached, family, program, bpm = render_clip(midi_bytes, [spec.seed, number, take], spec)

@@ -22,11 +22,10 @@ import collections
 import csv
 import dataclasses
 import random
-import zlib
 from pathlib import Path
 from typing import Iterable
 
-from seqapps.data import text
+from seqapps.data import splits, text
 from seqapps.errors import DataError
 
 TOO_LONG = ("reject", "truncate", "error")
@@ -212,12 +211,12 @@ def split_pairs(pairs: Pairs, val_fraction: float, test_fraction: float, unit: s
     """Splits pairs into train/val/test by whole groups (chapters or books), so test verses are not
     near-duplicates of training verses next to them.
 
-    A group goes to a split by a seeded hash of its name, so the split does not depend on the order or
-    on which other pairs were filtered out.
+    The groups are split by the library's rule (``seqapps.data.splits.split_groups``, a permutation
+    seeded by ``seed``): ``max(1, round(groups * fraction))`` groups each for validation and test.
 
     Args:
         pairs: the pairs.
-        val_fraction, test_fraction: the expected shares of groups held out.
+        val_fraction, test_fraction: the shares of the groups held out.
         unit: ``"chapter"``, ``"book"`` or ``"pair"`` (see ``unit_of``).
         seed: changes which groups are held out.
 
@@ -225,16 +224,10 @@ def split_pairs(pairs: Pairs, val_fraction: float, test_fraction: float, unit: s
         ``{"train", "val", "test"}`` pairs, each in the original order.
 
     Raises:
-        DataError: a split would be empty.
+        DataError: an unknown unit, or too few groups to leave one for training.
     """
     if unit not in SPLIT_UNITS:
         raise DataError(f"split unit {unit!r}: expected one of {', '.join(SPLIT_UNITS)}")
-    indices: dict[str, list[int]] = {"train": [], "val": [], "test": []}
-    for i, key in enumerate(pairs.keys):
-        slot = (zlib.crc32(f"{seed}:{unit_of(key, unit)}".encode("utf-8")) % 10_000) / 10_000
-        indices["val" if slot < val_fraction else "test" if slot < val_fraction + test_fraction else "train"].append(i)
-    empty = [name for name, part in indices.items() if not part]
-    if empty:
-        raise DataError(f"{pairs.origin}: too few pairs ({len(pairs)}, split by {unit}) for a non-empty "
-                        f"{' and '.join(empty)} split; give more pairs or change val_fraction/test_fraction")
-    return {name: pairs.subset(part) for name, part in indices.items()}
+    labels = splits.split_groups([unit_of(key, unit) for key in pairs.keys], val_fraction, test_fraction,
+                                 f"{pairs.origin} (split by {unit})", f"{unit}s", seed=seed)
+    return {name: pairs.subset(part) for name, part in splits.split_indices(labels).items()}

@@ -331,14 +331,32 @@ def _check_order_and_step(frame: pd.DataFrame, times: np.ndarray, allow_gaps: bo
     if off_grid.any():
         position = int(np.flatnonzero(off_grid)[0]) + 1
         raise DataError(f"{_where(frame, position)}: timestamp {pd.Timestamp(times[position])} is off the "
-                        f"{pd.Timedelta(step)} sampling grid")
+                        f"{format_duration(step)} sampling grid")
     gaps = deltas != step
     if gaps.any() and not allow_gaps:
         position = int(np.flatnonzero(gaps)[0]) + 1
         missing = int(deltas[position - 1] // step) - 1
-        raise DataError(f"{_where(frame, position)}: gap in timestamps, {missing} step(s) of {pd.Timedelta(step)} "
+        raise DataError(f"{_where(frame, position)}: gap in timestamps, {missing} step(s) of {format_duration(step)} "
                         f"missing before {pd.Timestamp(times[position])} (or pass --set fill_gaps=interpolate)")
     return pd.Timedelta(step)
+
+
+def format_duration(duration: pd.Timedelta | np.timedelta64) -> str:
+    """A duration as people write it: "15 min", "1 h", "36 h", "1 day", "7 days", "30 s" (messages, reports).
+
+    Args:
+        duration: a pandas or NumPy duration.
+
+    Returns:
+        The count in the largest of days, hours, minutes and seconds that divides it (fractions of a
+        second as "0.25 s").
+    """
+    seconds = pd.Timedelta(duration).total_seconds()
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds and seconds % size == 0:
+            count = int(seconds // size)
+            return f"{count} {unit}" + ("s" if unit == "day" and count != 1 else "")
+    return f"{seconds:g} s"
 
 
 def parse_duration(value: int | str, step: pd.Timedelta, field: str) -> int:
@@ -364,8 +382,8 @@ def parse_duration(value: int | str, step: pd.Timedelta, field: str) -> int:
             raise DataError(f"config field {field!r}: {value!r} is not a duration (e.g. 1D, 7D, 24h) "
                             "or a number of steps") from None
         if duration % step != pd.Timedelta(0):
-            raise DataError(f"config field {field!r}: {value} is not a whole number of {step} steps")
+            raise DataError(f"config field {field!r}: {value} is not a whole number of {format_duration(step)} steps")
         steps = int(duration // step)
     if steps < 1:
-        raise DataError(f"config field {field!r}: {value!r} is less than one {step} step")
+        raise DataError(f"config field {field!r}: {value!r} is less than one {format_duration(step)} step")
     return steps

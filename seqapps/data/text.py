@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Sized
 
 import numpy as np
 
+from seqapps.data import splits
 from seqapps.errors import DataError
 
 if TYPE_CHECKING:
@@ -327,29 +328,24 @@ class Tokenizer:
         return tf.strings.reduce_join(tokens, axis=-1, separator=self.separator)
 
 
-def split_lines(lines: list[str], val_fraction: float, test_fraction: float) -> dict[str, list[str]]:
-    """Splits lines into train/val/test by their index modulo 100, so every part of the text is in each split.
+def split_lines(lines: list[str], val_fraction: float, test_fraction: float,
+                source: str = "the text") -> dict[str, list[str]]:
+    """Splits lines into train/val/test, the held-out lines spread evenly through the text
+    (``seqapps.data.splits``, ``interleave``), so every part of the text is in each split.
 
     Args:
         lines: the corpus lines in order.
-        val_fraction, test_fraction: shares of the lines (multiples of 0.01 are exact).
+        val_fraction, test_fraction: shares of the lines (``max(1, round(n * share))`` lines each).
+        source: the text's file or name, for the error.
 
     Returns:
         ``{"train", "val", "test"}`` lists of lines, each in corpus order.
 
     Raises:
-        DataError: a split would be empty (too little text).
+        DataError: too few lines to leave one for training.
     """
-    val_cut, test_cut = round(100 * val_fraction), round(100 * (val_fraction + test_fraction))
-    splits: dict[str, list[str]] = {"train": [], "val": [], "test": []}
-    for i, line in enumerate(lines):
-        slot = i % 100
-        splits["val" if slot < val_cut else "test" if slot < test_cut else "train"].append(line)
-    empty = [name for name, part in splits.items() if not part]
-    if empty:
-        raise DataError(f"too little text: {len(lines)} lines leave the {' and '.join(empty)} split(s) empty; "
-                        f"give more lines (of every 100 lines, {val_cut} go to validation and {test_cut - val_cut} to test)")
-    return splits
+    labels = splits.assign_splits(len(lines), val_fraction, test_fraction, source, "lines")
+    return {name: [lines[i] for i in indices] for name, indices in splits.split_indices(labels).items()}
 
 
 def joined_splits(corpus: Corpus, val_fraction: float, test_fraction: float,
@@ -365,7 +361,7 @@ def joined_splits(corpus: Corpus, val_fraction: float, test_fraction: float,
         ``{"train", "val", "test"}`` texts, e.g. ``"\nline 1\nline 3\n"``.
     """
     return {name: separator + separator.join(part) + separator
-            for name, part in split_lines(corpus.lines, val_fraction, test_fraction).items()}
+            for name, part in split_lines(corpus.lines, val_fraction, test_fraction, corpus.source).items()}
 
 
 @dataclasses.dataclass

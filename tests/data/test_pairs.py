@@ -94,10 +94,12 @@ def test_split_pairs_keeps_whole_chapters_or_books_together():
         assert sum(len(part) for part in splits.values()) == len(keys)
         assert not groups["train"] & groups["val"] and not groups["train"] & groups["test"]
         assert not groups["val"] & groups["test"]
+        held_out = {"chapter": 20, "book": 1}[unit]  # 100 chapters or 5 books: 20% each
+        assert len(groups["val"]) == len(groups["test"]) == held_out
     assert pairs.unit_of("Song of Solomon 3:4", "book") == "Song of Solomon"
     assert pairs.unit_of("Song of Solomon 3:4", "chapter") == "Song of Solomon 3"
     assert pairs.unit_of("line 7", "chapter") == "line 7"
-    with pytest.raises(DataError, match="too few pairs"):
+    with pytest.raises(DataError, match=r"^sample \(split by book\): 1 books are too few .* give at least 3 books$"):
         pairs.split_pairs(verses.subset(range(5)), 0.2, 0.2, unit="book")  # one book cannot fill three splits
 
 

@@ -2,7 +2,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from seqapps.data.tables import parse_duration, read_csv, to_time_series
+from seqapps.data.tables import format_duration, parse_duration, read_csv, to_time_series
 from seqapps.errors import ConfigError, DataError
 
 GOOD = "timestamp,load,temp\n2024-01-01 00:00,1,10\n2024-01-01 00:30,2,11\n2024-01-01 01:00,3,12\n"
@@ -26,7 +26,7 @@ def test_reads_a_regular_series_and_infers_its_step(tmp_path):
     (GOOD.replace(",2,11", ",two,11"), r"line 3: column 'load' value 'two' is not a number"),
     (GOOD.replace(",2,11", ",,11"), r"line 3: column 'load' is empty or NaN"),
     (GOOD.replace(",2,11", ",NaN,11"), r"line 3: column 'load' is empty or NaN"),
-    (GOOD.replace("01:00,3", "02:00,3"), r"line 4: gap in timestamps, 2 step\(s\) of 0 days 00:30:00 missing"),
+    (GOOD.replace("01:00,3", "02:00,3"), r"line 4: gap in timestamps, 2 step\(s\) of 30 min missing"),
     (GOOD.replace("00:30,2", "00:00,2"), r"line 3: duplicate timestamp"),
     (GOOD.replace("2024-01-01 00:30,2,11\n", "") + "2024-01-01 00:30,2,11\n", r"line 4: timestamp .* is earlier"),
     (GOOD.replace("2024-01-01 00:30", "yesterday"), r"line 3: column 'timestamp' value 'yesterday' is not a date"),
@@ -66,10 +66,24 @@ def test_daily_series_and_durations():
     assert parse_duration("7D", day, "lookback") == 7
     assert parse_duration("1D", pd.Timedelta("30min"), "horizon") == 48
     assert parse_duration(24, pd.Timedelta("1h"), "horizon") == 24
-    with pytest.raises(DataError, match="not a whole number"):
+    with pytest.raises(DataError, match="'horizon': 90min is not a whole number of 1 h steps$"):
         parse_duration("90min", pd.Timedelta("1h"), "horizon")
     with pytest.raises(DataError, match="is not a duration"):
         parse_duration("soon", day, "horizon")
+
+
+@pytest.mark.parametrize("duration, written", [
+    ("15min", "15 min"), ("90min", "90 min"), ("1h", "1 h"), ("36h", "36 h"), ("1D", "1 day"), ("7D", "7 days"),
+    ("30s", "30 s"), ("250ms", "0.25 s"), (np.timedelta64(900, "s"), "15 min"),
+])
+def test_durations_are_written_as_people_write_them(duration, written):
+    assert format_duration(pd.Timedelta(duration) if isinstance(duration, str) else duration) == written
+
+
+def test_an_off_grid_timestamp_names_the_step_in_minutes(tmp_path):
+    with pytest.raises(DataError, match=r"line 3: timestamp 2024-01-01 00:40:00 is off the 30 min sampling grid$"):
+        series_from(tmp_path, GOOD.replace("00:30,2", "00:40,2").replace("01:00,3", "01:30,3")
+                    + "2024-01-01 02:00,4,13\n2024-01-01 02:30,5,14\n")
 
 
 def london_csv(tmp_path, start, rows=6, offsets=True):

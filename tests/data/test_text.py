@@ -122,9 +122,12 @@ def test_split_lines_interleaves_and_rejects_too_little_text():
     lines = [f"line {i}" for i in range(300)]
     parts = text.split_lines(lines, 0.02, 0.03)
     assert [len(parts[name]) for name in ("train", "val", "test")] == [285, 6, 9]
-    assert parts["val"][:2] == ["line 0", "line 1"] and parts["test"][0] == "line 2"
-    with pytest.raises(DataError, match="too little text: 2 lines leave the train and test split"):
-        text.split_lines(lines[:2], 0.02, 0.03)
+    # 15 held-out lines, one in the middle of every 20, the 6 validation ones spread evenly among them
+    assert parts["test"][:2] == ["line 10", "line 50"] and parts["val"][0] == "line 30"
+    assert sorted(parts["train"] + parts["val"] + parts["test"], key=lambda line: int(line[5:])) == lines
+    with pytest.raises(DataError, match=r"^mine.txt: 2 lines are too few to split into training, validation and "
+                                        r"test \(.*\); give at least 3 lines$"):
+        text.split_lines(lines[:2], 0.02, 0.03, "mine.txt")
 
 
 def _debian_corpus(reader, packages: str):
@@ -263,5 +266,5 @@ def test_windows_reject_a_stream_shorter_than_one_window():
 def test_joined_splits_and_head_worked_example():
     corpus = text.Corpus([f"l{i}" for i in range(100)], "mine.txt", "mine")
     parts = text.joined_splits(corpus.head(12), 0.01, 0.01)  # head: l0..l3 (3 chars each), 12 characters
-    assert parts == {"train": "\nl2\nl3\n", "val": "\nl0\n", "test": "\nl1\n"}
+    assert parts == {"train": "\nl0\nl2\n", "val": "\nl3\n", "test": "\nl1\n"}
     assert corpus.head(None) is corpus and corpus.head(12).source == "mine.txt"

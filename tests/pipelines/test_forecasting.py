@@ -111,20 +111,32 @@ def test_load_backtest_then_finetune_on_a_user_csv_exports_the_next_version(caps
             assert spread[key]["std"] == pytest.approx(np.std(spread[key]["values"], ddof=1))
     earlier, last = backtest["periods"]
     assert last == first["data"]["test_period"] and pd.Timestamp(earlier[1]) < pd.Timestamp(last[0])
-    user_csv = write_load_csv(tmp_path / "my_load.csv")
-    # Column names must match the export's; the timestamp column is read from the export.
-    renamed = pd.read_csv(user_csv).rename(columns={"time": "timestamp"})
-    renamed.to_csv(user_csv, index=False)
-    code, result, _ = run_cli(capsys, "finetune", "load_forecasting", "--from", first["export"], "--data",
-                              str(user_csv), "--json")
-    assert code == 0, result
+    # The user's CSV names its columns its own way (time, load_mw); --set maps them to the export's, by position.
+    user_csv = write_load_csv(tmp_path / "my_load.csv", column="load_mw")
+    code, result, err = run_cli(capsys, "finetune", "load_forecasting", "--from", first["export"], "--data",
+                                str(user_csv), "--set", "timestamp_col=time", "--set", "target_cols=load_mw", "--json")
+    assert code == 0, err
     assert result["export"] == str(tmp_path / "load_forecasting" / "2")
     assert set(result["metrics_before"]) == set(result["metrics"]) == POINT_METRICS | {"interval_coverage", "pinball"}
+    assert result["data"]["split_counts"]["unit"] == "windows" and result["data"]["split_counts"]["test"] > 0
+    recent = tmp_path / "recent.csv"  # the fine-tuned export reads the user's names
+    pd.read_csv(user_csv).iloc[-400:].to_csv(recent, index=False)
+    code, answer, err = run_cli(capsys, "predict", result["export"], str(recent), "--json")
+    assert code == 0 and len(answer["forecast"]) == 48, err
 
-    wrong = tmp_path / "wrong.csv"
-    renamed.rename(columns={"demand": "load_mw"}).to_csv(wrong, index=False)
-    code, _, err = run_cli(capsys, "finetune", "load_forecasting", "--from", first["export"], "--data", str(wrong))
-    assert code == 2 and "missing column 'demand'" in err and len(err.strip().splitlines()) == 1
+    quarter_hours = write_load_csv(tmp_path / "quarter_hours.csv", freq="15min", column="load_mw")
+    mapped = ["timestamp_col=time", "target_cols=load_mw"]
+    for data, sets, message in [
+        (user_csv, [], "my_load.csv: missing column 'timestamp' (columns are: time, load_mw)"),  # the export's names
+        (user_csv, ["timestamp_col=time", "target_cols=load_mw,time"], "config field 'target_cols': got "
+         "['load_mw', 'time'], expected 1 column name(s), one for each target of the export (demand)"),
+        (user_csv, [*mapped, "feature_cols=load_mw"], "config field 'feature_cols'"),
+        (user_csv, ["timestamp_col=load_mw", "target_cols=load_mw"], "each CSV column named once"),
+        (quarter_hours, mapped, "sampling interval is 15 min, but the model was trained on 30 min data"),
+    ]:
+        code, _, err = run_cli(capsys, "finetune", "load_forecasting", "--from", first["export"], "--data",
+                               str(data), *[arg for setting in sets for arg in ("--set", setting)])
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert sorted(p.name for p in (tmp_path / "load_forecasting").iterdir() if p.name.isdigit()) == ["1", "2"]
 
 
@@ -402,7 +414,7 @@ def test_a_local_series_across_a_daylight_saving_change_trains_and_forecasts_in_
     code, result, err = run_cli(capsys, "run", "weather_forecasting", "--preset", "tiny", "--json", "--data",
                                 str(tmp_path / "london.csv"), "--out", str(tmp_path))
     assert code == 0, err
-    assert result["data"]["step"] == "0 days 01:00:00" and result["data"]["timezone"] == "file offsets"
+    assert result["data"]["step"] == "1 h" and result["data"]["timezone"] == "file offsets"
     table.iloc[-60:].to_csv(tmp_path / "recent.csv", index=False)
     code, answer, err = run_cli(capsys, "predict", result["export"], str(tmp_path / "recent.csv"), "--json")
     assert code == 0, err

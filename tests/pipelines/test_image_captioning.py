@@ -133,3 +133,19 @@ def test_fine_tuning_on_captions_with_new_words_emits_them(tiny_export, tmp_path
     images = np.array([(folder / f"{i}.png").read_bytes() for i in (6, 7)], dtype=object)
     captions = tf.saved_model.load(result["export"]).signatures["serving_default"](image_bytes=tf.constant(images))
     assert decoded(captions["caption"]) == ["a red temple", "a blue flower"]
+
+
+def test_twenty_four_user_images_split_as_requested_and_two_are_refused(capsys, tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    for i in range(24):
+        Image.new("RGB", (8, 8), (10 * i, 0, 0)).save(folder / f"{i}.png")
+    (folder / "captions.csv").write_text("image,caption\n" + "".join(f"{i}.png,photo {i}\n" for i in range(24)))
+    config = image_captioning.CaptioningConfig(val_fraction=0.25, test_fraction=0.125)
+    parts = image_captioning.user_splits(config, str(folder))
+    assert {name: len(part) for name, part in parts.items()} == {"train": 15, "val": 6, "test": 3}
+    assert sorted(str(path) for part in parts.values() for path in part.images) == sorted(
+        str(folder / f"{i}.png") for i in range(24))
+    (folder / "captions.csv").write_text("image,caption\n0.png,a photo\n1.png,another photo\n")
+    assert_rejected_in_one_line(capsys, tmp_path / "out", "image_captioning", ["--data", str(folder)],
+                                "2 images are too few to split into training, validation and test")

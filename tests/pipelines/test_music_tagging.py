@@ -260,3 +260,11 @@ def test_render_cache_returns_the_same_clip_without_rendering_again(tmp_path, mo
     assert music.render_clip(buffer.getvalue(), [0, 0, 0], spec) == first  # the same draws, the cached file
     with pytest.raises(AssertionError, match="rendered again"):  # another take is another clip
         music.render_clip(buffer.getvalue(), [0, 0, 1], spec)
+
+
+def test_thirty_user_clips_split_as_requested(tmp_path):
+    config = resolve_config(MusicTagging.Config, "tiny", overrides=["val_fraction=0.2", "test_fraction=0.1"])
+    data = MusicTagging().load_data(config, str(_user_folder(tmp_path, count=30)))
+    assert data.report["split_counts"] == {"unit": "clips", "train": 21, "val": 6, "test": 3}
+    paths = [path for split in ("train", "val", "test") for path in data.arrays[split]["paths"]]
+    assert sorted(paths) == sorted(str(tmp_path / f"{i}.wav") for i in range(30))

@@ -7,6 +7,7 @@ import pytest
 import soundfile
 import tensorflow as tf
 
+from seqapps.config import resolve_config
 from seqapps.data import speech
 from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli, run_tiny
 
@@ -100,6 +101,20 @@ def _user_folder(tmp_path, tiny_corpus, table):
 def test_bad_user_data_exits_2_with_one_line(capsys, tmp_path, tiny_corpus, table, message):
     folder = _user_folder(tmp_path, tiny_corpus, table)
     assert_rejected_in_one_line(capsys, tmp_path / "out", "speech_recognition", ["--data", str(folder)], message)
+
+
+def test_the_users_recordings_split_as_requested(tmp_path, tiny_corpus):
+    from pipelines.speech_recognition import SpeechRecognition, SpeechRecognitionConfig
+
+    folder = _user_folder(tmp_path, tiny_corpus,
+                          lambda rows: "path,transcript\n" + "".join(f"{r['path']},{r['transcript']}\n" for r in rows))
+    config = resolve_config(SpeechRecognitionConfig, "tiny",
+                            overrides=["val_fraction=0.1", "test_fraction=0.2", "oov=drop"])  # a held-out "q"
+    data = SpeechRecognition().load_data(config, str(folder))
+    rows = len(tiny_corpus[1])  # 32: 3 for validation, 6 for test
+    assert data.report["split_counts"] == {"unit": "utterances", "train": rows - 9, "val": 3, "test": 6}
+    paths = [path for split in ("train", "val", "test") for path in data.arrays[split]["paths"]]
+    assert sorted(paths) == sorted(str(folder / row["path"]) for row in tiny_corpus[1])
 
 
 def test_corrupt_audio_in_user_data_names_file_and_row(capsys, tmp_path, tiny_corpus):

@@ -153,3 +153,14 @@ def test_user_pairs_keep_the_exported_vocabularies_and_map_new_words_to_unknown(
     assert inputs["target_in"].numpy()[0, :3].tolist() == [translation.START_ID, 0, 3]
     assert inputs["target_out"].numpy()[0, :3].tolist() == [0, 3, translation.END_ID]
     assert weights.numpy()[0, :4].tolist() == [1, 1, 1, 0]
+
+
+def test_forty_user_pairs_split_as_requested(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    path.write_text("".join(f"word{i} one\tpalabra{i} uno\n" for i in range(40)), encoding="utf-8")
+    config = resolve_config(translation.TranslationConfig, "tiny",
+                            overrides=["split_by=chapter", "val_fraction=0.15", "test_fraction=0.1"])
+    data = translation.Translation().load_data(config, str(path))
+    assert data.report["split_counts"] == {"unit": "pairs", "train": 30, "val": 6, "test": 4}
+    held_out = [*data.arrays["val"].sources, *data.arrays["test"].sources]
+    assert len(set(held_out)) == 10 and held_out != [f"word{i} one" for i in range(30, 40)]  # not the file's end
