@@ -55,6 +55,7 @@ def test_predict_scores_text_and_names_next_characters(lm_run, capsys):
     ("beta=-2", "'beta'"),
     ("mode=mr_hrnn", "'mode'"),
     ("units=8,8,8", "'units'"),
+    ("vocabulary=grow", "'vocabulary'"),
 ])
 def test_bad_config_exits_2_with_one_line(capsys, tmp_path, setting, message):
     assert_rejected_in_one_line(capsys, tmp_path, "hrnn_char_lm", ["--set", setting], message)
