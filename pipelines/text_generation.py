@@ -149,8 +149,9 @@ class TextGeneration(Pipeline):
         else:  # fine-tuning: every new character (vocabulary=extend); the serving settings come from the config
             vocabulary = fine_tuning_vocabulary(state["vocabulary"], train_chars, config.vocabulary)
             exported = len(state["vocabulary"]["tokens"])
-        state = {**(state or {}), "vocabulary": vocabulary.state(), "top_k": config.top_k, "sample_length": config.sample_length,
-                 "max_generated_length": config.max_generated_length, "max_prompt_chars": config.max_prompt_chars}
+        state = {**(state or {}), "vocabulary": vocabulary.state(), "top_k": config.top_k,
+                 "sample_length": config.sample_length, "max_generated_length": config.max_generated_length,
+                 "max_prompt_chars": config.max_prompt_chars}
         streams = {name: vocabulary.encode(TOKENIZER.tokenize(part)) for name, part in parts.items()}
         windows = {name: text_data.windows(stream, config.seq_len, what=f"{corpus.source}: the {name} split")
                    for name, stream in streams.items()}

@@ -1,6 +1,5 @@
 """End-to-end checks of the hrnn_char_lm pipeline (word-boundary HRNN) on its tiny preset, through the CLI."""
 import dataclasses
-import shutil
 
 import keras
 import numpy as np
@@ -8,12 +7,11 @@ import pytest
 import tensorflow as tf
 
 from pipelines.hrnn_char_lm import HRNNCharLM, weighted_windows
-from seqapps import cli
 from seqapps.config import resolve_config
 from seqapps.data import text as text_data
-from seqapps.export import read_export
 from seqapps.pipeline import VOCABULARIES
-from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli, run_tiny
+from tests.pipelines.cli_runner import (assert_rejected_in_one_line, export_metrics, finetune_on_sample, run_cli,
+                                       run_tiny, sample_fine_tuning)
 
 pytestmark = pytest.mark.large
 
@@ -43,7 +41,7 @@ def test_tiny_run_reports_bpc_beside_the_unigram_baseline(lm_run):
 def test_predict_scores_text_and_names_next_characters(lm_run, capsys):
     export, _ = lm_run
     code, answer, _ = run_cli(capsys, "predict", str(export), "the value", "a longer line of words ", "--json")
-    assert code == 0 and len(answer["predictions"]) == 2
+    assert len(answer["predictions"]) == 2
     for row in answer["predictions"]:
         assert row["bits_per_character"] > 0 and len(row["next"]) == 5
         assert all(len(n["char"]) == 1 or n["char"] == "<unk>" for n in row["next"])
@@ -69,46 +67,38 @@ def _randomise(model: keras.Model, seed: int) -> None:
 
 
 def test_fine_tuning_adds_the_new_characters_and_keeps_the_old_entries(lm_run, tmp_path):
-    info = read_export(lm_run[0])
     pipeline = HRNNCharLM()
-    data_path, _ = pipeline.write_sample_data(tmp_path)
+    info, data = sample_fine_tuning(pipeline, lm_run[0], tmp_path)
     config = resolve_config(pipeline.Config, "tiny")  # decoupled: the level-1 decoder reconstructs characters
     old = info.state["vocabulary"]["tokens"]
-    data = pipeline.load_data(config, data_path, state=info.state)
     chars = data.state["vocabulary"]["tokens"]
     assert chars[: len(old)] == old and chars[len(old):] == ["é", "ñ"]
     assert data.report[VOCABULARIES] == {"characters": {"added": ["é", "ñ"], "size": len(old) + 2, "oov_rate": 0.0}}
     exported = pipeline.build_model(config, dataclasses.replace(data, state=info.state))
     _randomise(exported, 0)
     grown = pipeline.adapt_model(exported, config, data)
-    units = config.units[0]
-    for old_layer, new_layer, axis in [(exported.hrnn.cells[0], grown.hrnn.cells[0], 0), (exported.hrnn.head,
-                                       grown.hrnn.head, 1), (exported.hrnn.decoder_output[0],
-                                                             grown.hrnn.decoder_output[0], 1)]:
+    pairs = {"bottom cell": (exported.hrnn.cells[0], grown.hrnn.cells[0], 0), "head": (exported.hrnn.head,
+             grown.hrnn.head, 1), "decoder 1": (exported.hrnn.decoder_output[0], grown.hrnn.decoder_output[0], 1)}
+    for name, (old_layer, new_layer, axis) in pairs.items():  # kernel rows (the cell) or columns of the characters
         before, after = (keras.ops.convert_to_numpy(layer.kernel) for layer in (old_layer, new_layer))
-        assert after.shape[axis] == before.shape[axis] + 2
-        np.testing.assert_array_equal(np.take(after, np.arange(len(old)), axis), np.take(before, np.arange(len(old)),
-                                                                                           axis))
+        assert after.shape[axis] == before.shape[axis] + 2, name
+        np.testing.assert_array_equal(*(np.take(kernel, np.arange(len(old)), axis) for kernel in (after, before)))
     bottom_before, bottom_after = (keras.ops.convert_to_numpy(model.hrnn.cells[0].kernel) for model in (exported, grown))
+    units = config.units[0]
     np.testing.assert_array_equal(bottom_after[-units:], bottom_before[-units:])  # the level above's rows
     # the old characters' logits of an old text, before training: the exported model's
     text = np.array([[chars.index(c) for c in "\nthe value of x"]], "int32")
     np.testing.assert_allclose(keras.ops.convert_to_numpy(grown(text))[..., : len(old)],
                                keras.ops.convert_to_numpy(exported(text)), rtol=1e-5, atol=1e-5)
     # vocabulary=keep: the export's characters, the new ones read as the unknown id, the model as exported
-    keep = resolve_config(pipeline.Config, "tiny", overrides=["vocabulary=keep"])
-    kept = pipeline.load_data(keep, data_path, state=info.state)
+    _, kept = sample_fine_tuning(pipeline, lm_run[0], tmp_path, "vocabulary=keep")
     assert kept.state["vocabulary"]["tokens"] == old and kept.arrays["train_counts"][0] > 0
-    assert pipeline.adapt_model(exported, keep, kept) is exported
+    assert pipeline.adapt_model(exported, config, kept) is exported
 
 
 def test_a_fine_tuned_export_scores_text_with_a_new_character(lm_run, tmp_path, capsys):
-    data_path, _ = HRNNCharLM().write_sample_data(tmp_path)
-    shutil.copytree(lm_run[0], tmp_path / "models" / "1")
-    code = cli.main(["finetune", "hrnn_char_lm", "--from", str(tmp_path / "models" / "1"), "--data", data_path])
-    printed = capsys.readouterr().out
-    assert code == 0 and "2 added (é, ñ)" in printed
-    info = read_export(tmp_path / "models" / "2")
+    printed, info = finetune_on_sample(capsys, "hrnn_char_lm", lm_run[0], tmp_path)
+    assert "2 added (é, ñ)" in printed
     chars = info.state["vocabulary"]["tokens"]
     assert text_data.Vocabulary.read(info.path / "assets" / "chars.txt").tokens == chars
     # the graph reads ñ as its new id: its cost of the text is the Keras model's from those ids

@@ -1,7 +1,6 @@
 """End-to-end checks of the language_model pipeline on its tiny preset, through the CLI."""
 import functools
 import math
-import shutil
 
 import keras
 import numpy as np
@@ -16,7 +15,7 @@ from seqapps.export import read_export
 from seqapps.layers.batch_nce import unigram_distribution
 from seqapps.pipeline import VOCABULARIES
 from tests.export_harness import call_in_tensorflow_only_process, decoded
-from tests.pipelines.cli_runner import run_cli
+from tests.pipelines.cli_runner import finetune_on_sample, run_cli, sample_fine_tuning, weights_by_path
 
 pytestmark = pytest.mark.large
 
@@ -112,17 +111,10 @@ def test_missing_wordnet_package_exits_2_naming_the_apt_command(capsys, tmp_path
     assert "apt-get install -y wordnet-base" in err
 
 
-def _weights(model: keras.Model) -> dict[str, np.ndarray]:
-    return {weight.path: keras.ops.convert_to_numpy(weight) for weight in model.weights}
-
-
 def test_fine_tuning_adds_the_new_words_and_keeps_the_old_rows(lm_export, tmp_path):
-    info = read_export(lm_export["export"])
     pipeline = language_model.LanguageModel()
-    data_path, _ = pipeline.write_sample_data(tmp_path)
-    config = resolve_config(pipeline.Config, "tiny")
-    old = info.state["vocabulary"]["tokens"]
-    data = pipeline.load_data(config, data_path, state=info.state)
+    info, data = sample_fine_tuning(pipeline, lm_export["export"], tmp_path)
+    config, old = resolve_config(pipeline.Config, "tiny"), info.state["vocabulary"]["tokens"]
     words, counts = data.state["vocabulary"]["tokens"], data.arrays["train_counts"]
     added = words[len(old):]
     assert words[: len(old)] == old and added and set(samples.NEW_WORDS) & set(added)
@@ -132,9 +124,9 @@ def test_fine_tuning_adds_the_new_words_and_keeps_the_old_rows(lm_export, tmp_pa
     facts = data.report[VOCABULARIES]["words"]
     assert facts["added"] == added and facts["size"] == len(words) and 0 <= facts["oov_rate"] < 1
     loaded = keras.saving.load_model(info.keras_model_path)
-    exported = _weights(loaded)
+    exported = weights_by_path(loaded)
     grown = pipeline.adapt_model(loaded, config, data)
-    new = _weights(grown)
+    new = weights_by_path(grown)
     assert new["embedding/embeddings"].shape == (len(words), config.embedding_dim)
     assert new["output/kernel"].shape == (len(words), config.bottleneck_units)
     for path in ("embedding/embeddings", "output/kernel", "output/bias"):
@@ -147,24 +139,19 @@ def test_fine_tuning_adds_the_new_words_and_keeps_the_old_rows(lm_export, tmp_pa
     np.testing.assert_allclose(new["output/bias"][len(old):], np.log(unigram[len(old):]) + config.log_z, rtol=1e-6)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(grown.get_layer("output").noise_probs), unigram, rtol=1e-6)
     # vocabulary=keep: the export's words, the new ones read as <unk>, the model as exported
-    keep = resolve_config(pipeline.Config, "tiny", overrides=["vocabulary=keep"])
-    kept = pipeline.load_data(keep, data_path, state=info.state)
+    _, kept = sample_fine_tuning(pipeline, lm_export["export"], tmp_path, "vocabulary=keep")
     assert kept.state["vocabulary"]["tokens"] == old and kept.report["train_oov_rate"] > 0
     assert kept.report[VOCABULARIES]["words"]["added"] == []
     loaded = keras.saving.load_model(info.keras_model_path)
-    assert pipeline.adapt_model(loaded, keep, kept) is loaded
+    assert pipeline.adapt_model(loaded, config, kept) is loaded
 
 
 def test_a_fine_tuned_export_scores_the_new_words(lm_export, tmp_path, capsys):
-    data_path, _ = language_model.LanguageModel().write_sample_data(tmp_path)
-    shutil.copytree(lm_export["export"], tmp_path / "models" / "1")
-    code = cli.main(["finetune", "language_model", "--from", str(tmp_path / "models" / "1"), "--data", data_path])
-    printed = capsys.readouterr().out
-    info = read_export(tmp_path / "models" / "2")
+    printed, info = finetune_on_sample(capsys, "language_model", lm_export["export"], tmp_path)
     added = info.state["vocabulary"]["tokens"][len(read_export(lm_export["export"]).state["vocabulary"]["tokens"]):]
-    assert code == 0 and f"words: {len(info.state['vocabulary']['tokens'])} in all; {len(added)} added" in printed
+    assert f"words: {len(info.state['vocabulary']['tokens'])} in all; {len(added)} added" in printed
     assert text_data.Vocabulary.read(info.path / "assets" / "words.txt").tokens == info.state["vocabulary"]["tokens"]
     new_word = next(word for word in samples.NEW_WORDS if word in added)
     code, answer, _ = run_cli(capsys, "predict", str(info.path), f"the old man sees a {new_word}", "--json")
-    assert code == 0 and [w["word"] for w in answer["results"][0]["words"]] == ["the", "old", "man", "sees", "a",
+    assert [w["word"] for w in answer["results"][0]["words"]] == ["the", "old", "man", "sees", "a",
                                                                                  new_word]
