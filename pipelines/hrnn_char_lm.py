@@ -11,7 +11,14 @@ Text is split into lines; the validation and test lines are spread evenly throug
 the text (``seqapps.data.text.split_lines``). Each split is joined with line breaks and cut
 into windows of ``seq_len`` + 1 characters. Default data: Python's help topics
 (``pydoc_data``, pip-free); ``corpus=kjv`` or ``wordnet`` read the apt corpora,
-``--data your.txt`` any UTF-8 text.
+``--data your.txt`` any UTF-8 text. Fine-tuning (``seqapps finetune hrnn_char_lm --from
+EXPORT --data your.txt``) adds every character of the training lines that the export lacks
+(``vocabulary=extend``, the default; ``min_char_count`` applies to a vocabulary built from
+scratch only): the old characters keep their ids, the new ones follow, and the one-hot
+input (the bottom cell's kernel rows), the output head and the level-1 decoder's output
+grow by as many entries (``seqapps.finetuning.transfer_weights``; the new ones start as a
+fresh model's). ``vocabulary=keep`` keeps the export's characters, new ones mapping to the
+unknown id.
 
 Metric: bits per character on the test windows, beside the training characters'
 unigram distribution (add-one smoothed).
@@ -41,7 +48,9 @@ from seqapps.data import text as text_data
 from seqapps.errors import DataError
 from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
 from seqapps.export import Signature
-from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
+from seqapps.finetuning import (VOCABULARY_CHOICES, VocabularyMap, fine_tuning_vocabulary, transfer_weights,
+                                vocabulary_report)
+from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits
 
 CORPORA = {"pydoc": text_data.pydoc_topics, "kjv": text_data.kjv_bible, "wordnet": text_data.wordnet_glosses}
 START = "\n"  # every text is read after a line break, as every training line is
@@ -58,8 +67,10 @@ class HRNNCharLMConfig(HRNNConfig):
         corpus: default data without ``--data``: "pydoc", "kjv" or "wordnet".
         seq_len: characters per training window.
         max_chars: use only the first lines up to this many characters (None: all).
-        min_char_count: rarer training characters map to the unknown id.
+        min_char_count: rarer training characters map to the unknown id (at fine-tuning every new one is added).
         val_fraction, test_fraction: shares of the lines held out.
+        vocabulary: at fine-tuning, "extend" (the training lines' new characters get ids after the export's)
+            or "keep" (the export's characters; new ones map to the unknown id).
     """
 
     corpus: str = "pydoc"
@@ -68,6 +79,7 @@ class HRNNCharLMConfig(HRNNConfig):
     min_char_count: int = 5
     val_fraction: float = 0.05
     test_fraction: float = 0.05
+    vocabulary: str = "extend"
     PRESETS = {
         "tiny": {"seq_len": 40, "max_chars": 30_000, "units": [16, 16], "aux_hidden_units": 16, "epochs": 1,
                  "steps_per_epoch": 3, "batch_size": 16},
@@ -87,6 +99,8 @@ class HRNNCharLMConfig(HRNNConfig):
         require(self.seq_len >= 2, "seq_len", self.seq_len, "an integer >= 2")
         require(self.max_chars is None or self.max_chars >= 1000, "max_chars", self.max_chars,
                 "null or an integer >= 1000")
+        require(self.vocabulary in VOCABULARY_CHOICES, "vocabulary", self.vocabulary,
+                f"one of {', '.join(VOCABULARY_CHOICES)}")
         require(self.min_char_count >= 1, "min_char_count", self.min_char_count, "an integer >= 1")
         require_split_fractions(self.val_fraction, self.test_fraction)
 
@@ -119,11 +133,14 @@ class HRNNCharLM(Pipeline):
                   state: dict[str, Any] | None = None) -> Splits:
         corpus = (datasets.read_corpus(data_path) if data_path else CORPORA[config.corpus]()).head(config.max_chars)
         parts = text_data.joined_splits(corpus, config.val_fraction, config.test_fraction, START)
+        train_chars = TOKENIZER.tokenize(parts["train"])
         if state is None:
-            state = {"vocabulary": text_data.build_vocabulary(TOKENIZER.tokenize(parts["train"]),
-                                                              min_count=config.min_char_count,
-                                                              reserved=BOUNDARIES).state()}
-        vocabulary = text_data.Vocabulary(**state["vocabulary"])
+            vocabulary = text_data.build_vocabulary(train_chars, min_count=config.min_char_count, reserved=BOUNDARIES)
+            exported = len(vocabulary)
+        else:  # fine-tuning: every new character (vocabulary=extend) after the export's
+            vocabulary = fine_tuning_vocabulary(state["vocabulary"], train_chars, config.vocabulary)
+            exported = len(state["vocabulary"]["tokens"])
+        state = {**(state or {}), "vocabulary": vocabulary.state()}
         streams = {name: vocabulary.encode(TOKENIZER.tokenize(part)) for name, part in parts.items()}
         splits = {name: weighted_windows(stream, config.seq_len, f"{corpus.source}: the {name} split")
                   for name, stream in streams.items()}
@@ -131,7 +148,9 @@ class HRNNCharLM(Pipeline):
                   SPLIT_COUNTS: split_rule.split_counts("lines", split_rule.split_sizes(
                       len(corpus.lines), config.val_fraction, config.test_fraction, corpus.source, "lines")),
                   "characters": corpus.num_chars,
-                  "vocabulary": len(vocabulary), "windows": {name: int(len(w[0])) for name, w in splits.items()}}
+                  "vocabulary": len(vocabulary), "windows": {name: int(len(w[0])) for name, w in splits.items()},
+                  VOCABULARIES: {"characters": vocabulary_report(exported, vocabulary.tokens,
+                                                                 TOKENIZER.tokenize(parts["test"]))}}
         return Splits(*(tf.data.Dataset.from_tensor_slices(splits[name]) for name in ("train", "val", "test")),
                       state=state, report=report,
                       arrays={"test": splits["test"],
@@ -144,6 +163,19 @@ class HRNNCharLM(Pipeline):
                                   name=self.name)
         model.build((None, None))
         return model
+
+    def adapt_model(self, model: keras.Model, config: HRNNCharLMConfig, data: Splits) -> keras.Model:
+        """Grows the one-hot input, the head and the level-1 decoder's output for the characters ``load_data``
+        added (after the old ones)."""
+        chars = data.state["vocabulary"]["tokens"]
+        mapping = VocabularyMap.from_tokens(chars[: model.one_hot_depth], chars)
+        if mapping.is_identity:
+            return model
+        grown = self.build_model(config, data)
+        hrnn = grown.hrnn  # the bottom cell reads the one-hot characters, then the level above
+        layers = [hrnn.cells[0], hrnn.head, *hrnn.decoder_output[:1]]  # decoder 1 reconstructs the characters
+        transfer_weights(model, grown, {layer.path: mapping for layer in layers})
+        return grown
 
     def compile_args(self, config: HRNNCharLMConfig, data: Splits) -> dict[str, Any]:
         return {"jit_compile": False}  # the lean train_step computes its own loss

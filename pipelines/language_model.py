@@ -24,7 +24,20 @@ other sequences' targets at that step), or with ``noise_scope=batch`` all
 the other words of its own window). Duplicated targets stay noise samples
 (the paper's unigram noise) unless ``remove_accidental_hits``. Recurrent
 windows start from a zero state. Default data: the WordNet 3.0
-glosses (apt ``wordnet-base``; WordNet 3.0 licence), 1.7M tokens, 57k types.
+glosses (apt ``wordnet-base``; WordNet 3.0 licence), 1.7M tokens, 57k types;
+``--data your.txt`` trains on any UTF-8 text.
+
+Fine-tuning (``seqapps finetune language_model --from EXPORT --data your.txt``)
+extends the export's vocabulary (``vocabulary=extend``, the default) with the
+vocabulary the training lines would get from scratch under the config's
+``max_vocab`` and ``min_count`` (OpenNMT-tf's ``update_vocab`` merge): the new
+words seen ``min_count`` times, at most ``max_vocab`` of the data's own words, follow
+the old ones, whose ids are kept. ``max_vocab`` bounds what one data set brings, not
+the grown vocabulary. The embedding and the output layer grow by as many rows
+(``seqapps.finetuning.transfer_weights``); a new word's output bias starts at its
+log-unigram, and the noise distribution of B-NCE and S-NCE is the fine-tuning
+data's unigram over the grown vocabulary. ``vocabulary=keep`` keeps the export's
+words, new ones mapping to ``<unk>``.
 
 The output bias starts at ``log p_unigram + log Z``, so that both
 normalisations start at the unigram model: B-NCE only pushes down the scores
@@ -52,11 +65,13 @@ from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.export import Signature
+from seqapps.finetuning import (VOCABULARY_CHOICES, VocabularyMap, fine_tuning_vocabulary, transfer_weights,
+                                vocabulary_report)
 from seqapps.layers.batch_nce import LOSSES, NOISE_SCOPES, BatchNCE, unigram_distribution
 from seqapps.layers.ngram_context import NGramContext
 from seqapps.losses import per_token_training_loss
 from seqapps.metrics import perplexity, unigram_log_probs
-from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
+from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits
 from seqapps.training import seconds_per_training_step
 
 ARCHITECTURES = ("ffnn", "ffnn_relu", "rnn", "rnn_relu", "lstm", "lstm_relu")
@@ -85,8 +100,11 @@ class LanguageModelConfig(TrainingConfig):
             step) or "batch" (all the step's targets pooled).
         remove_accidental_hits: drop a row's own word from its noise (default False, the
             paper's: duplicates stay noise samples).
-        max_vocab: the most words, ``<unk>`` and ``</s>`` included (None: all).
-        min_count: rarer training words map to ``<unk>``.
+        max_vocab: the most words, ``<unk>`` and ``</s>`` included (None: all); at fine-tuning, the most
+            words the fine-tuning data's own vocabulary holds (its new ones are added).
+        min_count: rarer training words map to ``<unk>`` (and are not added at fine-tuning).
+        vocabulary: at fine-tuning, "extend" (the training lines' new words get ids after the export's)
+            or "keep" (the export's words; new ones map to ``<unk>``).
         max_words: use only the first lines up to this many tokens (None: all).
         max_eval_tokens: evaluate validation and test on at most this many tokens (None: all).
         val_fraction, test_fraction: shares of the lines held out, spread evenly through the text.
@@ -111,6 +129,7 @@ class LanguageModelConfig(TrainingConfig):
     remove_accidental_hits: bool = False
     max_vocab: int | None = None
     min_count: int = 1
+    vocabulary: str = "extend"
     max_words: int | None = None
     max_eval_tokens: int | None = 20000
     val_fraction: float = 0.02
@@ -146,6 +165,8 @@ class LanguageModelConfig(TrainingConfig):
         require(self.ngram_order >= 2, "ngram_order", self.ngram_order, "an integer >= 2")
         require(self.extra_noise >= 0 and self.timing_steps >= 0, "extra_noise/timing_steps",
                 (self.extra_noise, self.timing_steps), "integers >= 0")
+        require(self.vocabulary in VOCABULARY_CHOICES, "vocabulary", self.vocabulary,
+                f"one of {', '.join(VOCABULARY_CHOICES)}")
         require(self.noise_scope in NOISE_SCOPES, "noise_scope", self.noise_scope, f"one of {', '.join(NOISE_SCOPES)}")
         targets = self.batch_size * (self.seq_len if self.noise_scope == "batch" else 1)
         require(self.loss != "bnce" or targets >= 2 or self.extra_noise >= 1, "extra_noise", self.extra_noise,
@@ -190,14 +211,17 @@ class LanguageModel(Pipeline):
             lines = text_data.first_lines_up_to(lines, config.max_words)
         parts = text_data.split_lines(lines, config.val_fraction, config.test_fraction, corpus.source)
         eos = text_data.END_OF_SENTENCE
+        tokens = {name: [token for line in part for token in (*line, eos)] for name, part in parts.items()}
         if state is None:
-            train_tokens = [token for line in parts["train"] for token in (*line, eos)]
-            vocab = text_data.build_vocabulary(train_tokens, config.max_vocab, config.min_count, reserved=[eos])
-            state = {"vocabulary": vocab.state(), "context": context_tokens(config.architecture, config.ngram_order),
-                     "top_k": config.top_k}
-        vocab = text_data.Vocabulary(**state["vocabulary"])
-        streams = {name: vocab.encode(token for line in part for token in (*line, eos))
-                   for name, part in parts.items()}
+            vocab = text_data.build_vocabulary(tokens["train"], config.max_vocab, config.min_count, reserved=[eos])
+            state = {"context": context_tokens(config.architecture, config.ngram_order), "top_k": config.top_k}
+            exported = len(vocab)
+        else:  # fine-tuning: the new words by the config's rules (vocabulary=extend) after the export's
+            vocab = fine_tuning_vocabulary(state["vocabulary"], tokens["train"], config.vocabulary, config.max_vocab,
+                                           config.min_count)
+            exported = len(state["vocabulary"]["tokens"])
+        state = {**state, "vocabulary": vocab.state()}
+        streams = {name: vocab.encode(part) for name, part in tokens.items()}
         counts = np.bincount(streams["train"], minlength=len(vocab))
         for name in ("val", "test"):
             if config.max_eval_tokens is not None:
@@ -208,7 +232,8 @@ class LanguageModel(Pipeline):
         report = {"source": corpus.source, "licence": corpus.licence, "lines": len(lines),
                   SPLIT_COUNTS: split_rule.split_counts("lines", {name: len(part) for name, part in parts.items()}),
                   "tokens": {name: int(len(stream)) for name, stream in streams.items()},
-                  "vocabulary": len(vocab), "train_oov_rate": round(float(counts[0] / max(1, counts.sum())), 5)}
+                  "vocabulary": len(vocab), "train_oov_rate": round(float(counts[0] / max(1, counts.sum())), 5),
+                  VOCABULARIES: {"words": vocabulary_report(exported, vocab.tokens, tokens["test"])}}
         arrays = {"train_counts": counts, "test_targets": windows["test"][1].reshape(-1)}
         datasets_ = {name: tf.data.Dataset.from_tensor_slices(
             ({"tokens": inputs, "targets": targets}, np.zeros(targets.shape, "float32")))
@@ -244,6 +269,16 @@ class LanguageModel(Pipeline):
         # Start from the unigram model: exp(s - log Z) = p_unigram when the hidden state contributes nothing.
         output.bias.assign((np.log(unigram) + config.log_z).astype("float32"))
         return keras.Model([tokens, targets], per_token, name=self.name)
+
+    def adapt_model(self, model: keras.Model, config: LanguageModelConfig, data: Splits) -> keras.Model:
+        """Grows the embedding and the output layer for the words ``load_data`` added (after the old ones)."""
+        words = data.state["vocabulary"]["tokens"]
+        mapping = VocabularyMap.from_tokens(words[: model.get_layer("embedding").input_dim], words)
+        if mapping.is_identity:
+            return model
+        grown = self.build_model(config, data)  # its output layer's bias and noise: the fine-tuning data's unigram
+        transfer_weights(model, grown, {"embedding": mapping, "output": mapping})
+        return grown
 
     def compile_args(self, config: LanguageModelConfig, data: Splits) -> dict[str, Any]:
         return {"loss": per_token_training_loss, "jit_compile": config.jit_compile}

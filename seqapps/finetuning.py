@@ -20,7 +20,10 @@ Which axis of which weight a vocabulary indexes is known per layer class (``voca
 - ``LexiconBias``: the rows of ``table_ids`` and ``table_probs`` (source words). Its ``table_ids`` hold
   target word ids: pass the target vocabulary's map as ``value_maps={"lexicon/table_ids": ...}`` and the
   old ids are renumbered (an id that left the vocabulary becomes ``<unk>``, 0). Added source words keep
-  the fresh layer's rows, the lexicon the pipeline fitted on the fine-tuning data.
+  the fresh layer's rows, the lexicon the pipeline fitted on the fine-tuning data;
+- a recurrent cell (``RECURRENT_CELLS``) that reads one-hot ids: the first rows of ``kernel``; rows after the
+  vocabulary's (the hierarchical RNN's bottom cell reads the state of the level above after its characters)
+  are copied as they are.
 
 Optimizer slots are not transferred: ``finetune`` compiles a fresh optimizer.
 """
@@ -33,6 +36,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import keras
 import numpy as np
 
+from seqapps.data import text as text_data
 from seqapps.errors import ConfigError
 from seqapps.layers.batch_nce import BatchNCE
 from seqapps.layers.lexicon import LexiconBias
@@ -42,6 +46,8 @@ from seqapps.layers.lexicon import LexiconBias
 VOCABULARY_CHOICES = ("extend", "keep")
 #: ``vocabulary_axis`` of a weight that the fresh model's own value replaces (never copied).
 FRESH = "fresh"
+#: cells whose ``kernel`` rows a one-hot vocabulary indexes when the model feeds them one-hot ids
+RECURRENT_CELLS = (keras.layers.SimpleRNNCell, keras.layers.GRUCell, keras.layers.LSTMCell)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,23 +90,33 @@ class VocabularyMap:
         """The new ids of the entries the old vocabulary lacks."""
         return np.flatnonzero(self.old_ids < 0)
 
-    def place(self, old: np.ndarray, fresh: np.ndarray, axis: int) -> np.ndarray:
+    @property
+    def is_identity(self) -> bool:
+        """True when the vocabulary is unchanged."""
+        return self.new_size == self.old_size and bool(np.all(self.old_ids == np.arange(self.old_size)))
+
+    def place(self, old: np.ndarray, fresh: np.ndarray, axis: int, trailing: int = 0) -> np.ndarray:
         """``fresh`` with the old entries along ``axis`` copied to their new positions.
 
         Args:
-            old: the exported values, ``old_size`` long on ``axis``.
-            fresh: the fresh model's values, ``new_size`` long on ``axis``; the other axes as ``old``'s.
+            old: the exported values, ``old_size + trailing`` long on ``axis``.
+            fresh: the fresh model's values, ``new_size + trailing`` long on ``axis``; the other axes as ``old``'s.
             axis: the vocabulary axis.
+            trailing: entries after the vocabulary's on ``axis``, copied from ``old`` as they are (a recurrent
+                cell's kernel reads the one-hot vocabulary, then the state of the level above).
 
         Returns:
-            A new array: entry ``i`` along ``axis`` is ``old``'s entry ``old_ids[i]``, or ``fresh``'s when -1.
+            A new array: entry ``i < new_size`` along ``axis`` is ``old``'s entry ``old_ids[i]``, or ``fresh``'s
+            when -1; the trailing entries are ``old``'s.
         """
         old_moved, out = np.moveaxis(np.asarray(old), axis, 0), np.moveaxis(np.array(fresh, copy=True), axis, 0)
-        if old_moved.shape[0] != self.old_size or out.shape[0] != self.new_size or old_moved.shape[1:] != out.shape[1:]:
-            raise ValueError(f"a vocabulary axis maps {self.old_size} entries to {self.new_size}; got shapes "
-                             f"{np.shape(old)} and {np.shape(fresh)} (axis {axis})")
+        if (old_moved.shape[0] != self.old_size + trailing or out.shape[0] != self.new_size + trailing
+                or old_moved.shape[1:] != out.shape[1:]):
+            raise ValueError(f"a vocabulary axis maps {self.old_size} entries to {self.new_size} (and {trailing} "
+                             f"more after them); got shapes {np.shape(old)} and {np.shape(fresh)} (axis {axis})")
         kept = np.flatnonzero(self.old_ids >= 0)
         out[kept] = old_moved[self.old_ids[kept]]
+        out[self.new_size:] = old_moved[self.old_size:]
         return np.moveaxis(out, 0, axis)
 
     def renumber(self, old_ids: np.ndarray, missing: int = 0) -> np.ndarray:
@@ -166,6 +182,8 @@ def vocabulary_axis(layer: keras.layers.Layer, weight_name: str) -> int | str | 
         return {"embeddings": 0}.get(weight_name)
     if isinstance(layer, keras.layers.Dense):
         return {"kernel": -1, "bias": 0}.get(weight_name)
+    if isinstance(layer, RECURRENT_CELLS):
+        return {"kernel": 0}.get(weight_name)
     return None
 
 
@@ -230,5 +248,33 @@ def transfer_weights(source: keras.Model, target: keras.Model, index_maps: Mappi
             raise ConfigError(f"weight {fresh.path!r} has shape {fresh_value.shape}, {old_value.shape} in the "
                               "exported model, and no vocabulary map explains it: fine-tune with the exported "
                               "architecture")
-        value = old_value if axis is None else mapping.place(old_value, fresh_value, axis)
+        if axis is None:
+            value = old_value
+        else:  # a cell's kernel reads other inputs after the one-hot vocabulary
+            cell = isinstance(layers[fresh.path.rpartition("/")[0]], RECURRENT_CELLS)
+            value = mapping.place(old_value, fresh_value, axis, old_value.shape[axis] - mapping.old_size if cell else 0)
         fresh.assign(value.astype(fresh_value.dtype))
+
+
+def fine_tuning_vocabulary(exported: Mapping[str, list], training_tokens: Sequence[str], policy: str = "extend",
+                           max_size: int | None = None, min_count: int = 1) -> text_data.Vocabulary:
+    """The vocabulary of a text model (``seqapps.data.text.Vocabulary``) fine-tuned on ``training_tokens``.
+
+    With "extend", the vocabulary the fine-tuning data would get from scratch (``build_vocabulary`` with
+    ``max_size`` and ``min_count``) is merged into the export's, as OpenNMT-tf's ``update_vocab`` merges a
+    new vocabulary file: the exported tokens keep their ids and the data's tokens they lack follow, the most
+    frequent first. So ``max_size`` bounds what one data set brings, not the merged size.
+
+    Args:
+        exported: the export's ``Vocabulary.state()``.
+        training_tokens: the fine-tuning training split's tokens.
+        policy: one of ``VOCABULARY_CHOICES``; "keep": the export's tokens.
+        max_size, min_count: the config's rules for a vocabulary built from scratch.
+
+    Returns:
+        The vocabulary, counted on ``training_tokens``.
+    """
+    tokens = exported["tokens"]
+    if policy == "extend":  # the data's own tokens, each once, in decreasing count: grow_vocabulary keeps that order
+        tokens = grow_vocabulary(tokens, text_data.build_vocabulary(training_tokens, max_size, min_count).tokens)
+    return text_data.Vocabulary.counted(tokens, collections.Counter(training_tokens))

@@ -144,3 +144,34 @@ def test_transfer_weights_refuses_another_architecture_and_unexplained_shapes():
     normed = keras.Model(ids, keras.layers.LayerNormalization(name="norm")(keras.layers.Embedding(5, 4)(ids)))
     with pytest.raises(ValueError, match="no weight a vocabulary indexes"):
         transfer_weights(normed, normed, {"norm": VocabularyMap(np.arange(4), 4)})
+
+
+def _one_hot_reader(words: list[str]) -> tuple[keras.Model, keras.layers.LSTMCell]:
+    """Word ids one-hot, then 3 other features after them, read by an LSTM cell; one score per word."""
+    ids, other = keras.Input((None,), dtype="int32"), keras.Input((None, 3))
+    cell = keras.layers.LSTMCell(4, name="cell")
+    one_hot = keras.layers.Lambda(lambda x: keras.ops.one_hot(x, len(words)))(ids)
+    hidden = keras.layers.RNN(cell, return_sequences=True, name="rnn")(keras.layers.Concatenate()([one_hot, other]))
+    return keras.Model([ids, other], keras.layers.Dense(len(words), name="scores")(hidden)), cell
+
+
+def test_transfer_weights_moves_the_rows_a_one_hot_vocabulary_indexes_in_a_cell_kernel():
+    keras.utils.set_random_seed(0)
+    (source, old_cell), (target, new_cell) = _one_hot_reader(OLD_WORDS), _one_hot_reader(NEW_WORDS)
+    _randomise(source, 4)
+    fresh_kernel = keras.ops.convert_to_numpy(new_cell.kernel).copy()
+    words = VocabularyMap.from_tokens(OLD_WORDS, NEW_WORDS)
+    transfer_weights(source, target, {new_cell.path: words, "scores": words})
+    old_kernel, new_kernel = (keras.ops.convert_to_numpy(cell.kernel) for cell in (old_cell, new_cell))
+    assert new_kernel.shape == (len(NEW_WORDS) + 3, 16)
+    kept = np.flatnonzero(words.old_ids >= 0)
+    np.testing.assert_array_equal(new_kernel[kept], old_kernel[words.old_ids[kept]])
+    np.testing.assert_array_equal(new_kernel[words.added], fresh_kernel[words.added])
+    np.testing.assert_array_equal(new_kernel[len(NEW_WORDS):], old_kernel[len(OLD_WORDS):])  # the other inputs' rows
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(new_cell.recurrent_kernel),
+                                  keras.ops.convert_to_numpy(old_cell.recurrent_kernel))
+    # old words in, old words' scores out: what the exported model computes
+    text, other = np.array([[1, 3, 4, 3]]), np.random.default_rng(5).normal(size=(1, 4, 3)).astype("float32")
+    old_scores = keras.ops.convert_to_numpy(source([text, other]))
+    new_scores = keras.ops.convert_to_numpy(target([words.renumber(text), other]))
+    np.testing.assert_allclose(new_scores[..., kept], old_scores[..., words.old_ids[kept]], rtol=1e-5, atol=1e-6)

@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence, Sized
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Sized
 
 import numpy as np
 
@@ -411,6 +411,20 @@ class Vocabulary:
         """Maps ids back to tokens."""
         return [self.tokens[i] for i in ids]
 
+    @classmethod
+    def counted(cls, tokens: Sequence[str], counter: Mapping[str, int]) -> "Vocabulary":
+        """A vocabulary of ``tokens`` (``UNKNOWN`` first) with their training counts.
+
+        Args:
+            tokens: the tokens by id.
+            counter: how often each training token occurs (a ``collections.Counter``).
+
+        Returns:
+            The vocabulary; id 0 counts the training tokens outside ``tokens``.
+        """
+        counts = [counter.get(token, 0) for token in tokens[1:]]
+        return cls(list(tokens), [sum(counter.values()) - sum(counts), *counts])
+
     def state(self) -> dict[str, list]:
         """The JSON-able form saved in a pipeline's state; ``Vocabulary(**state)`` rebuilds it."""
         return {"tokens": list(self.tokens), "counts": [int(c) for c in self.counts]}
@@ -541,10 +555,7 @@ def build_vocabulary(tokens: Iterable[str], max_size: int | None = None, min_cou
             if count >= min_count and token not in reserved and token != UNKNOWN]
     if max_size is not None:
         kept = kept[: max(0, max_size - 1 - len(reserved))]
-    words = [UNKNOWN, *reserved, *(token for token, _ in kept)]
-    known = {token: counter[token] for token in words}
-    unknown_count = sum(counter.values()) - sum(count for token, count in known.items() if token != UNKNOWN)
-    return Vocabulary(words, [unknown_count, *(known[token] for token in words[1:])])
+    return Vocabulary.counted([UNKNOWN, *reserved, *(token for token, _ in kept)], counter)
 
 
 def first_lines_up_to(lines: Sequence[Sized], budget: int) -> list:

@@ -1,5 +1,6 @@
 """Runs the ``seqapps`` command in-process for the end-to-end pipeline tests."""
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -43,3 +44,54 @@ def assert_rejected_in_one_line(capsys: Any, out: Path, name: str, argv: list[st
     code, _, err = run_cli(capsys, "run", name, "--preset", "tiny", *argv, "--out", str(out))
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not (out / name).exists()
+
+
+def sample_fine_tuning(pipeline: Any, export: str | Path, folder: Path, *overrides: str) -> tuple[Any, Any]:
+    """What ``seqapps finetune`` loads for ``pipeline`` from ``export`` on its sample data, without training.
+
+    Args:
+        pipeline: the pipeline object.
+        export: a tiny export of it.
+        folder: where ``write_sample_data`` writes.
+        overrides: ``key=value`` settings over the tiny preset.
+
+    Returns:
+        ``(the export's info, the fine-tuning splits)``.
+    """
+    from seqapps.config import resolve_config
+    from seqapps.export import read_export
+
+    info = read_export(export)
+    data_path, _ = pipeline.write_sample_data(folder)
+    config = resolve_config(pipeline.Config, "tiny", overrides=list(overrides))
+    return info, pipeline.load_data(config, data_path, state=info.state)
+
+
+def weights_by_path(model: Any) -> dict[str, Any]:
+    """A Keras model's weights as NumPy arrays, by path."""
+    import keras
+
+    return {weight.path: keras.ops.convert_to_numpy(weight) for weight in model.weights}
+
+
+def finetune_on_sample(capsys: Any, name: str, export: str | Path, folder: Path) -> tuple[str, Any]:
+    """Runs ``seqapps finetune NAME`` (a person's summary, no ``--json``) on the pipeline's sample data.
+
+    Args:
+        capsys: pytest's output capture.
+        name: the pipeline.
+        export: a tiny export of it, copied to ``folder/models/1`` first.
+        folder: where the sample data and the exports go.
+
+    Returns:
+        ``(the printed summary, the fine-tuned export's info)``; the run must exit 0.
+    """
+    from seqapps.export import read_export
+    from seqapps.pipeline import REGISTRY
+
+    data_path, _ = REGISTRY.get(name)().write_sample_data(folder)
+    shutil.copytree(export, folder / "models" / "1")
+    code = cli.main(["finetune", name, "--from", str(folder / "models" / "1"), "--data", data_path])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return captured.out, read_export(folder / "models" / "2")

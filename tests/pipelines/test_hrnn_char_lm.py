@@ -1,10 +1,17 @@
 """End-to-end checks of the hrnn_char_lm pipeline (word-boundary HRNN) on its tiny preset, through the CLI."""
+import dataclasses
 
+import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
-from pipelines.hrnn_char_lm import weighted_windows
-from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli, run_tiny
+from pipelines.hrnn_char_lm import HRNNCharLM, weighted_windows
+from seqapps.config import resolve_config
+from seqapps.data import text as text_data
+from seqapps.pipeline import VOCABULARIES
+from tests.pipelines.cli_runner import (assert_rejected_in_one_line, export_metrics, finetune_on_sample, run_cli,
+                                       run_tiny, sample_fine_tuning)
 
 pytestmark = pytest.mark.large
 
@@ -34,7 +41,7 @@ def test_tiny_run_reports_bpc_beside_the_unigram_baseline(lm_run):
 def test_predict_scores_text_and_names_next_characters(lm_run, capsys):
     export, _ = lm_run
     code, answer, _ = run_cli(capsys, "predict", str(export), "the value", "a longer line of words ", "--json")
-    assert code == 0 and len(answer["predictions"]) == 2
+    assert len(answer["predictions"]) == 2
     for row in answer["predictions"]:
         assert row["bits_per_character"] > 0 and len(row["next"]) == 5
         assert all(len(n["char"]) == 1 or n["char"] == "<unk>" for n in row["next"])
@@ -46,6 +53,59 @@ def test_predict_scores_text_and_names_next_characters(lm_run, capsys):
     ("beta=-2", "'beta'"),
     ("mode=mr_hrnn", "'mode'"),
     ("units=8,8,8", "'units'"),
+    ("vocabulary=grow", "'vocabulary'"),
 ])
 def test_bad_config_exits_2_with_one_line(capsys, tmp_path, setting, message):
     assert_rejected_in_one_line(capsys, tmp_path, "hrnn_char_lm", ["--set", setting], message)
+
+
+def _randomise(model: keras.Model, seed: int) -> None:
+    """Every weight to random values, as a trained model's (the zero biases too)."""
+    rng = np.random.default_rng(seed)
+    for weight in model.weights:
+        weight.assign(rng.normal(size=weight.shape).astype("float32"))
+
+
+def test_fine_tuning_adds_the_new_characters_and_keeps_the_old_entries(lm_run, tmp_path):
+    pipeline = HRNNCharLM()
+    info, data = sample_fine_tuning(pipeline, lm_run[0], tmp_path)
+    config = resolve_config(pipeline.Config, "tiny")  # decoupled: the level-1 decoder reconstructs characters
+    old = info.state["vocabulary"]["tokens"]
+    chars = data.state["vocabulary"]["tokens"]
+    assert chars[: len(old)] == old and chars[len(old):] == ["é", "ñ"]
+    assert data.report[VOCABULARIES] == {"characters": {"added": ["é", "ñ"], "size": len(old) + 2, "oov_rate": 0.0}}
+    exported = pipeline.build_model(config, dataclasses.replace(data, state=info.state))
+    _randomise(exported, 0)
+    grown = pipeline.adapt_model(exported, config, data)
+    pairs = {"bottom cell": (exported.hrnn.cells[0], grown.hrnn.cells[0], 0), "head": (exported.hrnn.head,
+             grown.hrnn.head, 1), "decoder 1": (exported.hrnn.decoder_output[0], grown.hrnn.decoder_output[0], 1)}
+    for name, (old_layer, new_layer, axis) in pairs.items():  # kernel rows (the cell) or columns of the characters
+        before, after = (keras.ops.convert_to_numpy(layer.kernel) for layer in (old_layer, new_layer))
+        assert after.shape[axis] == before.shape[axis] + 2, name
+        np.testing.assert_array_equal(*(np.take(kernel, np.arange(len(old)), axis) for kernel in (after, before)))
+    bottom_before, bottom_after = (keras.ops.convert_to_numpy(model.hrnn.cells[0].kernel) for model in (exported, grown))
+    units = config.units[0]
+    np.testing.assert_array_equal(bottom_after[-units:], bottom_before[-units:])  # the level above's rows
+    # the old characters' logits of an old text, before training: the exported model's
+    text = np.array([[chars.index(c) for c in "\nthe value of x"]], "int32")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(grown(text))[..., : len(old)],
+                               keras.ops.convert_to_numpy(exported(text)), rtol=1e-5, atol=1e-5)
+    # vocabulary=keep: the export's characters, the new ones read as the unknown id, the model as exported
+    _, kept = sample_fine_tuning(pipeline, lm_run[0], tmp_path, "vocabulary=keep")
+    assert kept.state["vocabulary"]["tokens"] == old and kept.arrays["train_counts"][0] > 0
+    assert pipeline.adapt_model(exported, config, kept) is exported
+
+
+def test_a_fine_tuned_export_scores_text_with_a_new_character(lm_run, tmp_path, capsys):
+    printed, info = finetune_on_sample(capsys, "hrnn_char_lm", lm_run[0], tmp_path)
+    assert "2 added (é, ñ)" in printed
+    chars = info.state["vocabulary"]["tokens"]
+    assert text_data.Vocabulary.read(info.path / "assets" / "chars.txt").tokens == chars
+    # the graph reads ñ as its new id: its cost of the text is the Keras model's from those ids
+    model = keras.saving.load_model(info.keras_model_path)
+    ids = np.array([[chars.index(c) for c in "\nel señor"]], "int32")
+    log_probs = np.log(keras.ops.convert_to_numpy(keras.ops.softmax(model(ids), axis=-1)))[0]
+    expected = -np.mean(log_probs[np.arange(ids.shape[1] - 1), ids[0, 1:]]) / np.log(2)
+    serve = tf.saved_model.load(str(info.path)).signatures["serving_default"]
+    bpc = serve(text=tf.constant(["el señor"]))["bits_per_character"].numpy()[0]
+    np.testing.assert_allclose(bpc, expected, rtol=1e-4)

@@ -2,14 +2,20 @@
 import functools
 import math
 
+import keras
 import numpy as np
 import pytest
 
 from pipelines import language_model
 from seqapps import cli, runner
+from seqapps.config import resolve_config
+from seqapps.data import samples
 from seqapps.data import text as text_data
+from seqapps.export import read_export
+from seqapps.layers.batch_nce import unigram_distribution
+from seqapps.pipeline import VOCABULARIES
 from tests.export_harness import call_in_tensorflow_only_process, decoded
-from tests.pipelines.cli_runner import run_cli
+from tests.pipelines.cli_runner import finetune_on_sample, run_cli, sample_fine_tuning, weights_by_path
 
 pytestmark = pytest.mark.large
 
@@ -103,3 +109,49 @@ def test_missing_wordnet_package_exits_2_naming_the_apt_command(capsys, tmp_path
     code, _, err = run_cli(capsys, "run", "language_model", "--out", str(tmp_path / "out"))
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "apt-get install -y wordnet-base" in err
+
+
+def test_fine_tuning_adds_the_new_words_and_keeps_the_old_rows(lm_export, tmp_path):
+    pipeline = language_model.LanguageModel()
+    info, data = sample_fine_tuning(pipeline, lm_export["export"], tmp_path)
+    config, old = resolve_config(pipeline.Config, "tiny"), info.state["vocabulary"]["tokens"]
+    words, counts = data.state["vocabulary"]["tokens"], data.arrays["train_counts"]
+    added = words[len(old):]
+    assert words[: len(old)] == old and added and set(samples.NEW_WORDS) & set(added)
+    # min_count=1 and fewer words than max_vocab: every training word has an id, the new ones the most frequent first
+    assert counts[0] == 0 and data.report["train_oov_rate"] == 0.0
+    assert (counts[len(old):] > 0).all() and (np.diff(counts[len(old):]) <= 0).all()
+    facts = data.report[VOCABULARIES]["words"]
+    assert facts["added"] == added and facts["size"] == len(words) and 0 <= facts["oov_rate"] < 1
+    loaded = keras.saving.load_model(info.keras_model_path)
+    exported = weights_by_path(loaded)
+    grown = pipeline.adapt_model(loaded, config, data)
+    new = weights_by_path(grown)
+    assert new["embedding/embeddings"].shape == (len(words), config.embedding_dim)
+    assert new["output/kernel"].shape == (len(words), config.bottleneck_units)
+    for path in ("embedding/embeddings", "output/kernel", "output/bias"):
+        np.testing.assert_array_equal(new[path][: len(old)], exported[path])
+    for before, after in zip(loaded.weights, grown.weights):  # the layers between them: copied whole
+        if not after.path.startswith(("embedding/", "output/")):
+            np.testing.assert_array_equal(keras.ops.convert_to_numpy(after), exported[before.path])
+    # the new words' bias and the B-NCE noise: the fine-tuning data's unigram over the grown vocabulary
+    unigram = unigram_distribution(counts)
+    np.testing.assert_allclose(new["output/bias"][len(old):], np.log(unigram[len(old):]) + config.log_z, rtol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(grown.get_layer("output").noise_probs), unigram, rtol=1e-6)
+    # vocabulary=keep: the export's words, the new ones read as <unk>, the model as exported
+    _, kept = sample_fine_tuning(pipeline, lm_export["export"], tmp_path, "vocabulary=keep")
+    assert kept.state["vocabulary"]["tokens"] == old and kept.report["train_oov_rate"] > 0
+    assert kept.report[VOCABULARIES]["words"]["added"] == []
+    loaded = keras.saving.load_model(info.keras_model_path)
+    assert pipeline.adapt_model(loaded, config, kept) is loaded
+
+
+def test_a_fine_tuned_export_scores_the_new_words(lm_export, tmp_path, capsys):
+    printed, info = finetune_on_sample(capsys, "language_model", lm_export["export"], tmp_path)
+    added = info.state["vocabulary"]["tokens"][len(read_export(lm_export["export"]).state["vocabulary"]["tokens"]):]
+    assert f"words: {len(info.state['vocabulary']['tokens'])} in all; {len(added)} added" in printed
+    assert text_data.Vocabulary.read(info.path / "assets" / "words.txt").tokens == info.state["vocabulary"]["tokens"]
+    new_word = next(word for word in samples.NEW_WORDS if word in added)
+    code, answer, _ = run_cli(capsys, "predict", str(info.path), f"the old man sees a {new_word}", "--json")
+    assert [w["word"] for w in answer["results"][0]["words"]] == ["the", "old", "man", "sees", "a",
+                                                                                 new_word]
