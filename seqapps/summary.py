@@ -109,8 +109,6 @@ def _vocabularies(report: dict[str, Any], finetuned: bool) -> list[str]:
                 parts.append(f"{len(items)} {change}" + (f" ({named})" if items else ""))
         if facts.get("oov_rate") is not None:
             parts.append(f"{100 * facts['oov_rate']:.3g}% of test {kind} unknown")
-        if facts.get("kept"):
-            parts.append("kept as exported (vocabulary=keep)")
         lines.append(f"{kind}: " + "; ".join(parts))
     return lines
 
