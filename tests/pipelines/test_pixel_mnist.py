@@ -57,7 +57,18 @@ def test_predict_classifies_png_files(permuted_run, capsys, tmp_path):
     (["--set", "beta=-1"], "'beta'"),
     (["--data", "tfds:mnist"], "tfds:mnist"),
     (["--data", "digits.csv"], "digits.csv: file not found"),
-    (["--data", __file__], "expected tfds:mnist"),
+    (["--data", __file__], "expected a folder with one sub-folder per digit (0/ ... 9/) of images, or tfds:mnist"),
 ])
 def test_bad_config_or_data_exits_2_with_one_line(capsys, tmp_path, argv, message):
     assert_rejected_in_one_line(capsys, tmp_path, "pixel_mnist", argv, message)
+
+
+def test_bad_digit_folders_are_one_line_errors_naming_the_folder_or_file(capsys, tmp_path):
+    folder = tmp_path / "digits"
+    (folder / "seven").mkdir(parents=True)
+    assert_rejected_in_one_line(capsys, tmp_path / "out", "pixel_mnist", ["--data", str(folder)],
+                                f"{folder / 'seven'}: expected sub-folders named by digits 0-9")
+    (folder / "seven").rmdir()
+    (folder / "7").mkdir()
+    (folder / "7" / "scan.png").write_bytes(b"not an image")
+    assert_rejected_in_one_line(capsys, tmp_path / "out", "pixel_mnist", ["--data", str(folder)], "scan.png")

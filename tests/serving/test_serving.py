@@ -173,8 +173,10 @@ def instances(inputs):
 
 
 def assert_weather_matches(predictions, expected):
+    # A batched call and a one-row call run different float32 matmul blockings (oneDNN picks them by
+    # batch size): the forecast sums terms of up to ~100 degC, so a few ulps of those (6e-6 each) show.
     np.testing.assert_allclose([row["temp_air"] for row in predictions], expected["temp_air"], rtol=1e-5,
-                               atol=1e-5)
+                               atol=1e-4)
     np.testing.assert_array_equal([row["forecast_time"] for row in predictions], expected["forecast_time"])
 
 
