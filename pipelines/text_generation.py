@@ -46,7 +46,7 @@ from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
-from seqapps.export import Limits, Signature
+from seqapps.export import Limits, ServingModule, Signature
 from seqapps.finetuning import (VOCABULARY_CHOICES, VocabularyMap, fine_tuning_vocabulary, transfer_weights,
                                 vocabulary_report)
 from seqapps.layers import decoding
@@ -195,7 +195,8 @@ class TextGeneration(Pipeline):
 
     # --- evaluation -------------------------------------------------------------------------
 
-    def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+    def evaluate(self, model: keras.Model, config: TextGenerationConfig,
+                 data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
         nats = model.evaluate(data.test.batch(64), verbose=0)
         nats = float(nats[0] if isinstance(nats, list) else nats)
         unigram = metrics.unigram_log_probs(data.arrays["train_counts"], data.arrays["test_targets"])
@@ -204,9 +205,9 @@ class TextGeneration(Pipeline):
 
     # --- serving ----------------------------------------------------------------------------
 
-    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
+    def serving_module(self, model: keras.Model, config: TextGenerationConfig, data: Splits) -> ServingModule:
         state = data.state
-        model.char_lookup = text_data.Vocabulary(**state["vocabulary"]).lookup(name="chars")
+        char_lookup = text_data.Vocabulary(**state["vocabulary"]).lookup(name="chars")
         embedding, dense = model.get_layer("embedding"), model.get_layer("logits")
         cells = [layer.cell for layer in model.layers if isinstance(layer, keras.layers.LSTM)]
 
@@ -227,7 +228,7 @@ class TextGeneration(Pipeline):
                           inputs["length"], state["max_generated_length"],
                           message=f"length exceeds max_generated_length={state['max_generated_length']}")]
             with tf.control_dependencies(checks):
-                ids = model.char_lookup.ids(chars)
+                ids = char_lookup.ids(chars)
             return {"ids": ids.to_tensor(), "lengths": tf.cast(ids.row_lengths(), tf.int32),
                     "length": tf.maximum(inputs["length"], 0), "temperature": inputs["temperature"],
                     "top_k": inputs["top_k"]}
@@ -243,14 +244,15 @@ class TextGeneration(Pipeline):
             return tf.RaggedTensor.from_tensor(sampled, lengths=inputs["length"])
 
         def postprocess(sampled: tf.RaggedTensor, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            generated = TOKENIZER.tf_join(model.char_lookup.tokens(sampled))
+            generated = TOKENIZER.tf_join(char_lookup.tokens(sampled))
             return {"text": inputs["prompt"] + generated, "generated": generated}
 
         inputs = {"prompt": tf.TensorSpec([None], tf.string), "length": tf.TensorSpec([None], tf.int32),
                   "temperature": tf.TensorSpec([None], tf.float32), "top_k": tf.TensorSpec([None], tf.int32)}
         example = self._requests(state, ["In the beginning", ""], state["sample_length"],
                                  temperature=0.0)  # greedy: the export check compares it exactly
-        return {"serving_default": Signature(inputs, example, run, preprocess, postprocess)}
+        return ServingModule(model, {"serving_default": Signature(inputs, example, run, preprocess, postprocess)},
+                             resources={"chars": char_lookup})
 
     @staticmethod
     def _requests(state: dict[str, Any], prompts: list[str], length: int,

@@ -79,6 +79,34 @@ class Signature:
         return {name: tf.TensorSpec(spec.shape, spec.dtype, name=name) for name, spec in self.inputs.items()}
 
 
+class ServingModule(tf.Module):
+    """What an export serves, as Model Garden's ``ExportModule``: the model, its resources and signatures.
+
+    The module owns the Keras model and every resource the signatures read (vocabulary
+    lookups, other ``tf.lookup`` tables), so the SavedModel saves them: a table's vocabulary
+    file becomes an asset (``assets/``). Nothing is attached to the Keras model.
+
+    Args:
+        model: the trained Keras model.
+        signatures: the serving signatures by name; ``serving_default`` is required.
+        resources: name -> trackable object the signatures read (for example
+            ``seqapps.data.text.Vocabulary.lookup()``); tracked as ``module.resources[name]``.
+        name: the module's name.
+    """
+
+    def __init__(self, model: keras.Model, signatures: dict[str, Signature],
+                 resources: dict[str, tf.Module] | None = None, name: str = "serving") -> None:
+        super().__init__(name=name)
+        self.model = model
+        self.resources = dict(resources or {})
+        self._signatures = dict(signatures)  # functions, not trackables: the SavedModel keeps their traces
+
+    @property
+    def signatures(self) -> dict[str, Signature]:
+        """The serving signatures by name."""
+        return dict(self._signatures)
+
+
 @dataclasses.dataclass
 class Limits:
     """Request bounds an export carries (``assets.extra/limits.json``); servers answer 400 past them.
@@ -159,8 +187,7 @@ def cudnn_ops(export_dir: Path) -> list[str]:
 
 
 def write_export(
-    model: keras.Model,
-    signatures: dict[str, Signature],
+    module: ServingModule,
     model_root: Path,
     config_yaml: str,
     metrics: dict[str, Any],
@@ -170,10 +197,8 @@ def write_export(
     """Exports a new version under ``model_root`` and returns its folder.
 
     Args:
-        model: the trained Keras model (saved as ``model.keras`` too).
-        signatures: the serving signatures by name; ``serving_default`` is required.
-            Objects a signature reads (lookup tables, assets) must be attributes of
-            tracked objects, e.g. set on ``model``, so that they are saved.
+        module: the model, its resources and its signatures (``serving_default`` is
+            required); the model is saved as ``model.keras`` too, for fine-tuning.
         model_root: ``saved_models/<pipeline>``.
         config_yaml: the resolved config as YAML text.
         metrics: JSON-able metrics to store.
@@ -188,6 +213,7 @@ def write_export(
             does not load, a signature's output is not finite on its example, or the
             graph holds CudnnRNN ops.
     """
+    model, signatures = module.model, module.signatures
     if DEFAULT_SIGNATURE not in signatures:
         raise ExportError(f"the export needs a {DEFAULT_SIGNATURE!r} signature, got {', '.join(signatures)}")
     for name, signature in signatures.items():
@@ -198,6 +224,7 @@ def write_export(
     try:
         archive = keras.export.ExportArchive()
         archive.track(model)
+        archive.track(module)  # its resources: lookup tables and their vocabulary assets
         with cpu_compatible_recurrent_layers(model):
             for name, signature in signatures.items():
                 archive.add_endpoint(name, signature, input_signature=[signature.input_specs()])

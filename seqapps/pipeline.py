@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import numpy as np
     import tensorflow as tf
 
-    from seqapps.export import Limits, Signature
+    from seqapps.export import Limits, ServingModule, Signature
 
 ENTRY_POINT_GROUP = "seqapps.pipelines"
 
@@ -103,11 +103,16 @@ class Splits:
 class Pipeline:
     """Base class of a named task pipeline.
 
-    The contract: a subclass sets ``Config`` and implements ``load_data``,
-    ``build_model``, ``compile_args``, ``evaluate`` and ``signatures``. ``fit`` (the
-    shared training loop), ``limits``, ``predict_inputs`` and ``format_prediction`` have
-    defaults; override them where the task knows better. ``name`` is set by the
-    registry.
+    The stages, in the order ``seqapps.runner`` calls them, each given the config and the splits::
+
+        load_data -> build_model -> fit -> calibrate -> evaluate -> serving_module (the export)
+
+    A subclass sets ``Config`` and implements ``load_data``, ``build_model``, ``compile_args``,
+    ``evaluate`` and ``serving_module``. ``fit`` (the shared training loop), ``calibrate`` (nothing),
+    ``limits``, ``predict_inputs`` and ``format_prediction`` have defaults; override them where the
+    task knows better. A stage passes what it learns only through what it returns: a pipeline
+    keeps no state of its own (no ``self.*``) and attaches nothing to a Keras model. ``name`` is
+    set by the registry.
     """
 
     name: ClassVar[str] = ""
@@ -182,15 +187,49 @@ class Pipeline:
 
         return training.fit(model, data, config, checkpoint_dir, progress=progress)
 
-    def evaluate(self, model: "keras.Model", data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
-        """Returns ``(metrics, baselines)`` on the test split."""
+    def calibrate(self, model: "keras.Model", config: TrainingConfig, data: Splits) -> dict[str, Any]:
+        """Fits what the trained model serves with on held-out data; default: nothing.
+
+        The one stage that adds to the saved state: the runner merges the dict it returns into
+        ``data.state`` before ``evaluate`` and the export (decision thresholds, interval widths,
+        the beam's length penalty). It must not use the test split.
+
+        Args:
+            model: the trained model.
+            config: the resolved config.
+            data: the splits.
+
+        Returns:
+            JSON-able state entries to add (or replace).
+        """
+        return {}
+
+    def evaluate(self, model: "keras.Model", config: TrainingConfig,
+                 data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+        """Measures the model and its baselines on the test split; changes nothing.
+
+        Args:
+            model: the trained model.
+            config: the resolved config.
+            data: the splits, their state calibrated.
+
+        Returns:
+            ``(metrics, baselines)``: the model's metrics, and each baseline's by name.
+        """
         raise NotImplementedError
 
-    def signatures(self, model: "keras.Model", data: Splits) -> dict[str, "Signature"]:
-        """Returns the export's serving signatures by name; ``serving_default`` is required.
+    def serving_module(self, model: "keras.Model", config: TrainingConfig, data: Splits) -> "ServingModule":
+        """Returns what the export serves: the model, its lookup tables and its signatures.
 
-        Each signature maps raw inputs (with a leading batch dimension) to readable
-        outputs, preprocessing and postprocessing in the graph.
+        Each signature maps raw inputs (with a leading batch dimension) to readable outputs,
+        preprocessing and postprocessing in the graph; ``serving_default`` is required. The
+        module owns every resource a signature reads (``ServingModule(resources=...)``), so
+        that the export saves it.
+
+        Args:
+            model: the trained model.
+            config: the resolved config.
+            data: the splits, their state calibrated (the state the export saves).
         """
         raise NotImplementedError
 

@@ -5,6 +5,7 @@ pipeline is run, fine-tuned and predicted the same way.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -92,11 +93,15 @@ def backtest_summary(folds: list[tuple[dict[str, Any], dict[str, Any]]],
             "baseline": {name: spread([b[name] for _, b in folds]) for name in folds[0][1]}}
 
 
-def _fit_and_evaluate(pipeline: Pipeline, config: TrainingConfig, data: Splits, checkpoint_dir: Path,
-                      strategy: Any, progress: str, load_model: Any = None) -> tuple[Any, dict[str, Any], Any]:
-    """Builds (or loads) and trains a model; returns it, the training report and ``(metrics, baselines)``.
+def _fit_calibrate_evaluate(pipeline: Pipeline, config: TrainingConfig, data: Splits, checkpoint_dir: Path,
+                            strategy: Any, progress: str,
+                            load_model: Any = None) -> tuple[Any, Splits, dict[str, Any], Any]:
+    """Builds (or loads) and trains a model, calibrates it and measures it.
 
-    With ``load_model`` the baselines are preceded by the loaded model's metrics (``metrics_before``).
+    Returns:
+        ``(model, data, fitted, (metrics, baselines))``: ``data`` with the calibrated state (what
+        the export saves); ``fitted`` holds the training report and, with ``load_model``, the loaded
+        model's metrics before training (``metrics_before``).
     """
     import keras
 
@@ -104,16 +109,18 @@ def _fit_and_evaluate(pipeline: Pipeline, config: TrainingConfig, data: Splits, 
 
     keras.utils.set_random_seed(config.seed)
     model = training.build_and_compile(pipeline, config, data, strategy, load_model=load_model)
-    before = pipeline.evaluate(model, data)[0] if load_model else None
+    before = pipeline.evaluate(model, config, data)[0] if load_model else None
     report = pipeline.fit(model, config, data, checkpoint_dir, progress=progress)
-    return model, {"training": report, "metrics_before": before}, pipeline.evaluate(model, data)
+    data = dataclasses.replace(data, state={**data.state, **pipeline.calibrate(model, config, data)})
+    fitted = {"training": report, "metrics_before": before}
+    return model, data, fitted, pipeline.evaluate(model, config, data)
 
 
 def _train_evaluate_export(pipeline: Pipeline, config: TrainingConfig, preset: str, data: Splits,
                            model_root: Path, checkpoint_key: dict[str, Any], strategy: Any,
                            progress: str, load_model: Any = None,
                            earlier_folds: Iterable[Splits] = ()) -> dict[str, Any]:
-    """Builds (or loads), trains, evaluates and, on the chief, exports; returns the result fields.
+    """Builds (or loads), trains, calibrates, evaluates and, on the chief, exports; returns the result fields.
 
     With ``earlier_folds`` (a backtest), a fresh model is trained and scored on each of
     them too, and ``backtest`` summarises them with this run's split as the last fold.
@@ -123,15 +130,15 @@ def _train_evaluate_export(pipeline: Pipeline, config: TrainingConfig, preset: s
     from seqapps import export, training
 
     checkpoint_dir = _checkpoint_dir(model_root, checkpoint_key)
-    model, fitted, (metrics, baseline) = _fit_and_evaluate(pipeline, config, data, checkpoint_dir, strategy,
-                                                          progress, load_model)
+    model, data, fitted, (metrics, baseline) = _fit_calibrate_evaluate(pipeline, config, data, checkpoint_dir,
+                                                                      strategy, progress, load_model)
     result: dict[str, Any] = {"metrics": metrics, "baseline": baseline}
     if fitted["metrics_before"] is not None:
         result["metrics_before"] = fitted["metrics_before"]
     folds, periods, fold_dirs = [], [], []
     for index, fold in enumerate(earlier_folds):
         fold_dirs.append(_checkpoint_dir(model_root, {**checkpoint_key, "backtest_fold": index}))
-        folds.append(_fit_and_evaluate(pipeline, config, fold, fold_dirs[-1], strategy, progress)[2])
+        folds.append(_fit_calibrate_evaluate(pipeline, config, fold, fold_dirs[-1], strategy, progress)[3])
         periods.append(fold.report.get("test_period"))
     if folds:
         result["backtest"] = backtest_summary([*folds, (metrics, baseline)], [*periods, data.report.get("test_period")])
@@ -145,7 +152,7 @@ def _train_evaluate_export(pipeline: Pipeline, config: TrainingConfig, preset: s
             training.remove_backup(folder, strategy)
         result["export"] = None
         return result
-    path = export.write_export(model, pipeline.signatures(model, data), model_root,
+    path = export.write_export(pipeline.serving_module(model, config, data), model_root,
                                dump_config(config, pipeline.name, preset), result, data.state,
                                limits=pipeline.limits(config, data))
     for folder in [checkpoint_dir, *fold_dirs]:

@@ -20,8 +20,9 @@ def write(model, root, serve=None, inputs=None):
     serve = serve or (lambda features: {"y": model(features["x"])})
     example = {"x": np.ones((2, 3, 2), "float32")}
     signature = export.Signature(inputs, example, run=serve)
-    return export.write_export(model, {"serving_default": signature}, root, "pipeline: toy\nconfig: {}\n",
-                               {"metrics": {"mae": 1.0}}, {"columns": ["x"]}, export.Limits(max_batch_size=8))
+    return export.write_export(export.ServingModule(model, {"serving_default": signature}), root,
+                               "pipeline: toy\nconfig: {}\n", {"metrics": {"mae": 1.0}}, {"columns": ["x"]},
+                               export.Limits(max_batch_size=8))
 
 
 def test_versions_are_atomic_and_never_overwritten(tmp_path):
@@ -63,7 +64,7 @@ def test_several_signatures_each_get_a_warmup_request_and_limits(tmp_path):
                                     preprocess=lambda f: f["x"] * 2.0, run=model,
                                     postprocess=lambda y, raw: {"y": y, "rows": tf.shape(raw["x"])[:1]}),
     }
-    path = export.write_export(model, signatures, tmp_path / "toy", "pipeline: toy\n", {}, {},
+    path = export.write_export(export.ServingModule(model, signatures), tmp_path / "toy", "pipeline: toy\n", {}, {},
                                export.Limits(max_batch_size=4, max_string_bytes=100))
     logs = export.read_warmup_requests(path / "assets.extra" / export.WARMUP_FILE)
     assert [log.predict_log.request.model_spec.signature_name for log in logs] == ["serving_default", "doubled"]

@@ -5,6 +5,7 @@ imports only TensorFlow, and every signature is called with its own warm-up requ
 The answers must equal those of the trainable ``model.keras`` (loaded after ``import
 seqapps`` alone, no pipeline module) run through the pipeline's signatures in Keras.
 """
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -46,8 +47,8 @@ def test_moved_export_runs_every_signature_like_the_keras_model(tiny_exports, tm
     info = export.read_export(moved)
     pipeline = REGISTRY.get(name)()
     config = resolve_config(pipeline.Config, "tiny")
-    data = pipeline.load_data(config, None)
-    signatures = pipeline.signatures(keras.saving.load_model(info.keras_model_path), data)
+    data = dataclasses.replace(pipeline.load_data(config, None), state=info.state)  # the export's calibrated state
+    signatures = pipeline.serving_module(keras.saving.load_model(info.keras_model_path), config, data).signatures
     for (signature_name, inputs), served in zip(calls, answer["outputs"]):
         spec = signatures[signature_name]
         assert all(s.shape[0] is None for s in spec.inputs.values())  # TF Serving's row format works
