@@ -1,4 +1,5 @@
 """Checks of the music_tagging pipeline: its tiny run (the shared session export), bad input, the baselines."""
+import copy
 import csv
 import dataclasses
 import shutil
@@ -235,6 +236,28 @@ def test_mfcc_logistic_regression_separates_low_and_high_tones_and_priors_fill_o
     scores = mfcc_logistic_scores(features[:6], high[:6], features[6:])
     assert scores[1, 0] > 0.5 > scores[0, 0]  # 2,200 Hz scores high, 220 Hz low
     np.testing.assert_array_equal(scores[:, 1], [1.0, 1.0])  # one class in training: its prior
+
+
+def test_calibrate_returns_thresholds_of_validation_scores_and_evaluate_decides_by_the_states(tmp_path):
+    pipeline = MusicTagging()
+    config = resolve_config(MusicTagging.Config, "tiny")
+    data = pipeline.load_data(config, str(_user_folder(tmp_path)))
+    model = pipeline.build_model(config, data)
+    state = copy.deepcopy(data.state)
+    calibrated = pipeline.calibrate(model, config, data)
+    assert data.state == state  # calibrate returns what it chose; the runner adds it to the state
+    assert list(calibrated) == ["thresholds"] and len(calibrated["thresholds"]) == len(state["tags"])
+    val = data.arrays["val"]
+    scores = pipeline.clip_scores(model, val["waveforms"], state)
+    for tag, threshold in enumerate(calibrated["thresholds"]):  # F1-optimal cuts are scores of validation clips
+        assert threshold in scores[:, tag] if val["targets"][:, tag].any() else threshold == 0.5
+    cuts = [0.0] + [1.01] * (len(state["tags"]) - 1)  # the first tag decided for every test clip, the others never
+    at = dataclasses.replace(data, state={**state, "thresholds": cuts})
+    metrics, _ = pipeline.evaluate(model, config, at)
+    assert at.state == {**state, "thresholds": cuts}  # evaluate changes nothing
+    test = data.arrays["test"]["targets"]
+    assert metrics["recall_micro"] == pytest.approx(test[:, 0].sum() / test.sum())
+    assert metrics["precision_micro"] == pytest.approx(test[:, 0].mean())
 
 
 def test_hrnn_model_scores_every_tag_and_needs_two_levels(tmp_path):
