@@ -280,17 +280,18 @@ def _command(args: argparse.Namespace) -> int:
             text, value = runner.predict(args.model, args.inputs, args.signature, args.overrides)
             _print_result(value if args.json else text, args.json)
         elif args.command == "serve":
-            from seqapps import serving
+            from seqapps.serving.app import serve
+            from seqapps.serving.runner import ServingOptions
 
-            serving.serve(args.model_root, args.host, args.port,
-                          serving.ServingOptions(
-                              max_batch_size=args.max_batch_size, batch_timeout_ms=args.batch_timeout_ms,
-                              max_body_bytes=args.max_body_bytes, request_timeout_s=args.request_timeout_s,
-                              max_request_rows=args.max_request_rows, max_string_bytes=args.max_string_bytes,
-                              max_generated_length=args.max_generated_length,
-                              header_timeout_s=args.header_timeout_s, idle_timeout_s=args.idle_timeout_s,
-                              drain_seconds=args.drain_seconds, labels_file=args.version_labels,
-                              grpc_port=args.grpc_port))
+            serve(args.model_root, args.host, args.port,
+                  ServingOptions(
+                      max_batch_size=args.max_batch_size, batch_timeout_ms=args.batch_timeout_ms,
+                      max_body_bytes=args.max_body_bytes, request_timeout_s=args.request_timeout_s,
+                      max_request_rows=args.max_request_rows, max_string_bytes=args.max_string_bytes,
+                      max_generated_length=args.max_generated_length,
+                      header_timeout_s=args.header_timeout_s, idle_timeout_s=args.idle_timeout_s,
+                      drain_seconds=args.drain_seconds, labels_file=args.version_labels,
+                      grpc_port=args.grpc_port))
         elif args.command == "bench":
             result = importlib.import_module(args.bench_module).run(args)
             _print_result(result, args.json)

@@ -4,18 +4,8 @@ A pipeline declares its export as named ``Signature``s, each in Model Garden's
 shape (``official/core/export_base.py``): preprocess raw inputs in the graph, run
 the model (or a decoder over it), postprocess into readable outputs. Every input
 has a leading batch dimension, so TF Serving's row format works. ``Limits`` are the
-request bounds servers enforce.
-
-Layout of one export (``saved_models/<pipeline>/<version>/``)::
-
-    saved_model.pb, variables/      signatures: ``serving_default`` and any others, raw in, readable out
-    assets/                         vocabularies and other files the graph reads (tf.lookup tables)
-    assets.extra/config.yaml        the resolved config (pipeline, preset, fields)
-    assets.extra/limits.json        request bounds (batch, string bytes, generated length, ...)
-    assets.extra/metrics.json       test metrics and baselines of this version
-    assets.extra/state.json         pipeline state (columns, frequency, ...) for predict/finetune
-    assets.extra/model.keras        the trainable Keras model, for finetune
-    assets.extra/tf_serving_warmup_requests   one PredictionLog record per signature (TF Serving warm-up)
+request bounds servers enforce. The layout of an export, its file names, its limits and its
+warm-up records are ``seqapps.export_format``'s: this module writes that format.
 
 An export is written to a hidden temporary folder next to its final place,
 checked by loading it back, and renamed into place: a crash leaves no partial
@@ -35,16 +25,12 @@ from typing import Any, Callable, Iterator
 import keras
 import numpy as np
 import tensorflow as tf
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from seqapps import compat
 from seqapps.errors import ExportError
-from seqapps.export_folder import ASSETS_EXTRA, ExportInfo, read_export, version_dirs  # noqa: F401 (export.*)
-
-WARMUP_FILE = "tf_serving_warmup_requests"
-STAGING_PREFIX = ".tmp-"  # hidden folder an export is written to before it is renamed into place
-LIMITS_FILE = "limits.json"
-DEFAULT_SIGNATURE = "serving_default"
+from seqapps.export_format import (ASSETS_EXTRA, CONFIG_FILE, DEFAULT_SIGNATURE, KERAS_MODEL_FILE, LIMITS_FILE,
+                                   METRICS_FILE, SAVED_MODEL_FILE, STAGING_PREFIX, STATE_FILE, WARMUP_FILE, Limits,
+                                   version_dirs, write_warmup_requests)
 
 
 @dataclasses.dataclass
@@ -107,44 +93,6 @@ class ServingModule(tf.Module):
         return dict(self._signatures)
 
 
-@dataclasses.dataclass
-class Limits:
-    """Request bounds an export carries (``assets.extra/limits.json``); servers answer 400 past them.
-
-    ``None`` means the bound does not apply to the pipeline. Pipelines also enforce
-    their generation and size bounds in the graph, so TF Serving is bounded too.
-
-    Attributes:
-        max_batch_size: rows per request.
-        max_string_bytes: bytes of one string input element (text, encoded audio or image).
-        max_generated_length: tokens or characters a decoder may generate.
-        max_sequence_length: tokens or steps of one input sequence.
-        max_audio_samples: samples of one waveform.
-        max_image_pixels: decoded pixels of one image.
-    """
-
-    max_batch_size: int = 1024
-    max_string_bytes: int | None = None
-    max_generated_length: int | None = None
-    max_sequence_length: int | None = None
-    max_audio_samples: int | None = None
-    max_image_pixels: int | None = None
-
-    def to_dict(self) -> dict[str, int | None]:
-        """The bounds as a JSON-able dict."""
-        return dataclasses.asdict(self)
-
-
-def read_limits(export_dir: str | Path) -> Limits:
-    """Reads an export's ``limits.json``; an export without one gets the defaults."""
-    path = Path(export_dir) / ASSETS_EXTRA / LIMITS_FILE
-    if not path.is_file():
-        return Limits()
-    known = {field.name for field in dataclasses.fields(Limits)}
-    return Limits(**{key: value for key, value in json.loads(path.read_text(encoding="utf-8")).items()
-                     if key in known})
-
-
 def _check_batch_leading(name: str, signature: Signature) -> None:
     for input_name, spec in signature.inputs.items():
         if spec.shape.rank is None or spec.shape.rank == 0 or spec.shape[0] is not None:
@@ -176,7 +124,7 @@ def cudnn_ops(export_dir: Path) -> list[str]:
     from tensorflow.core.protobuf import saved_model_pb2
 
     proto = saved_model_pb2.SavedModel()
-    proto.ParseFromString((Path(export_dir) / "saved_model.pb").read_bytes())
+    proto.ParseFromString((Path(export_dir) / SAVED_MODEL_FILE).read_bytes())
     found = []
     for meta_graph in proto.meta_graphs:
         nodes = list(meta_graph.graph_def.node)
@@ -231,11 +179,11 @@ def write_export(
             archive.write_out(str(staging), verbose=False)
         extra = staging / ASSETS_EXTRA
         extra.mkdir()
-        (extra / "config.yaml").write_text(config_yaml, encoding="utf-8")
-        (extra / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
-        (extra / "state.json").write_text(json.dumps(state, indent=2), encoding="utf-8")
+        (extra / CONFIG_FILE).write_text(config_yaml, encoding="utf-8")
+        (extra / METRICS_FILE).write_text(json.dumps(metrics, indent=2), encoding="utf-8")
+        (extra / STATE_FILE).write_text(json.dumps(state, indent=2), encoding="utf-8")
         (extra / LIMITS_FILE).write_text(json.dumps((limits or Limits()).to_dict(), indent=2), encoding="utf-8")
-        model.save(extra / "model.keras")
+        model.save(extra / KERAS_MODEL_FILE)
         examples = {name: signature.example for name, signature in signatures.items()}
         write_warmup_requests(extra / WARMUP_FILE, model_root.name, examples)
         _check_export(staging, examples)
@@ -307,87 +255,3 @@ def _rename_into_place(staging: Path, model_root: Path) -> Path:
         except OSError:
             if not target.exists():
                 raise
-
-
-# --- TF Serving warm-up requests -------------------------------------------------------------
-# TF Serving replays ``assets.extra/tf_serving_warmup_requests`` (a TFRecord file of
-# ``tensorflow.serving.PredictionLog`` protos) when it loads a model. The serving protos ship
-# in ``tensorflow-serving-api``, which pulls in the full (GPU) tensorflow package, so the few
-# messages needed are declared here, field numbers as in tensorflow_serving/apis/*.proto, in a
-# private descriptor pool.
-
-def _serving_messages() -> dict[str, type]:
-    from tensorflow.core.framework import tensor_pb2
-
-    pool = descriptor_pool.DescriptorPool()
-    added: set[str] = set()
-
-    def add_file(file_descriptor: Any) -> None:
-        for dependency in file_descriptor.dependencies:
-            add_file(dependency)
-        if file_descriptor.name not in added:
-            proto = descriptor_pb2.FileDescriptorProto()
-            file_descriptor.CopyToProto(proto)
-            pool.Add(proto)
-            added.add(file_descriptor.name)
-
-    add_file(tensor_pb2.DESCRIPTOR)
-    serving = descriptor_pb2.FileDescriptorProto(
-        name="seqapps/serving_warmup.proto", package="tensorflow.serving", syntax="proto3",
-        dependency=[tensor_pb2.DESCRIPTOR.name])
-    optional, message_type = (descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
-                              descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE)
-    string_type, repeated = (descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
-                             descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED)
-    spec = serving.message_type.add(name="ModelSpec")
-    spec.field.add(name="name", number=1, label=optional, type=string_type)
-    spec.field.add(name="signature_name", number=3, label=optional, type=string_type)
-    request = serving.message_type.add(name="PredictRequest")
-    request.field.add(name="model_spec", number=1, label=optional, type=message_type,
-                      type_name=".tensorflow.serving.ModelSpec")
-    entry = request.nested_type.add(name="InputsEntry")
-    entry.options.map_entry = True
-    entry.field.add(name="key", number=1, label=optional, type=string_type)
-    entry.field.add(name="value", number=2, label=optional, type=message_type, type_name=".tensorflow.TensorProto")
-    request.field.add(name="inputs", number=2, label=repeated, type=message_type,
-                      type_name=".tensorflow.serving.PredictRequest.InputsEntry")
-    predict_log = serving.message_type.add(name="PredictLog")
-    predict_log.field.add(name="request", number=1, label=optional, type=message_type,
-                          type_name=".tensorflow.serving.PredictRequest")
-    prediction_log = serving.message_type.add(name="PredictionLog")
-    prediction_log.field.add(name="predict_log", number=6, label=optional, type=message_type,
-                             type_name=".tensorflow.serving.PredictLog")
-    pool.Add(serving)
-    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"tensorflow.serving.{name}"))
-            for name in ("PredictionLog", "PredictRequest")}
-
-
-def write_warmup_requests(path: Path, model_name: str, examples: dict[str, dict[str, np.ndarray]]) -> None:
-    """Writes one ``PredictionLog`` warm-up record per signature, calling it on its example.
-
-    Args:
-        path: the warm-up file to write.
-        model_name: the served model's name.
-        examples: signature name -> its example inputs.
-    """
-    message = _serving_messages()["PredictionLog"]
-    with tf.io.TFRecordWriter(str(path)) as writer:
-        for signature_name, example in examples.items():
-            prediction_log = message()
-            request = prediction_log.predict_log.request
-            request.model_spec.name = model_name
-            request.model_spec.signature_name = signature_name
-            for name, value in example.items():
-                request.inputs[name].ParseFromString(tf.make_tensor_proto(value).SerializeToString())
-            writer.write(prediction_log.SerializeToString())
-
-
-def read_warmup_requests(path: Path) -> list[Any]:
-    """Parses a warm-up file back into ``PredictionLog`` messages."""
-    message = _serving_messages()["PredictionLog"]
-    logs = []
-    for record in tf.data.TFRecordDataset(str(path)):
-        log = message()
-        log.ParseFromString(record.numpy())
-        logs.append(log)
-    return logs

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 from seqapps.config import TrainingConfig, check_names, dump_config, resolve_config
 from seqapps.errors import DataError, ExportError
-from seqapps.export_folder import read_export
+from seqapps.export_format import read_export
 from seqapps.pipeline import REGISTRY, Pipeline, Splits
 
 TFDS_PREFIX = "tfds:"
@@ -262,7 +262,7 @@ def predict(model_path: str | Path, inputs: list[str], signature_name: str = "se
     """
     import tensorflow as tf
 
-    from seqapps.export import call_signature, read_export
+    from seqapps.export import call_signature
     from seqapps.pipeline import SignatureSpec
 
     info = read_export(model_path)

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2
 
-from seqapps import export
+from seqapps import export, export_format
 from seqapps.errors import ExportError
 
 
@@ -43,7 +43,7 @@ def test_folders_not_named_by_ascii_digits_do_not_stop_an_export(tmp_path):
     root = tmp_path / "toy"
     for name in ("\u00b2", "\u0661", "9" * 200, "abc"):  # int("\u00b2") raised after training (issue 15)
         (root / name).mkdir(parents=True)
-    assert export.version_dirs(root) == {}
+    assert export_format.version_dirs(root) == {}
     assert write(small_model(), root).name == "1"
 
 
@@ -66,9 +66,9 @@ def test_several_signatures_each_get_a_warmup_request_and_limits(tmp_path):
     }
     path = export.write_export(export.ServingModule(model, signatures), tmp_path / "toy", "pipeline: toy\n", {}, {},
                                export.Limits(max_batch_size=4, max_string_bytes=100))
-    logs = export.read_warmup_requests(path / "assets.extra" / export.WARMUP_FILE)
+    logs = export_format.read_warmup_requests(path / "assets.extra" / export_format.WARMUP_FILE)
     assert [log.predict_log.request.model_spec.signature_name for log in logs] == ["serving_default", "doubled"]
-    assert export.read_limits(path) == export.Limits(max_batch_size=4, max_string_bytes=100)
+    assert export_format.read_limits(path) == export.Limits(max_batch_size=4, max_string_bytes=100)
     served = tf.saved_model.load(str(path)).signatures["doubled"](x=tf.ones((2, 3, 2)))
     np.testing.assert_allclose(served["y"].numpy(), model(2 * np.ones((2, 3, 2), "float32")).numpy(), atol=1e-6)
     assert served["rows"].numpy().tolist() == [2]
@@ -77,11 +77,11 @@ def test_several_signatures_each_get_a_warmup_request_and_limits(tmp_path):
 def test_export_contents_warmup_and_reload(tmp_path):
     model = small_model()
     path = write(model, tmp_path / "toy")
-    info = export.read_export(tmp_path / "toy")  # the model folder means its latest version
+    info = export_format.read_export(tmp_path / "toy")  # the model folder means its latest version
     assert info.path == path and info.pipeline == "toy" and info.state == {"columns": ["x"]}
     assert export.cudnn_ops(path) == []
-    (log,) = export.read_warmup_requests(path / "assets.extra" / export.WARMUP_FILE)
-    assert export.read_limits(path).max_batch_size == 8
+    (log,) = export_format.read_warmup_requests(path / "assets.extra" / export_format.WARMUP_FILE)
+    assert export_format.read_limits(path).max_batch_size == 8
     request = log.predict_log.request
     assert request.model_spec.name == "toy" and request.model_spec.signature_name == "serving_default"
     sent = tensor_pb2.TensorProto.FromString(request.inputs["x"].SerializeToString())
@@ -104,10 +104,11 @@ def test_recurrent_layers_trace_without_cudnn_and_are_restored():
 
 def test_read_export_rejects_wrong_folders(tmp_path):
     with pytest.raises(ExportError, match="no such export folder"):
-        export.read_export(tmp_path / "missing")
+        export_format.read_export(tmp_path / "missing")
     with pytest.raises(ExportError, match="not a SavedModel export"):
-        export.read_export(tmp_path)
+        export_format.read_export(tmp_path)
     (tmp_path / "toy" / "1").mkdir(parents=True)
     (tmp_path / "toy" / "1" / "saved_model.pb").write_bytes(b"")
     with pytest.raises(ExportError, match="incomplete export, missing config.yaml"):
-        export.read_export(tmp_path / "toy" / "1")
+        export_format.read_export(tmp_path / "toy" / "1")
+

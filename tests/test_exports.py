@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2
 
-from seqapps import export
+from seqapps import export_format
 from seqapps.config import resolve_config
 from seqapps.pipeline import REGISTRY
 from tests.export_harness import call_in_tensorflow_only_process
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.large
 
 def warmup_calls(export_dir) -> list[tuple[str, dict[str, np.ndarray]]]:
     """The export's TF Serving warm-up requests as ``(signature, inputs)`` pairs."""
-    logs = export.read_warmup_requests(export_dir / export.ASSETS_EXTRA / export.WARMUP_FILE)
+    logs = export_format.read_warmup_requests(export_dir / export_format.ASSETS_EXTRA / export_format.WARMUP_FILE)
     return [(log.predict_log.request.model_spec.signature_name,
              {name: tf.make_ndarray(tensor_pb2.TensorProto.FromString(proto.SerializeToString()))
               for name, proto in log.predict_log.request.inputs.items()}) for log in logs]
@@ -44,7 +44,7 @@ def test_moved_export_runs_every_signature_like_the_keras_model(tiny_exports, tm
     assert {signature for signature, _ in calls} == set(answer["signatures"])
     assert "serving_default" in answer["signatures"]
 
-    info = export.read_export(moved)
+    info = export_format.read_export(moved)
     pipeline = REGISTRY.get(name)()
     config = resolve_config(pipeline.Config, "tiny")
     data = dataclasses.replace(pipeline.load_data(config, None), state=info.state)  # the export's calibrated state
@@ -64,7 +64,7 @@ def test_moved_export_runs_every_signature_like_the_keras_model(tiny_exports, tm
 
 @pytest.mark.parametrize("name", REGISTRY.names())
 def test_keras_file_loads_after_import_seqapps_alone(tiny_exports, name):
-    path = export.read_export(tiny_exports[name]["export"]).keras_model_path
+    path = export_format.read_export(tiny_exports[name]["export"]).keras_model_path
     script = textwrap.dedent(f"""
         import sys
         import seqapps

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2
 
-from seqapps import export
+from seqapps import export_format
 from seqapps.pipeline import INPUT_INDEX, REGISTRY, format_rows, row_inputs
 
 
@@ -166,9 +166,9 @@ def test_speech_joins_the_pieces_of_each_file_and_shifts_their_word_times():
 @pytest.mark.parametrize("name", REGISTRY.names())
 def test_every_signature_of_the_tiny_export_is_formatted_naming_each_row(tiny_exports, name):
     path = tiny_exports[name]["export"]
-    info = export.read_export(path)
+    info = export_format.read_export(path)
     loaded = tf.saved_model.load(str(path))
-    logs = export.read_warmup_requests(info.path / export.ASSETS_EXTRA / export.WARMUP_FILE)
+    logs = export_format.read_warmup_requests(info.path / export_format.ASSETS_EXTRA / export_format.WARMUP_FILE)
     for log in logs:
         request = log.predict_log.request
         signature = request.model_spec.signature_name

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from seqapps import cli
-from seqapps.export import ASSETS_EXTRA
+from seqapps.export_format import ASSETS_EXTRA
 from seqapps.pipeline import REGISTRY, SPLIT_COUNTS, VOCABULARIES
 from seqapps.summary import headlines_of
 

@@ -34,9 +34,8 @@ from urllib.parse import urlsplit
 import httpx
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.framework import tensor_pb2
 
-from seqapps import export
+from seqapps import export_format
 from seqapps.errors import SeqappsError
 
 TARGET_RATIO = 0.6
@@ -71,12 +70,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _example_inputs(version_dir: Path, rows: int) -> dict[str, np.ndarray]:
     """The first row of the export's warm-up request, repeated ``rows`` times."""
-    warmup = version_dir / export.ASSETS_EXTRA / export.WARMUP_FILE
-    if not warmup.is_file():
-        raise SeqappsError(f"{version_dir}: no {export.ASSETS_EXTRA}/{export.WARMUP_FILE} to take a request from")
-    request = export.read_warmup_requests(warmup)[0].predict_log.request
-    inputs = {name: tf.make_ndarray(tensor_pb2.TensorProto.FromString(proto.SerializeToString()))
-              for name, proto in request.inputs.items()}
+    relative = Path(export_format.ASSETS_EXTRA) / export_format.WARMUP_FILE
+    if not (version_dir / relative).is_file():
+        raise SeqappsError(f"{version_dir}: no {relative} to take a request from")
+    request = export_format.read_warmup_requests(version_dir / relative)[0].predict_log.request
+    inputs = {name: tf.make_ndarray(proto) for name, proto in request.inputs.items()}
     return {name: np.repeat(value[:1], rows, axis=0) for name, value in inputs.items()}
 
 
@@ -189,7 +187,7 @@ def _mixed_phase(root: Path, name: str, args: argparse.Namespace, url: str, path
         Requests/s, p50/p99 and errors per model, or a note when the second export is absent.
     """
     other = args.mixed_model
-    versions = export.version_dirs(root / other) if other else {}
+    versions = export_format.version_dirs(root / other) if other else {}
     if not versions or other == name:
         return {"skipped": f"no {other} export under {root} besides {name}"}
     other_body = _row_body(_example_inputs(versions[max(versions)], 1))
@@ -293,12 +291,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 runner.run(args.mixed_model, "tiny", out=root)
         else:
             root = Path(args.models)
-        names = sorted(p.name for p in root.iterdir() if export.version_dirs(p)) if root.is_dir() else []
+        names = sorted(p.name for p in root.iterdir() if export_format.version_dirs(p)) if root.is_dir() else []
         name = args.model or ("weather_forecasting" if "weather_forecasting" in names else
                               names[0] if names else None)
         if name not in names:
             raise SeqappsError(f"{root}: no exported model {name or ''} (expected NAME/VERSION/ folders)")
-        versions = export.version_dirs(root / name)
+        versions = export_format.version_dirs(root / name)
         version_dir = versions[max(versions)]
         inputs = _example_inputs(version_dir, args.rows)
         body = _row_body(inputs)

@@ -20,18 +20,10 @@ batch dimension (``max_batch_size``, ``batch_timeout_ms``), as TF Serving's
 batching does. Bad requests are answered ``{"error": "..."}`` with 400 or 404; every
 request is bounded (nesting depth, rows, string bytes, generated length, body bytes, time).
 
-Modules: ``repository`` (model folders, versions, labels, polling, loading), ``protocol`` (REST
-request parsing and response formatting, TF Serving's JSON), ``batching``, ``metrics``,
-``grpc_service`` and ``app`` (FastAPI application, uvicorn server, ``seqapps serve``).
+Modules: ``repository`` (model folders, versions, labels, polling, loading), ``protocol`` (request
+checks and TF Serving's JSON), ``batching``, ``runner`` (``ServingOptions`` and the ``ModelRunner``
+that REST and gRPC share), ``metrics``, ``apis`` (TF Serving's messages, generated from ``protos/``),
+``grpc_service``, and ``app`` (the FastAPI application, the uvicorn server, ``seqapps serve``).
+The package imports none of them, so the gRPC path and the export's warm-up records do not load
+FastAPI: import the module you use (``from seqapps.serving.app import serve``).
 """
-from seqapps.serving.app import ModelRunner, ServingOptions, bind, create_app, make_server, serve, serve_in_thread
-from seqapps.serving.batching import Batcher
-from seqapps.serving.protocol import (PredictRequest, RequestBounds, format_predict_response,
-                                      parse_predict_request)
-from seqapps.serving.repository import (LoadedVersion, ModelRepository, RequestError, Signature, TensorInfo,
-                                        load_version)
-
-__all__ = ["Batcher", "LoadedVersion", "ModelRepository", "ModelRunner", "PredictRequest", "RequestBounds",
-           "RequestError", "ServingOptions", "Signature", "TensorInfo", "bind", "create_app",
-           "format_predict_response", "load_version", "make_server", "parse_predict_request", "serve",
-           "serve_in_thread"]

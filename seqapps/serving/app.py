@@ -1,5 +1,9 @@
 """The FastAPI application of TF Serving's REST API, the uvicorn server, and ``seqapps serve``.
 
+The routes form one ``APIRouter`` (``router``); ``create_app`` mounts it with the error handlers,
+the HEAD middleware and the lifespan, and keeps what the routes read in ``app.state.seqapps``.
+This is the only module that imports FastAPI.
+
 Every request runs under a deadline (``request_timeout_s``, 504 past it) that covers reading
 its body, parsing and the model call; a model call whose client has gone, or whose deadline
 has passed, is stopped inside TensorFlow (a cancellation manager), so no thread stays pinned.
@@ -10,7 +14,6 @@ requests in flight for up to ``drain_seconds``, cancels the rest, and exits.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import ctypes
 import ctypes.util
@@ -20,14 +23,11 @@ import logging
 import socket
 import threading
 import time
-import weakref
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Annotated, Any, AsyncIterator, Awaitable, Callable, Iterator
 
-import numpy as np
-import tensorflow as tf
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import Response
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
@@ -35,62 +35,20 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from seqapps.errors import SeqappsError
-from seqapps.serving.batching import Batcher
+from seqapps.export_format import DEFAULT_SIGNATURE
 from seqapps.serving.metrics import STATUS_NAMES, Metrics
-from seqapps.serving.protocol import (CLASSIFY, DEFAULT_SIGNATURE, REGRESS, RequestBounds, PredictRequest,
-                                      decode_and_parse, error_response, format_examples_response,
-                                      format_predict_response, json_response, parse_version, read_body,
-                                      tf_error_message)
-from seqapps.serving.repository import LoadedVersion, ModelRepository, RequestError, Signature, cancellation
+from seqapps.serving.protocol import (CLASSIFY, REGRESS, decode_and_parse, format_examples_response,
+                                      format_predict_response, tf_error_message, version_from_url)
+from seqapps.serving.repository import LoadedVersion, ModelRepository, RequestError
+from seqapps.serving.runner import ModelRunner, ServingOptions
+
+if TYPE_CHECKING:  # imported when gRPC is asked for: grpc is not loaded otherwise
+    from seqapps.serving.grpc_service import GrpcServer
 
 INLINE_PARSE_BYTES = 256 * 1024  # larger bodies are parsed in a worker thread, off the event loop
 TRIM_BYTES = 1024 * 1024  # after a larger body, freed heap is handed back to the OS (malloc_trim)...
 TRIM_DELAYS_S = (0.5, 3.0)  # ...this long after its answer has been sent (freed by then, even under load)
 logger = logging.getLogger("seqapps.serving")
-
-
-@dataclasses.dataclass(frozen=True)
-class ServingOptions:
-    """How the server batches, bounds, times out and polls.
-
-    Attributes:
-        max_batch_size: most rows merged into one model call; 0 or 1 turns batching off.
-        batch_timeout_ms: how long a batch waits for more requests once it has one; with 0, a
-            batch takes the requests that queued while the model was busy (TF Serving's advice
-            for CPUs), so a lone request waits for nothing.
-        max_body_bytes: larger request bodies are refused with 400.
-        poll_seconds: how often the model root is scanned for new versions.
-        model_threads: threads that call the models (and batches run at once per signature).
-        request_timeout_s: deadline of one request, from its headers to its answer (504 past it).
-        max_request_rows, max_string_bytes, max_generated_length: request bounds (400 past them)
-            for exports whose ``limits.json`` does not set them.
-        header_timeout_s: a connection that has not sent a request's headers within this is closed.
-        idle_timeout_s: an idle keep-alive connection is closed after this.
-        drain_seconds: on SIGTERM/Ctrl-C, how long requests in flight may finish before they are cancelled.
-        labels_file: optional version-labels file (``MODEL: {LABEL: VERSION}``, YAML or JSON).
-        grpc_port: also serve TF Serving's gRPC API on this port (0: a free one); ``None``: no gRPC.
-    """
-
-    max_batch_size: int = 16
-    batch_timeout_ms: float = 0.0
-    max_body_bytes: int = 32 * 1024 * 1024
-    poll_seconds: float = 1.0
-    model_threads: int = 4
-    request_timeout_s: float = 60.0
-    max_request_rows: int = 1024
-    max_string_bytes: int = 64 * 1024
-    max_generated_length: int = 4096
-    header_timeout_s: float = 10.0
-    idle_timeout_s: float = 30.0
-    drain_seconds: float = 10.0
-    labels_file: str | None = None
-    grpc_port: int | None = None
-
-    @property
-    def limits(self) -> RequestBounds:
-        """The request bounds for exports that set none."""
-        return RequestBounds(max_batch_size=self.max_request_rows, max_string_bytes=self.max_string_bytes,
-                      max_generated_length=self.max_generated_length)
 
 
 def _trim_heap() -> None:
@@ -105,53 +63,78 @@ with contextlib.suppress(OSError, AttributeError, TypeError):
     _LIBC.malloc_trim  # noqa: B018 - absent outside glibc
 
 
-class ModelRunner:
-    """Runs checked requests on their signatures: batching, cancellation, TF errors as 400s."""
+class HeapTrimmer:
+    """Trims the heap twice after a large request's answer has been sent, one schedule at a time."""
 
-    def __init__(self, options: ServingOptions) -> None:
-        """Args:
-            options: batching and thread settings.
-        """
-        self.options = options
-        self.executor = concurrent.futures.ThreadPoolExecutor(options.model_threads,
-                                                              thread_name_prefix="seqapps-model")
-        self._batchers: weakref.WeakKeyDictionary[Signature, Batcher] = weakref.WeakKeyDictionary()
-        self.running: set[cancellation.CancellationManager] = set()  # of the model calls in progress
+    def __init__(self) -> None:
+        self._pending = False
 
-    async def run(self, request: PredictRequest) -> dict[str, np.ndarray]:
-        """Runs one request; cancelling the awaiting task stops the model call.
+    async def soon(self) -> None:
+        """Schedules the trims, unless some are pending already."""
+        if self._pending:
+            return
+        self._pending = True
+        loop = asyncio.get_running_loop()
 
-        Raises:
-            RequestError: 400 when TensorFlow refuses the inputs.
-        """
-        signature, rows, options = request.signature, request.rows, self.options
-        try:
-            if options.max_batch_size > 1 and signature.batchable and rows and rows <= options.max_batch_size:
-                batcher = self._batchers.get(signature)
-                if batcher is None:
-                    batcher = self._batchers[signature] = Batcher(
-                        signature, self.executor, options.max_batch_size, options.batch_timeout_ms / 1000,
-                        options.model_threads, self.running)
-                return await batcher.predict(request.inputs, rows)
-            manager = cancellation.CancellationManager()
-            self.running.add(manager)
-            future = asyncio.get_running_loop().run_in_executor(self.executor, signature.call, request.inputs,
-                                                                manager)
-            try:
-                return await future
-            except asyncio.CancelledError:
-                manager.start_cancel()
-                raise
-            finally:
-                self.running.discard(manager)
-        except (tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError, ValueError, TypeError) as error:
-            raise RequestError(400, tf_error_message(error)) from None
+        def trim(last: bool) -> None:
+            loop.run_in_executor(None, _trim_heap)
+            self._pending = not last
 
-    def shutdown(self) -> None:
-        """Drops queued calls, stops the running ones and waits for their threads."""
-        for manager in list(self.running):
-            manager.start_cancel()
-        self.executor.shutdown(wait=True, cancel_futures=True)
+        for delay in TRIM_DELAYS_S:
+            loop.call_later(delay, trim, delay == TRIM_DELAYS_S[-1])
+
+
+@dataclasses.dataclass
+class AppState:
+    """What the routes read (``app.state.seqapps``), and what runs as the application starts and stops.
+
+    Attributes:
+        repository: the models served; its poll thread runs while the application does.
+        options: bounds, timeouts and body size.
+        metrics: where requests are counted.
+        runner: what runs the models (shared with gRPC).
+        on_startup, on_shutdown: coroutines run as the application starts and stops (the gRPC server).
+    """
+
+    repository: ModelRepository
+    options: ServingOptions
+    metrics: Metrics
+    runner: ModelRunner
+    on_startup: Callable[[], Awaitable[None]] | None = None
+    on_shutdown: Callable[[], Awaitable[None]] | None = None
+    trimmer: HeapTrimmer = dataclasses.field(default_factory=HeapTrimmer)
+
+
+def _app_state(request: Request) -> AppState:
+    return request.app.state.seqapps
+
+
+AppStateParam = Annotated[AppState, Depends(_app_state)]  # a route's ``state`` argument
+
+
+def json_response(content: Any, status_code: int = 200) -> Response:
+    """JSON like TF Serving's: NaN and Infinity are written as such, not refused."""
+    return Response(json.dumps(content, separators=(",", ":")), status_code=status_code,
+                    media_type="application/json")
+
+
+def error_response(status_code: int, message: str) -> Response:
+    """TF Serving's error answer, ``{"error": message}``."""
+    return json_response({"error": message}, status_code)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """Reads a request's body, refusing it (400) once it is over ``limit`` bytes."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise RequestError(400, f"Request body of {length} bytes is over the limit of {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(400, f"Request body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 async def _until_disconnected(request: Request) -> None:
@@ -202,6 +185,156 @@ _EXAMPLES_BODY = {"requestBody": {"required": True, "content": {"application/jso
     "properties": {"signature_name": {"type": "string"}, "context": {"type": "object"},
                    "examples": {"type": "array", "items": {"type": "object"}}}}}}}}
 
+router = APIRouter()
+
+
+@router.get("/v1/models/{model_name}", summary="Status of the served versions")
+async def model_status(model_name: str, state: AppStateParam) -> Response:
+    return json_response(state.repository.status(model_name))
+
+
+@router.get("/v1/models/{model_name}/versions/{version}", summary="Status of one version")
+async def version_status(model_name: str, version: str, state: AppStateParam) -> Response:
+    return json_response(state.repository.status(model_name, version_from_url(version)))
+
+
+@router.get("/v1/models/{model_name}/labels/{label}", summary="Status of a labelled version")
+async def label_status(model_name: str, label: str, state: AppStateParam) -> Response:
+    return json_response(state.repository.status(model_name, label=label))
+
+
+def _metadata(loaded: LoadedVersion) -> Response:
+    return json_response({
+        "model_spec": {"name": loaded.name, "signature_name": "", "version": str(loaded.version)},
+        "metadata": {"signature_def": {"signature_def": loaded.signature_defs}}})
+
+
+@router.get("/v1/models/{model_name}/metadata", summary="Signatures of the latest version")
+async def model_metadata(model_name: str, state: AppStateParam) -> Response:
+    return _metadata(state.repository.get(model_name))
+
+
+@router.get("/v1/models/{model_name}/versions/{version}/metadata", summary="Signatures of one version")
+async def version_metadata(model_name: str, version: str, state: AppStateParam) -> Response:
+    return _metadata(state.repository.get(model_name, version_from_url(version)))
+
+
+@router.get("/v1/models/{model_name}/labels/{label}/metadata", summary="Signatures of a labelled version")
+async def label_metadata(model_name: str, label: str, state: AppStateParam) -> Response:
+    return _metadata(state.repository.get(model_name, label=label))
+
+
+@router.get("/monitoring/prometheus/metrics", summary="Request counts and latencies")
+async def prometheus_metrics(state: AppStateParam) -> Response:
+    return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+async def _answer(state: AppState, request: Request, model_name: str, version: int | None, label: str | None,
+                  method: str | None) -> Response:
+    """Reads, parses and runs one predict (``method`` ``None``), classify or regress request."""
+    loaded = state.repository.get(model_name, version, label)
+    body = await read_body(request, state.options.max_body_bytes)
+    big = len(body) > TRIM_BYTES
+    limits = state.options.limits
+    try:
+        if len(body) > INLINE_PARSE_BYTES:
+            parsed = await run_in_threadpool(decode_and_parse, body, loaded, limits, method)
+        else:
+            parsed = decode_and_parse(body, loaded, limits, method)
+        outputs = await run_while_connected(request, state.runner.run(parsed))
+        if method is None:
+            response = json_response(format_predict_response(outputs, parsed.row_format, parsed.squeeze))
+        else:
+            response = json_response(format_examples_response(outputs, method))
+    except BaseException:
+        if big:
+            await state.trimmer.soon()
+        raise
+    if big:  # once the answer has been sent
+        response.background = BackgroundTask(state.trimmer.soon)
+    return response
+
+
+async def _timed(state: AppState, request: Request, model_name: str, version: str | None, label: str | None,
+                 method: str | None) -> Response:
+    """``_answer`` under the request deadline, counted in the metrics."""
+    began, status = time.perf_counter(), 500
+    timeout = state.options.request_timeout_s
+    try:
+        async with asyncio.timeout(timeout):
+            response = await _answer(state, request, model_name,
+                                     None if version is None else version_from_url(version), label, method)
+        status = response.status_code
+        return response
+    except TimeoutError:
+        status = 504
+        raise RequestError(504, f"Deadline of {timeout:g} s exceeded") from None
+    except RequestError as error:
+        status = error.status_code
+        raise
+    except asyncio.CancelledError:  # the drain time is over: the request ends here, answered in JSON
+        status = 503
+        raise RequestError(503, "The server is shutting down") from None
+    finally:
+        api = {None: "predict", CLASSIFY: "classify", REGRESS: "regress"}[method]
+        state.metrics.record(model_name, api, "REST", STATUS_NAMES.get(status, "UNKNOWN"),
+                             time.perf_counter() - began)
+
+
+def _add_inference_routes(verb: str, method: str | None, body: dict[str, Any]) -> None:
+    """Adds ``POST .../{model}[/versions/{v}|/labels/{l}]:{verb}`` for the latest, one and a labelled version."""
+
+    async def latest(model_name: str, request: Request, state: AppStateParam) -> Response:
+        return await _timed(state, request, model_name, None, None, method)
+
+    async def by_version(model_name: str, version: str, request: Request, state: AppStateParam) -> Response:
+        return await _timed(state, request, model_name, version, None, method)
+
+    async def by_label(model_name: str, label: str, request: Request, state: AppStateParam) -> Response:
+        return await _timed(state, request, model_name, None, label, method)
+
+    title = verb.title()
+    router.add_api_route(f"/v1/models/{{model_name}}:{verb}", latest, methods=["POST"],
+                         summary=f"{title} with the latest version", openapi_extra=body, name=f"{verb}_latest")
+    router.add_api_route(f"/v1/models/{{model_name}}/versions/{{version}}:{verb}", by_version, methods=["POST"],
+                         summary=f"{title} with one version", openapi_extra=body, name=f"{verb}_version")
+    router.add_api_route(f"/v1/models/{{model_name}}/labels/{{label}}:{verb}", by_label, methods=["POST"],
+                         summary=f"{title} with a labelled version", openapi_extra=body, name=f"{verb}_label")
+
+
+_add_inference_routes("predict", None, _PREDICT_BODY)
+_add_inference_routes("classify", CLASSIFY, _EXAMPLES_BODY)
+_add_inference_routes("regress", REGRESS, _EXAMPLES_BODY)
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    state: AppState = app.state.seqapps
+    state.repository.start_polling()
+    if state.on_startup is not None:
+        await state.on_startup()
+    try:
+        yield
+    finally:
+        if state.on_shutdown is not None:
+            await state.on_shutdown()
+        state.repository.stop_polling()
+        state.runner.shutdown()
+
+
+async def _request_error(request: Request, error: RequestError) -> Response:
+    return error_response(error.status_code, error.message)
+
+
+async def _http_error(request: Request, error: StarletteHTTPException) -> Response:
+    message = "Malformed request" if error.status_code == 404 else str(error.detail)
+    return error_response(error.status_code, f"{message}: {request.method} {request.url.path}")
+
+
+async def _internal_error(request: Request, error: Exception) -> Response:
+    logger.error("%s %s failed", request.method, request.url.path, exc_info=error)
+    return error_response(500, f"{type(error).__name__}: {tf_error_message(error)}")
+
 
 def create_app(repository: ModelRepository, options: ServingOptions, metrics: Metrics | None = None,
                runner: ModelRunner | None = None,
@@ -219,161 +352,16 @@ def create_app(repository: ModelRepository, options: ServingOptions, metrics: Me
     Returns:
         The application.
     """
-    metrics = metrics or Metrics()
-    runner = runner or ModelRunner(options)
-    limits = options.limits
-    trim_pending = [False]
-
-    async def trim_soon() -> None:
-        """Trims the heap twice after a large request's answer has been sent (one schedule at a time)."""
-        if trim_pending[0]:
-            return
-        trim_pending[0] = True
-        loop = asyncio.get_running_loop()
-
-        def trim(last: bool) -> None:
-            loop.run_in_executor(None, _trim_heap)
-            trim_pending[0] = not last
-
-        for delay in TRIM_DELAYS_S:
-            loop.call_later(delay, trim, delay == TRIM_DELAYS_S[-1])
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        repository.start_polling()
-        if on_startup is not None:
-            await on_startup()
-        try:
-            yield
-        finally:
-            if on_shutdown is not None:
-                await on_shutdown()
-            repository.stop_polling()
-            runner.shutdown()
-
     app = FastAPI(title="seqapps serve", version="1", redirect_slashes=False,
                   description="TF Serving's REST API (v1) over the SavedModels of a seqapps model root.",
-                  lifespan=lifespan)
-
-    @app.exception_handler(RequestError)
-    async def request_error(request: Request, error: RequestError) -> Response:
-        return error_response(error.status_code, error.message)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, error: StarletteHTTPException) -> Response:
-        message = "Malformed request" if error.status_code == 404 else str(error.detail)
-        return error_response(error.status_code, f"{message}: {request.method} {request.url.path}")
-
-    @app.exception_handler(Exception)
-    async def internal_error(request: Request, error: Exception) -> Response:
-        logger.error("%s %s failed", request.method, request.url.path, exc_info=error)
-        return error_response(500, f"{type(error).__name__}: {tf_error_message(error)}")
-
-    async def answer(request: Request, model_name: str, version: int | None, label: str | None,
-                     method: str | None) -> Response:
-        loaded = repository.get(model_name, version, label)
-        body = await read_body(request, options.max_body_bytes)
-        big = len(body) > TRIM_BYTES
-        try:
-            if len(body) > INLINE_PARSE_BYTES:
-                parsed = await run_in_threadpool(decode_and_parse, body, loaded, limits, method)
-            else:
-                parsed = decode_and_parse(body, loaded, limits, method)
-            outputs = await run_while_connected(request, runner.run(parsed))
-            if method is None:
-                response = json_response(format_predict_response(outputs, parsed.row_format, parsed.squeeze))
-            else:
-                response = json_response(format_examples_response(outputs, method))
-        except BaseException:
-            if big:
-                await trim_soon()
-            raise
-        if big:  # once the answer has been sent
-            response.background = BackgroundTask(trim_soon)
-        return response
-
-    async def timed(request: Request, model_name: str, version: str | None, label: str | None,
-                    method: str | None) -> Response:
-        began, status = time.perf_counter(), 500
-        try:
-            async with asyncio.timeout(options.request_timeout_s):
-                response = await answer(request, model_name, None if version is None else parse_version(version),
-                                        label, method)
-            status = response.status_code
-            return response
-        except TimeoutError:
-            status = 504
-            raise RequestError(504, f"Deadline of {options.request_timeout_s:g} s exceeded") from None
-        except RequestError as error:
-            status = error.status_code
-            raise
-        except asyncio.CancelledError:  # the drain time is over: the request ends here, answered in JSON
-            status = 503
-            raise RequestError(503, "The server is shutting down") from None
-        finally:
-            api = {None: "predict", CLASSIFY: "classify", REGRESS: "regress"}[method]
-            metrics.record(model_name, api, "REST", STATUS_NAMES.get(status, "UNKNOWN"),
-                           time.perf_counter() - began)
-
-    def metadata(loaded: LoadedVersion) -> Response:
-        return json_response({
-            "model_spec": {"name": loaded.name, "signature_name": "", "version": str(loaded.version)},
-            "metadata": {"signature_def": {"signature_def": loaded.signature_defs}}})
-
+                  lifespan=_lifespan)
+    app.state.seqapps = AppState(repository, options, metrics or Metrics(), runner or ModelRunner(options),
+                              on_startup, on_shutdown)
+    app.add_exception_handler(RequestError, _request_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal_error)
     app.add_middleware(_HeadAsGet)
-    get = ["GET"]
-
-    @app.api_route("/v1/models/{model_name}", methods=get, summary="Status of the served versions")
-    async def model_status(model_name: str) -> Response:
-        return json_response(repository.status(model_name))
-
-    @app.api_route("/v1/models/{model_name}/versions/{version}", methods=get, summary="Status of one version")
-    async def version_status(model_name: str, version: str) -> Response:
-        return json_response(repository.status(model_name, parse_version(version)))
-
-    @app.api_route("/v1/models/{model_name}/labels/{label}", methods=get, summary="Status of a labelled version")
-    async def label_status(model_name: str, label: str) -> Response:
-        return json_response(repository.status(model_name, label=label))
-
-    @app.api_route("/v1/models/{model_name}/metadata", methods=get, summary="Signatures of the latest version")
-    async def model_metadata(model_name: str) -> Response:
-        return metadata(repository.get(model_name))
-
-    @app.api_route("/v1/models/{model_name}/versions/{version}/metadata", methods=get,
-                   summary="Signatures of one version")
-    async def version_metadata(model_name: str, version: str) -> Response:
-        return metadata(repository.get(model_name, parse_version(version)))
-
-    @app.api_route("/v1/models/{model_name}/labels/{label}/metadata", methods=get,
-                   summary="Signatures of a labelled version")
-    async def label_metadata(model_name: str, label: str) -> Response:
-        return metadata(repository.get(model_name, label=label))
-
-    @app.api_route("/monitoring/prometheus/metrics", methods=get, summary="Request counts and latencies")
-    async def prometheus_metrics() -> Response:
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
-
-    for verb, method, extra in (("predict", None, _PREDICT_BODY), ("classify", CLASSIFY, _EXAMPLES_BODY),
-                                ("regress", REGRESS, _EXAMPLES_BODY)):
-        def routes(method: str | None = method) -> tuple[Callable, ...]:
-            async def latest(model_name: str, request: Request) -> Response:
-                return await timed(request, model_name, None, None, method)
-
-            async def by_version(model_name: str, version: str, request: Request) -> Response:
-                return await timed(request, model_name, version, None, method)
-
-            async def by_label(model_name: str, label: str, request: Request) -> Response:
-                return await timed(request, model_name, None, label, method)
-            return latest, by_version, by_label
-
-        latest, by_version, by_label = routes()
-        app.post(f"/v1/models/{{model_name}}:{verb}", summary=f"{verb.title()} with the latest version",
-                 openapi_extra=extra, name=f"{verb}_latest")(latest)
-        app.post(f"/v1/models/{{model_name}}/versions/{{version}}:{verb}", summary=f"{verb.title()} with one version",
-                 openapi_extra=extra, name=f"{verb}_version")(by_version)
-        app.post(f"/v1/models/{{model_name}}/labels/{{label}}:{verb}",
-                 summary=f"{verb.title()} with a labelled version", openapi_extra=extra, name=f"{verb}_label")(by_label)
-
+    app.include_router(router)
     return app
 
 
@@ -442,7 +430,7 @@ def free_port(host: str) -> int:
 
 
 def make_server(model_root: str | Path, sock: socket.socket, options: ServingOptions,
-                host: str = "127.0.0.1") -> tuple[uvicorn.Server, ModelRepository, Any]:
+                host: str = "127.0.0.1") -> tuple[uvicorn.Server, ModelRepository, GrpcServer | None]:
     """Loads the models under ``model_root`` and builds a uvicorn server for them (not yet running).
 
     Args:

@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 
-from seqapps.serving.repository import Signature, cancellation
+from seqapps.serving.repository import LoadedSignature, cancellation
 
 
 @dataclasses.dataclass(eq=False)
@@ -29,7 +29,7 @@ class Batcher:
     requests have all gone (cancelled: client gone, deadline passed) is stopped.
     """
 
-    def __init__(self, signature: Signature, executor: concurrent.futures.Executor, max_batch_size: int,
+    def __init__(self, signature: LoadedSignature, executor: concurrent.futures.Executor, max_batch_size: int,
                  timeout: float, slots: int, running: set | None = None) -> None:
         """Args:
             signature: a batchable signature.

@@ -1,132 +1,38 @@
 """TF Serving's gRPC API: ``PredictionService.Predict`` and ``GetModelMetadata``, and
 ``ModelService.GetModelStatus``, on the event loop of the REST server.
 
-The message and service definitions are ``protos/seqapps_tfs/*.proto``: the subset of TF
-Serving's public API (``tensorflow_serving/apis``) that is served here, written for seqapps
-with TF Serving's package, names and field numbers, so TF Serving's own clients and stubs
-interoperate. They import TensorFlow's ``tensor.proto``, ``meta_graph.proto`` and
-``error_codes.proto``, which the TensorFlow wheel ships compiled but not as ``.proto`` text:
-their descriptors are handed to ``grpc_tools.protoc`` as a descriptor set. The stubs are
-generated on first use into ``~/.cache/seqapps/grpc-<hash>/`` (``$XDG_CACHE_HOME`` is
-honoured), so neither ``tensorflow-serving-api`` nor the full ``tensorflow`` package is
-needed. Their messages have TF Serving's full names: do not import them in one process
-together with ``tensorflow_serving.apis`` (the protobuf registry refuses duplicates).
+The messages and services are the ones ``apis`` generates from ``protos/seqapps_tfs/*.proto``
+(TF Serving's package, names and field numbers, so TF Serving's own clients and stubs
+interoperate). Requests run through the ``ModelRunner`` the REST API uses. FastAPI is not
+imported here.
 """
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import importlib
-import os
-import subprocess
-import sys
 import time
-import uuid
-from pathlib import Path
-from types import ModuleType
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import grpc
 import numpy as np
 import tensorflow as tf
-from google.protobuf import descriptor_pb2, json_format, wrappers_pb2
+from google.protobuf import json_format
 from tensorflow.core.protobuf import meta_graph_pb2
 
+from seqapps.serving import apis
 from seqapps.serving.metrics import STATUS_NAMES, Metrics
 from seqapps.serving.protocol import check_arrays, squeeze_outputs
-from seqapps.serving.repository import ModelRepository, RequestError
+from seqapps.serving.repository import LoadedVersion, ModelRepository, RequestError
+from seqapps.serving.runner import ModelRunner, ServingOptions
 
-PROTOS = Path(__file__).parent / "protos"
-PACKAGE = "seqapps_tfs"
 CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND, 499: grpc.StatusCode.CANCELLED,
          504: grpc.StatusCode.DEADLINE_EXCEEDED}
-
-
-def _tensorflow_descriptor_set() -> bytes:
-    """The descriptors of the TensorFlow and protobuf ``.proto`` files the seqapps protos import."""
-    from tensorflow.core.framework import tensor_pb2
-    from tensorflow.core.protobuf import error_codes_pb2
-
-    files: dict[str, descriptor_pb2.FileDescriptorProto] = {}
-
-    def add(file_descriptor: Any) -> None:
-        if file_descriptor.name in files:
-            return
-        for dependency in file_descriptor.dependencies:
-            add(dependency)
-        proto = descriptor_pb2.FileDescriptorProto()
-        file_descriptor.CopyToProto(proto)
-        files[file_descriptor.name] = proto
-
-    for module in (wrappers_pb2, tensor_pb2, meta_graph_pb2, error_codes_pb2):
-        add(module.DESCRIPTOR)
-    return descriptor_pb2.FileDescriptorSet(file=list(files.values())).SerializeToString()
-
-
-def generate_stubs(out: Path | None = None) -> Path:
-    """Generates the Python messages and gRPC stubs of ``protos/`` with ``grpc_tools.protoc``.
-
-    Args:
-        out: the folder to write ``seqapps_tfs/*_pb2*.py`` into (default: a cache folder keyed by the
-            protos' contents and the protobuf and grpcio-tools versions; reused when present).
-
-    Returns:
-        The folder to put on ``sys.path``.
-
-    Raises:
-        RuntimeError: protoc failed.
-    """
-    import google.protobuf
-
-    sources = sorted((PROTOS / PACKAGE).glob("*.proto"))
-    if out is None:
-        key = hashlib.sha256(b"".join(path.read_bytes() for path in sources)
-                             + f"{google.protobuf.__version__} {grpc.__version__}".encode()).hexdigest()[:16]
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        out = cache / "seqapps" / f"grpc-{key}"
-    if (out / PACKAGE / "services_pb2_grpc.py").is_file():
-        return out
-    staging = out.with_name(f".tmp-{out.name}-{uuid.uuid4().hex[:8]}")
-    (staging / PACKAGE).mkdir(parents=True)
-    descriptor_set = staging / "tensorflow.desc"
-    descriptor_set.write_bytes(_tensorflow_descriptor_set())
-    # protoc runs in its own process: its bundled protobuf C++ library crashes next to TensorFlow's.
-    result = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"--descriptor_set_in={descriptor_set}",
-                             f"-I{PROTOS}", f"--python_out={staging}", f"--grpc_python_out={staging}",
-                             *(f"{PACKAGE}/{path.name}" for path in sources)], capture_output=True, text=True)
-    descriptor_set.unlink()
-    if result.returncode != 0:
-        raise RuntimeError(f"grpc_tools.protoc failed on {PROTOS}: {result.stderr.strip()}")
-    (staging / PACKAGE / "__init__.py").write_text("")
-    try:
-        staging.rename(out)
-    except OSError:  # another process published the same stubs first
-        if not (out / PACKAGE / "services_pb2_grpc.py").is_file():
-            raise
-    return out
-
-
-def stubs() -> dict[str, ModuleType]:
-    """Imports the generated modules (generating them first when needed).
-
-    Returns:
-        ``{"predict": ..., "get_model_metadata": ..., "get_model_status": ..., "model": ..., "services": ...,
-        "services_grpc": ...}``.
-    """
-    folder = str(generate_stubs())
-    if folder not in sys.path:
-        sys.path.append(folder)
-    names = ("model", "predict", "get_model_metadata", "get_model_status", "services")
-    modules = {name: importlib.import_module(f"{PACKAGE}.{name}_pb2") for name in names}
-    modules["services_grpc"] = importlib.import_module(f"{PACKAGE}.services_pb2_grpc")
-    return modules
 
 
 class GrpcServer:
     """The gRPC server: started and stopped on the REST server's event loop (its lifespan)."""
 
-    def __init__(self, repository: ModelRepository, runner: Any, metrics: Metrics, options: Any,
-                 host: str, port: int) -> None:
+    def __init__(self, repository: ModelRepository, runner: ModelRunner, metrics: Metrics,
+                 options: ServingOptions, host: str, port: int) -> None:
         """Args:
             repository: the models to serve.
             runner: the ``ModelRunner`` shared with the REST API (same threads and batchers).
@@ -137,7 +43,7 @@ class GrpcServer:
         """
         self.repository, self.runner, self.metrics, self.options = repository, runner, metrics, options
         self.host, self.port = host, port
-        self.pb = stubs()
+        self.pb = apis.messages()
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> None:
@@ -145,7 +51,7 @@ class GrpcServer:
         limit = self.options.max_body_bytes
         self._server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
                                                 ("grpc.max_send_message_length", max(limit, 64 * 1024 * 1024))])
-        services = self.pb["services_grpc"]
+        services = self.pb.services_grpc
         services.add_PredictionServiceServicer_to_server(_PredictionService(self), self._server)
         services.add_ModelServiceServicer_to_server(_ModelService(self), self._server)
         shown = f"[{self.host}]" if ":" in self.host else self.host
@@ -159,14 +65,12 @@ class GrpcServer:
             await self._server.stop(grace=self.options.drain_seconds)
             self._server = None
 
-    def loaded(self, model_spec: Any) -> Any:
+    def loaded(self, model_spec: Any) -> LoadedVersion:
         """The loaded version a ``ModelSpec`` names (latest, a version or a label)."""
-        choice = model_spec.WhichOneof("version_choice")
-        version = model_spec.version.value if choice == "version" else None
-        label = model_spec.version_label if choice == "version_label" else None
-        return self.repository.get(model_spec.name, version, label)
+        return self.repository.get(model_spec.name, *_version_choice(model_spec))
 
-    async def call(self, context: grpc.aio.ServicerContext, name: str, api: str, work: Any) -> Any:
+    async def call(self, context: grpc.aio.ServicerContext, name: str, api: str,
+                   work: Callable[[], Awaitable[Any]]) -> Any:
         """Runs ``work()`` under the request deadline; a ``RequestError`` aborts with its gRPC code."""
         began, status = time.perf_counter(), 500
         timeout = self.options.request_timeout_s
@@ -186,6 +90,13 @@ class GrpcServer:
             await context.abort(CODES.get(error.status_code, grpc.StatusCode.INTERNAL), error.message)
         finally:
             self.metrics.record(name, api, "GRPC", STATUS_NAMES.get(status, "UNKNOWN"), time.perf_counter() - began)
+
+
+def _version_choice(model_spec: Any) -> tuple[int | None, str | None]:
+    """The ``(version, label)`` a ``ModelSpec`` names; both ``None``: the latest version."""
+    choice = model_spec.WhichOneof("version_choice")
+    return (model_spec.version.value if choice == "version" else None,
+            model_spec.version_label if choice == "version_label" else None)
 
 
 def _to_array(proto: Any, name: str, max_elements: int) -> np.ndarray:
@@ -215,7 +126,7 @@ class _PredictionService:
             unknown = wanted - set(outputs)
             if unknown:
                 raise RequestError(400, f"output_filter names unknown output(s) {sorted(unknown)}")
-            response = pb["predict"].PredictResponse()
+            response = pb.predict.PredictResponse()
             response.model_spec.name = loaded.name
             response.model_spec.version.value = loaded.version
             response.model_spec.signature_name = parsed.signature.name
@@ -231,11 +142,11 @@ class _PredictionService:
             if list(request.metadata_field) != ["signature_def"]:
                 raise RequestError(400, "metadata_field must be ['signature_def'], the only metadata served")
             loaded = server.loaded(request.model_spec)
-            signature_map = pb["get_model_metadata"].SignatureDefMap()
+            signature_map = pb.get_model_metadata.SignatureDefMap()
             for key, definition in loaded.signature_defs.items():
                 signature_map.signature_def[key].CopyFrom(
                     json_format.ParseDict(definition, meta_graph_pb2.SignatureDef()))
-            response = pb["get_model_metadata"].GetModelMetadataResponse()
+            response = pb.get_model_metadata.GetModelMetadataResponse()
             response.model_spec.name = loaded.name
             response.model_spec.version.value = loaded.version
             response.metadata["signature_def"].Pack(signature_map)
@@ -251,11 +162,8 @@ class _ModelService:
         server, pb = self.server, self.server.pb
 
         async def work() -> Any:
-            spec = request.model_spec
-            choice = spec.WhichOneof("version_choice")
-            status = server.repository.status(spec.name, spec.version.value if choice == "version" else None,
-                                              spec.version_label if choice == "version_label" else None)
-            messages = pb["get_model_status"]
+            status = server.repository.status(request.model_spec.name, *_version_choice(request.model_spec))
+            messages = pb.get_model_status
             response = messages.GetModelStatusResponse()
             for entry in status["model_version_status"]:
                 version = response.model_version_status.add(

@@ -1,11 +1,12 @@
 """TF Serving's REST JSON: predict, classify and regress requests checked and converted to arrays,
 answers formatted.
 
-Requests are bounded before anything reaches TensorFlow (``RequestBounds``): the nesting depth (the
-signature's rank, at most 32: deeper string tensors crash TensorFlow), rows per request, bytes
-per string, and generated length (integer inputs named ``length`` or ``*_length``). An export's
-``assets.extra/limits.json`` sets them; the server's options are the defaults for the bounds an
-export leaves unset.
+Requests are bounded before anything reaches TensorFlow (``seqapps.export_format.Limits``): the
+nesting depth (the signature's rank, at most 32: deeper string tensors crash TensorFlow), rows per
+request, bytes per string, and generated length (integer inputs named ``length`` or ``*_length``).
+An export's ``assets.extra/limits.json`` sets them; the server's options are the defaults for the
+bounds an export leaves unset (``request_limits``). Nothing here imports FastAPI: the gRPC API uses
+it too.
 """
 from __future__ import annotations
 
@@ -14,60 +15,50 @@ import binascii
 import dataclasses
 import json
 import re
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
-from fastapi import Request
-from fastapi.responses import Response
 
-from seqapps.serving.repository import LoadedVersion, RequestError, Signature, TensorInfo, parse_version as _version
+from seqapps.export_format import DEFAULT_SIGNATURE, Limits, parse_version
+from seqapps.serving.repository import LoadedSignature, LoadedVersion, RequestError, TensorInfo
 
-DEFAULT_SIGNATURE = "serving_default"
 BYTES_SUFFIX = "_bytes"
 MAX_RANK = 32  # TensorFlow's own limit for many kernels; tf.constant of a rank-33 string array segfaults
 CLASSIFY, REGRESS = "tensorflow/serving/classify", "tensorflow/serving/regress"
 LENGTH_INPUT = re.compile(r"(.*_)?length")
 
 
-@dataclasses.dataclass(frozen=True)
-class RequestBounds:
-    """The bounds one request is checked against (``None``: no bound).
+def request_limits(server: Limits, export: Limits | None) -> Limits:
+    """The bounds a request to one export is checked against.
 
-    Attributes:
-        max_batch_size: rows per request.
-        max_string_bytes: bytes of one string element.
-        max_generated_length: largest value of an integer input named ``length`` or ``*_length``.
-        max_sequence_length: largest free (``None``) non-batch dimension of an input.
+    The export's bounds take the place of the server's; the server's stand where the export sets
+    none. ``max_audio_samples`` bounds a free dimension too, so it raises ``max_sequence_length``.
+    The server's generated-length bound applies only to exports that set no bound at all (or
+    carry no ``limits.json``).
+
+    Args:
+        server: the server's bounds (``ServingOptions.limits``).
+        export: the export's ``limits.json`` (``None``: it has none).
+
+    Returns:
+        The bounds checked: ``max_batch_size``, ``max_string_bytes``, ``max_generated_length`` and
+        ``max_sequence_length`` (``None``: no bound).
     """
-
-    max_batch_size: int | None = 1024
-    max_string_bytes: int | None = 64 * 1024
-    max_generated_length: int | None = 4096
-    max_sequence_length: int | None = None
-
-    def merged(self, export_limits: Mapping[str, int]) -> RequestBounds:
-        """These bounds with the ones an export's ``limits.json`` sets taking their place.
-
-        ``max_audio_samples`` bounds a free dimension too, so it raises ``max_sequence_length``.
-        The server's generated-length bound applies only to exports that set one or carry no
-        ``limits.json``.
-        """
-        changes = {key: export_limits[key] for key in ("max_batch_size", "max_string_bytes",
-                                                        "max_generated_length", "max_sequence_length")
-                   if key in export_limits}
-        if export_limits and "max_generated_length" not in export_limits:
-            # An export whose limits.json leaves it null generates nothing: an input named
-            # ``length`` there is a size (speech's waveform length), not a generation budget.
-            changes["max_generated_length"] = None
-        if "max_audio_samples" in export_limits:
-            changes["max_sequence_length"] = max(export_limits["max_audio_samples"],
-                                                 changes.get("max_sequence_length") or 0)
-        return dataclasses.replace(self, **changes)
+    if export is None or all(value is None for value in dataclasses.astuple(export)):
+        return server
+    changes = {name: getattr(export, name) for name in ("max_batch_size", "max_string_bytes", "max_sequence_length")
+               if getattr(export, name) is not None}
+    # An export whose limits.json leaves it null generates nothing: an input named ``length``
+    # there is a size (speech's waveform length), not a generation budget.
+    changes["max_generated_length"] = export.max_generated_length
+    if export.max_audio_samples is not None:
+        changes["max_sequence_length"] = max(export.max_audio_samples, export.max_sequence_length or 0)
+    return dataclasses.replace(server, **changes)
 
 
 @dataclasses.dataclass
-class PredictRequest:
+class CheckedRequest:
     """A checked request: the signature, its input arrays, the format used, and how to answer.
 
     Attributes:
@@ -78,7 +69,7 @@ class PredictRequest:
             outputs again, as TF Serving's answer (which never added them) has it.
     """
 
-    signature: Signature
+    signature: LoadedSignature
     inputs: dict[str, np.ndarray]
     row_format: bool
     squeeze: int = 0
@@ -166,7 +157,7 @@ def _too_deep(name: str, max_rank: int) -> RequestError:
     return RequestError(400, f"Input '{name}' is nested deeper than rank {max_rank}, the most its signature takes")
 
 
-def _to_array(value: Any, name: str, info: TensorInfo, limits: RequestBounds) -> np.ndarray:
+def _to_array(value: Any, name: str, info: TensorInfo, limits: Limits) -> np.ndarray:
     max_rank = MAX_RANK if info.shape is None else min(len(info.shape), MAX_RANK)
     if info.dtype == tf.string:
         array = _string_array(value, name, max_rank, limits.max_string_bytes)
@@ -199,7 +190,7 @@ def _fit_shape(name: str, array: np.ndarray, info: TensorInfo) -> tuple[np.ndarr
     return array, missing
 
 
-def _check_limits(name: str, array: np.ndarray, info: TensorInfo, limits: RequestBounds) -> None:
+def _check_limits(name: str, array: np.ndarray, info: TensorInfo, limits: Limits) -> None:
     if (info.batched or info.shape is None) and array.ndim:  # a rank-free input's first axis counts as rows
         if array.shape[0] == 0:
             raise RequestError(400, f"Input '{name}' has no rows; send at least one")
@@ -217,7 +208,7 @@ def _check_limits(name: str, array: np.ndarray, info: TensorInfo, limits: Reques
                                 f"{limits.max_generated_length}")
 
 
-def _named(values: dict[str, Any], signature: Signature, where: str) -> dict[str, Any]:
+def _named(values: dict[str, Any], signature: LoadedSignature, where: str) -> dict[str, Any]:
     unknown = sorted(set(values) - set(signature.inputs))
     missing = sorted(set(signature.inputs) - set(values))
     if unknown or missing:
@@ -227,7 +218,7 @@ def _named(values: dict[str, Any], signature: Signature, where: str) -> dict[str
     return values
 
 
-def _signature(body: dict, loaded: LoadedVersion, methods: tuple[str, ...] | None = None) -> Signature:
+def _signature(body: dict, loaded: LoadedVersion, methods: tuple[str, ...] | None = None) -> LoadedSignature:
     signature_name = body.get("signature_name", DEFAULT_SIGNATURE)
     if not isinstance(signature_name, str) or signature_name not in loaded.signatures:
         raise RequestError(400, f"Serving signature name: {json.dumps(signature_name)} not found in signature "
@@ -240,14 +231,14 @@ def _signature(body: dict, loaded: LoadedVersion, methods: tuple[str, ...] | Non
     return loaded.signatures[signature_name]
 
 
-def _rows_within(count: int, limits: RequestBounds, where: str) -> None:
+def _rows_within(count: int, limits: Limits, where: str) -> None:
     """Refuses a request with too many rows before its values are converted."""
     if limits.max_batch_size is not None and count > limits.max_batch_size:
         raise RequestError(400, f"{where} has {count} rows; the limit is {limits.max_batch_size} per request")
 
 
 def parse_predict_request(body: Any, loaded: LoadedVersion,
-                          limits: RequestBounds = RequestBounds()) -> PredictRequest:
+                          limits: Limits) -> CheckedRequest:
     """Checks a decoded predict body against the model and converts its inputs.
 
     Args:
@@ -266,7 +257,7 @@ def parse_predict_request(body: Any, loaded: LoadedVersion,
     if ("instances" in body) == ("inputs" in body):
         raise RequestError(400, "The request body must have exactly one of 'instances' (row format) "
                                 "or 'inputs' (columnar format)")
-    limits = limits.merged(loaded.limits)
+    limits = request_limits(limits, loaded.limits)
     signature = _signature(body, loaded)
     single = next(iter(signature.inputs)) if len(signature.inputs) == 1 else None
     row_format = "instances" in body
@@ -302,11 +293,11 @@ def parse_predict_request(body: Any, loaded: LoadedVersion,
         array, added = _fit_shape(key, _to_array(columns[key], key, info, limits), info)
         _check_limits(key, array, info, limits)
         inputs[key], squeeze = array, max(squeeze, added)
-    return PredictRequest(signature, inputs, row_format, squeeze)
+    return CheckedRequest(signature, inputs, row_format, squeeze)
 
 
 def check_arrays(loaded: LoadedVersion, signature_name: str, arrays: dict[str, np.ndarray],
-                 limits: RequestBounds = RequestBounds()) -> PredictRequest:
+                 limits: Limits) -> CheckedRequest:
     """Checks decoded tensors (gRPC's ``PredictRequest.inputs``) as a columnar predict request.
 
     Args:
@@ -321,7 +312,7 @@ def check_arrays(loaded: LoadedVersion, signature_name: str, arrays: dict[str, n
     Raises:
         RequestError: 400 naming what is wrong.
     """
-    limits = limits.merged(loaded.limits)
+    limits = request_limits(limits, loaded.limits)
     signature = _signature({"signature_name": signature_name or DEFAULT_SIGNATURE}, loaded)
     inputs, squeeze = {}, 0
     for key, info in signature.inputs.items():
@@ -338,10 +329,10 @@ def check_arrays(loaded: LoadedVersion, signature_name: str, arrays: dict[str, n
         array, added = _fit_shape(key, array, info)
         _check_limits(key, array, info, limits)
         inputs[key], squeeze = array, max(squeeze, added)
-    return PredictRequest(signature, inputs, row_format=False, squeeze=squeeze)
+    return CheckedRequest(signature, inputs, row_format=False, squeeze=squeeze)
 
 
-def _feature(value: Any, name: str, limits: RequestBounds) -> Any:
+def _feature(value: Any, name: str, limits: Limits) -> Any:
     """One feature of TF Serving's tf.Example JSON: numbers (all integers: int64), strings, b64."""
     values = value if isinstance(value, list) else [value]
     if all(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
@@ -357,7 +348,7 @@ def _feature(value: Any, name: str, limits: RequestBounds) -> Any:
 
 
 def parse_examples_request(body: Any, loaded: LoadedVersion, method: str,
-                           limits: RequestBounds = RequestBounds()) -> PredictRequest:
+                           limits: Limits) -> CheckedRequest:
     """Checks a classify or regress body (TF Serving's tf.Example JSON) and serializes its examples.
 
     Args:
@@ -376,7 +367,7 @@ def parse_examples_request(body: Any, loaded: LoadedVersion, method: str,
     """
     if not isinstance(body, dict):
         raise RequestError(400, "The request body must be a JSON object")
-    limits = limits.merged(loaded.limits)
+    limits = request_limits(limits, loaded.limits)
     signature = _signature(body, loaded, (method,))
     examples, context = body.get("examples"), body.get("context", {})
     if not isinstance(examples, list) or not examples or not all(isinstance(e, dict) for e in examples):
@@ -393,7 +384,7 @@ def parse_examples_request(body: Any, loaded: LoadedVersion, method: str,
         serialized[i] = tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
     (key, info), = signature.inputs.items()
     array, _ = _fit_shape(key, serialized, info)
-    return PredictRequest(signature, {key: array}, row_format=True)
+    return CheckedRequest(signature, {key: array}, row_format=True)
 
 
 def _jsonable(name: str, value: np.ndarray) -> Any:
@@ -407,7 +398,7 @@ def _jsonable(name: str, value: np.ndarray) -> Any:
 
 
 def squeeze_outputs(outputs: dict[str, np.ndarray], squeeze: int) -> dict[str, np.ndarray]:
-    """Drops ``squeeze`` trailing size-1 dimensions from the outputs that have them (see ``PredictRequest``)."""
+    """Drops ``squeeze`` trailing size-1 dimensions from the outputs that have them (see ``CheckedRequest``)."""
     if not squeeze:
         return outputs
     return {key: value.reshape(value.shape[:-squeeze]) if value.ndim > squeeze
@@ -420,7 +411,7 @@ def format_predict_response(outputs: dict[str, np.ndarray], row_format: bool, sq
     Args:
         outputs: one array per output name.
         row_format: answer ``predictions`` (one entry per row) rather than ``outputs``.
-        squeeze: drop this many trailing size-1 dimensions from outputs that have them (see ``PredictRequest``).
+        squeeze: drop this many trailing size-1 dimensions from outputs that have them (see ``CheckedRequest``).
 
     Returns:
         ``{"predictions": ...}`` or ``{"outputs": ...}``; a single output is answered as a plain list.
@@ -483,39 +474,20 @@ def tf_error_message(error: Exception) -> str:
     return re.sub(r"\s*\[Op:[^\]]*\]$", "", line) or type(error).__name__
 
 
-def json_response(content: Any, status_code: int = 200) -> Response:
-    """JSON like TF Serving's: NaN and Infinity are written as such, not refused."""
-    return Response(json.dumps(content, separators=(",", ":")), status_code=status_code,
-                    media_type="application/json")
+def version_from_url(version: str) -> int:
+    """Returns the version a URL names.
 
-
-def error_response(status_code: int, message: str) -> Response:
-    return json_response({"error": message}, status_code)
-
-
-def parse_version(version: str) -> int:
-    """Returns the version a URL names; 400 unless it is 1 to 18 ASCII digits."""
-    number = _version(version)
+    Raises:
+        RequestError: 400 unless it is 1 to 18 ASCII digits.
+    """
+    number = parse_version(version)
     if number is None:
         raise RequestError(400, f"Invalid version {version[:40]!r}: versions are integers of 1 to 18 ASCII digits")
     return number
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise RequestError(400, f"Request body of {length} bytes is over the limit of {limit} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(400, f"Request body is over the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def decode_and_parse(body: bytes, loaded: LoadedVersion, limits: RequestBounds,
-                     method: str | None = None) -> PredictRequest:
+def decode_and_parse(body: bytes, loaded: LoadedVersion, limits: Limits,
+                     method: str | None = None) -> CheckedRequest:
     """Decodes a JSON body and parses it as a predict request (or, with ``method``, classify/regress)."""
     try:
         decoded = json.loads(body)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import re
@@ -29,9 +28,9 @@ from tensorflow.core.protobuf import saved_model_pb2
 # Tested by tests/serving (deadline, client gone, SIGTERM). Drop when TensorFlow has a public one.
 from tensorflow.python.eager import cancellation
 
+from seqapps.export_format import SAVED_MODEL_FILE, Limits, parse_version, read_limits, version_dirs
+
 MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-VERSION = re.compile(r"[0-9]{1,18}")  # ASCII digits only; 18 digits fit an int64, as TF Serving's
-LIMITS_FILE = "assets.extra/limits.json"  # fields of seqapps.export.Limits
 MAX_RETRY_SECONDS = 30.0
 logger = logging.getLogger("seqapps.serving")
 
@@ -43,7 +42,6 @@ class RequestError(Exception):
         super().__init__(message)
         self.status_code = status_code
         self.message = message
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +64,8 @@ class TensorInfo:
 
 
 @dataclasses.dataclass(eq=False)
-class Signature:
-    """A callable signature of a loaded SavedModel (hashed by identity)."""
+class LoadedSignature:
+    """A callable signature of a loaded SavedModel: its function and its tensors (hashed by identity)."""
 
     name: str
     function: Any
@@ -75,7 +73,7 @@ class Signature:
     outputs: dict[str, TensorInfo]
 
     @classmethod
-    def from_function(cls, name: str, function: Any) -> Signature:
+    def from_function(cls, name: str, function: Any) -> LoadedSignature:
         """Reads the input and output specs of a signature's concrete function."""
         inputs = {key: TensorInfo.from_spec(spec) for key, spec in function.structured_input_signature[1].items()}
         outputs = {key: TensorInfo.from_spec(spec) for key, spec in function.structured_outputs.items()}
@@ -105,38 +103,16 @@ class Signature:
 
 @dataclasses.dataclass
 class LoadedVersion:
-    """One loaded version of a model: its signatures, their SignatureDefs (for metadata) and limits."""
+    """One loaded version of a model: its signatures, their SignatureDefs (for metadata) and limits
+    (``None``: the export carries no ``limits.json``)."""
 
     name: str
     version: int
     path: Path
     module: Any  # keeps the loaded variables alive
-    signatures: dict[str, Signature]
+    signatures: dict[str, LoadedSignature]
     signature_defs: dict[str, Any]
-    limits: dict[str, int]
-
-
-def read_limits(path: Path) -> dict[str, int]:
-    """Reads a version's ``assets.extra/limits.json`` (the fields of ``seqapps.export.Limits``).
-
-    Args:
-        path: the version folder.
-
-    Returns:
-        The bounds that are set (``null`` ones left out); ``{}`` without the file.
-
-    Raises:
-        ValueError: the file is not a JSON object of integers or nulls.
-    """
-    file = path / LIMITS_FILE
-    if not file.is_file():
-        return {}
-    limits = json.loads(file.read_text(encoding="utf-8"))
-    if not isinstance(limits, dict) or not all(
-            value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
-            for value in limits.values()):
-        raise ValueError(f"{file}: expected an object of non-negative integers or nulls")
-    return {key: value for key, value in limits.items() if value is not None}
+    limits: Limits | None
 
 
 def load_version(name: str, version: int, path: Path) -> LoadedVersion:
@@ -152,36 +128,14 @@ def load_version(name: str, version: int, path: Path) -> LoadedVersion:
     """
     limits = read_limits(path)
     module = tf.saved_model.load(str(path))
-    signatures = {key: Signature.from_function(key, fn) for key, fn in module.signatures.items()}
+    signatures = {key: LoadedSignature.from_function(key, fn) for key, fn in module.signatures.items()}
     proto = saved_model_pb2.SavedModel()
-    proto.ParseFromString((path / "saved_model.pb").read_bytes())
+    proto.ParseFromString((path / SAVED_MODEL_FILE).read_bytes())
     defs = proto.meta_graphs[0].signature_def
     signature_defs = {key: json_format.MessageToDict(defs[key], always_print_fields_with_no_presence=True,
                                                      preserving_proto_field_name=True)
                       for key in signatures if key in defs}
     return LoadedVersion(name, version, path, module, signatures, signature_defs, limits)
-
-
-def parse_version(text: str) -> int | None:
-    """Returns the version a folder or URL names, or ``None`` unless it is 1 to 18 ASCII digits."""
-    return int(text) if VERSION.fullmatch(text) else None
-
-
-def version_folders(model_dir: Path) -> dict[int, Path]:
-    """Returns ``{version: folder}`` for ASCII-integer-named folders holding a ``saved_model.pb``.
-
-    Args:
-        model_dir: ``<root>/<name>``; other folders (``.tmp-*``, ``.checkpoints``, ``²``) are ignored.
-
-    Returns:
-        The version folders by number.
-    """
-    found = {}
-    for path in model_dir.iterdir():
-        version = parse_version(path.name)
-        if version is not None and path.is_dir() and (path / "saved_model.pb").is_file():
-            found[version] = path
-    return found
 
 
 def fingerprint(path: Path) -> tuple:
@@ -270,7 +224,8 @@ class ModelRepository:
             found = {p.name: p for p in self.root.iterdir() if p.is_dir() and valid_model_name(p.name)}
             for name, model_dir in sorted(found.items()):
                 self._log_ignored(model_dir)
-                versions = version_folders(model_dir)
+                versions = {version: path for version, path in version_dirs(model_dir).items()
+                            if (path / SAVED_MODEL_FILE).is_file()}
                 if name in self._models or versions:
                     self._refresh_model(name, self._models.setdefault(name, ServedModel()), versions)
             for name in set(self._models) - set(found):
@@ -318,7 +273,7 @@ class ModelRepository:
     def _log_ignored(self, model_dir: Path) -> None:
         for path in model_dir.iterdir():
             if (path not in self._ignored and path.name[:1] != "." and parse_version(path.name) is None
-                    and (path / "saved_model.pb").is_file()):
+                    and (path / SAVED_MODEL_FILE).is_file()):
                 self._ignored.add(path)
                 logger.warning("ignoring %s: a version folder is named by an integer of 1 to 18 ASCII digits", path)
 

@@ -59,7 +59,7 @@ def sample_fine_tuning(pipeline: Any, export: str | Path, folder: Path, *overrid
         ``(the export's info, the fine-tuning splits)``.
     """
     from seqapps.config import resolve_config
-    from seqapps.export import read_export
+    from seqapps.export_format import read_export
 
     info = read_export(export)
     data_path, _ = pipeline.write_sample_data(folder)
@@ -86,7 +86,7 @@ def finetune_on_sample(capsys: Any, name: str, export: str | Path, folder: Path)
     Returns:
         ``(the printed summary, the fine-tuned export's info)``; the run must exit 0.
     """
-    from seqapps.export import read_export
+    from seqapps.export_format import read_export
     from seqapps.pipeline import REGISTRY
 
     data_path, _ = REGISTRY.get(name)().write_sample_data(folder)

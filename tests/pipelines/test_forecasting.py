@@ -481,7 +481,7 @@ def test_a_zero_shrinkage_weight_gives_the_ridge_forecast_exactly():
 
 def test_shrinkage_is_chosen_on_a_first_fit_that_did_not_train_on_validation_and_served_by_the_export(
         tmp_path, monkeypatch):
-    from seqapps.export import read_export
+    from seqapps.export_format import read_export
 
     fits = []
     shared_fit = training.fit

@@ -11,7 +11,7 @@ from seqapps import cli, runner
 from seqapps.config import resolve_config
 from seqapps.data import samples
 from seqapps.data import text as text_data
-from seqapps.export import read_export
+from seqapps.export_format import read_export
 from seqapps.layers.batch_nce import unigram_distribution
 from seqapps.pipeline import VOCABULARIES
 from tests.export_harness import call_in_tensorflow_only_process, decoded

@@ -15,7 +15,7 @@ from seqapps import cli
 from seqapps.config import resolve_config
 from seqapps.data import music
 from seqapps.errors import DataError
-from seqapps.export import read_export
+from seqapps.export_format import read_export
 from seqapps.pipeline import VOCABULARIES
 from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli
 

@@ -14,7 +14,7 @@ from pipelines.speech_recognition import SpeechRecognition
 from seqapps.config import resolve_config
 from seqapps.data import speech
 from seqapps.errors import DataError
-from seqapps.export import read_export
+from seqapps.export_format import read_export
 from seqapps.pipeline import VOCABULARIES
 from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli, run_tiny
 

@@ -11,7 +11,7 @@ from pipelines import text_generation
 from seqapps import cli, runner
 from seqapps.config import resolve_config
 from seqapps.data import text as text_data
-from seqapps.export import read_export, read_limits
+from seqapps.export_format import read_export, read_limits
 from seqapps.pipeline import VOCABULARIES
 from tests.export_harness import call_in_tensorflow_only_process, decoded
 from tests.pipelines.cli_runner import finetune_on_sample, run_cli, sample_fine_tuning, weights_by_path

@@ -9,8 +9,10 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2
 
-from seqapps import export, serving
+from seqapps import export_format
 from seqapps.pipeline import REGISTRY
+from seqapps.serving.app import serve_in_thread
+from seqapps.serving.runner import ServingOptions
 
 pytestmark = pytest.mark.large
 
@@ -22,14 +24,14 @@ def model_root(tiny_exports):
 
 @pytest.fixture(scope="module")
 def client(model_root):
-    with serving.serve_in_thread(model_root, serving.ServingOptions(poll_seconds=0.2)) as url:
+    with serve_in_thread(model_root, ServingOptions(poll_seconds=0.2)) as url:
         with httpx.Client(base_url=url, timeout=120) as http_client:
             yield http_client
 
 
 def warmup_inputs(version_dir) -> dict[str, np.ndarray]:
     """The inputs of the export's TF Serving warm-up request, as NumPy arrays."""
-    logs = export.read_warmup_requests(version_dir / export.ASSETS_EXTRA / export.WARMUP_FILE)
+    logs = export_format.read_warmup_requests(version_dir / export_format.ASSETS_EXTRA / export_format.WARMUP_FILE)
     (log,) = [log for log in logs if log.predict_log.request.model_spec.signature_name == "serving_default"]
     return {name: tf.make_ndarray(tensor_pb2.TensorProto.FromString(proto.SerializeToString()))
             for name, proto in log.predict_log.request.inputs.items()}
@@ -84,7 +86,7 @@ def over_limit_requests(inputs: dict[str, np.ndarray], limits: dict) -> dict[str
 @pytest.mark.parametrize("name", REGISTRY.names())
 def test_every_pipeline_export_bounds_its_requests(client, model_root, name):
     version_dir = model_root / name / "1"
-    limits = json.loads((version_dir / export.ASSETS_EXTRA / export.LIMITS_FILE).read_text())
+    limits = json.loads((version_dir / export_format.ASSETS_EXTRA / export_format.LIMITS_FILE).read_text())
     inputs = warmup_inputs(version_dir)
     for bound, request in over_limit_requests(inputs, limits).items():
         response = client.post(f"/v1/models/{name}:predict",

@@ -24,7 +24,11 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seqapps import cli, runner, serving
+from seqapps import cli, runner
+from seqapps.serving.app import free_port, serve_in_thread
+from seqapps.serving.batching import Batcher
+from seqapps.serving.repository import LoadedSignature, TensorInfo
+from seqapps.serving.runner import ServingOptions
 
 pytestmark = pytest.mark.large
 
@@ -137,10 +141,10 @@ TIMEOUT_S = 4.0  # the fixture server's request deadline: long enough for any go
 
 @pytest.fixture(scope="module")
 def url(model_root):
-    options = serving.ServingOptions(max_batch_size=8, batch_timeout_ms=2, max_body_bytes=MAX_BODY,
-                                     poll_seconds=0.2, model_threads=2, request_timeout_s=TIMEOUT_S,
-                                     labels_file=str(model_root / LABELS))
-    with serving.serve_in_thread(model_root, options) as base_url:
+    options = ServingOptions(max_batch_size=8, batch_timeout_ms=2, max_body_bytes=MAX_BODY,
+                             poll_seconds=0.2, model_threads=2, request_timeout_s=TIMEOUT_S,
+                             labels_file=str(model_root / LABELS))
+    with serve_in_thread(model_root, options) as base_url:
         yield base_url
 
 
@@ -261,14 +265,14 @@ def test_batcher_merges_queued_requests_and_isolates_a_failing_one():
         tf.debugging.assert_non_negative(x)
         return {"y": x * 2.0}
 
-    info = serving.TensorInfo(tf.float32, (None, 2))
-    signature = serving.Signature("serving_default", double, {"x": info}, {"y": info})
+    info = TensorInfo(tf.float32, (None, 2))
+    signature = LoadedSignature("serving_default", double, {"x": info}, {"y": info})
     good = [np.full((rows, 2), value, "float32") for rows, value in ((1, 1.0), (2, 2.0), (3, 3.0))]
     bad = np.full((1, 2), -1.0, "float32")
 
     def send_all(requests):
         async def gather():
-            batcher = serving.Batcher(signature, executor, max_batch_size=16, timeout=0.05, slots=1)
+            batcher = Batcher(signature, executor, max_batch_size=16, timeout=0.05, slots=1)
             return await asyncio.gather(*(batcher.predict({"x": x}, len(x)) for x in requests),
                                         return_exceptions=True)
         return asyncio.run(gather())
@@ -677,15 +681,15 @@ def test_prometheus_metrics_count_requests_per_model(client):
 def test_grpc_predict_metadata_and_status_round_trip(model_root):
     import grpc
 
-    from seqapps.serving import grpc_service
+    from seqapps.serving import apis
 
-    pb = grpc_service.stubs()
-    port = serving.app.free_port("127.0.0.1")
-    options = serving.ServingOptions(poll_seconds=0.2, grpc_port=port, request_timeout_s=TIMEOUT_S,
-                                     labels_file=str(model_root / LABELS))
-    with serving.serve_in_thread(model_root, options), grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        prediction = pb["services_grpc"].PredictionServiceStub(channel)
-        request = pb["predict"].PredictRequest()
+    pb = apis.messages()
+    port = free_port("127.0.0.1")
+    options = ServingOptions(poll_seconds=0.2, grpc_port=port, request_timeout_s=TIMEOUT_S,
+                             labels_file=str(model_root / LABELS))
+    with serve_in_thread(model_root, options), grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        prediction = pb.services_grpc.PredictionServiceStub(channel)
+        request = pb.predict.PredictRequest()
         request.model_spec.name = "half_plus_two"
         request.inputs["x"].CopyFrom(tf.make_tensor_proto(np.array([[1.0], [2.0], [5.0]], "float32")))
         response = prediction.Predict(request, timeout=30)
@@ -696,11 +700,11 @@ def test_grpc_predict_metadata_and_status_round_trip(model_root):
         with pytest.raises(grpc.RpcError) as error:
             prediction.Predict(request, timeout=30)
         assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # half_plus_two has no labels
-        text = pb["predict"].PredictRequest()
+        text = pb.predict.PredictRequest()
         text.model_spec.name, text.model_spec.version_label = "labelled", "stable"
         text.inputs["text"].CopyFrom(tf.make_tensor_proto(np.array([b"q"], dtype=object)))
         assert tf.make_ndarray(prediction.Predict(text, timeout=30).outputs["greeting"]).tolist() == [b"v1:q"]
-        deep = pb["predict"].PredictRequest()
+        deep = pb.predict.PredictRequest()
         deep.model_spec.name = "generate"
         deep.inputs["prompt"].CopyFrom(tf.make_tensor_proto(np.array(nested("a", 33), dtype=object)))
         deep.inputs["length"].CopyFrom(tf.make_tensor_proto(np.int32(1)))
@@ -708,19 +712,19 @@ def test_grpc_predict_metadata_and_status_round_trip(model_root):
             prediction.Predict(deep, timeout=30)
         assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
-        metadata = prediction.GetModelMetadata(pb["get_model_metadata"].GetModelMetadataRequest(
+        metadata = prediction.GetModelMetadata(pb.get_model_metadata.GetModelMetadataRequest(
             model_spec={"name": "half_plus_two"}, metadata_field=["signature_def"]), timeout=30)
-        signature_map = pb["get_model_metadata"].SignatureDefMap()
+        signature_map = pb.get_model_metadata.SignatureDefMap()
         metadata.metadata["signature_def"].Unpack(signature_map)
         assert signature_map.signature_def["serving_default"].inputs["x"].dtype == tf.float32.as_datatype_enum
 
-        status = pb["services_grpc"].ModelServiceStub(channel).GetModelStatus(
-            pb["get_model_status"].GetModelStatusRequest(model_spec={"name": "half_plus_two"}), timeout=30)
+        status = pb.services_grpc.ModelServiceStub(channel).GetModelStatus(
+            pb.get_model_status.GetModelStatusRequest(model_spec={"name": "half_plus_two"}), timeout=30)
         (version,) = status.model_version_status
         assert (version.version, version.state, version.status.error_code) == (123, 30, 0)  # AVAILABLE, OK
         with pytest.raises(grpc.RpcError) as error:
-            pb["services_grpc"].ModelServiceStub(channel).GetModelStatus(
-                pb["get_model_status"].GetModelStatusRequest(model_spec={"name": "nosuchmodel"}), timeout=30)
+            pb.services_grpc.ModelServiceStub(channel).GetModelStatus(
+                pb.get_model_status.GetModelStatusRequest(model_spec={"name": "nosuchmodel"}), timeout=30)
         assert error.value.code() == grpc.StatusCode.NOT_FOUND
 
 
