@@ -1,4 +1,8 @@
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -8,6 +12,8 @@ from tensorflow.core.framework import tensor_pb2
 
 from seqapps import export, export_format
 from seqapps.errors import ExportError
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def small_model() -> keras.Model:
@@ -112,3 +118,40 @@ def test_read_export_rejects_wrong_folders(tmp_path):
     with pytest.raises(ExportError, match="incomplete export, missing config.yaml"):
         export_format.read_export(tmp_path / "toy" / "1")
 
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (wire type 2); tag and length fit one varint byte here."""
+    assert number < 16 and len(payload) < 128
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def test_warmup_records_have_tf_servings_field_numbers(tmp_path):
+    value = np.array([[1.5]], "float32")
+    export_format.write_warmup_requests(tmp_path / "warmup", "toy", {"serving_default": {"x": value}})
+    (record,) = [record.numpy() for record in tf.data.TFRecordDataset(str(tmp_path / "warmup"))]
+    # tensorflow_serving/apis: PredictionLog.predict_log = 6, PredictLog.request = 1, PredictRequest.model_spec = 1
+    # and .inputs = 2 (map entries: key 1, value 2), ModelSpec.name = 1 and .signature_name = 3.
+    spec = _field(1, b"toy") + _field(3, b"serving_default")
+    inputs = _field(2, _field(1, b"x") + _field(2, tf.make_tensor_proto(value).SerializeToString()))
+    assert record == _field(6, _field(1, _field(1, spec) + inputs))
+
+
+def test_read_limits_leaves_unset_bounds_none_and_refuses_bad_files(tmp_path):
+    assert export_format.read_limits(tmp_path) is None  # a SavedModel seqapps did not write
+    (tmp_path / "assets.extra").mkdir()
+    limits_file = tmp_path / "assets.extra" / export_format.LIMITS_FILE
+    limits_file.write_text(json.dumps({"max_batch_size": 4, "max_string_bytes": None, "later_field": 7}))
+    assert export_format.read_limits(tmp_path) == export_format.Limits(max_batch_size=4)
+    limits_file.write_text(json.dumps({"max_generated_length": 10}))
+    assert export_format.read_limits(tmp_path) == export_format.Limits(max_batch_size=None, max_generated_length=10)
+    for bad in ('{"max_batch_size": -1}', '{"max_batch_size": true}', '[4]', '{"max_batch_size": 4'):
+        limits_file.write_text(bad)
+        with pytest.raises(ExportError, match="limits.json"):
+            export_format.read_limits(tmp_path)
+
+
+def test_the_export_format_imports_neither_tensorflow_nor_keras():
+    script = "import sys, seqapps.export_format; print(sorted({'tensorflow', 'keras'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
+    assert done.stdout.strip() == "[]"

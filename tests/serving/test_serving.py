@@ -25,8 +25,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seqapps import cli, runner
+from seqapps.export_format import Limits
 from seqapps.serving.app import free_port, serve_in_thread
 from seqapps.serving.batching import Batcher
+from seqapps.serving.protocol import request_limits
 from seqapps.serving.repository import LoadedSignature, TensorInfo
 from seqapps.serving.runner import ServingOptions
 
@@ -255,6 +257,23 @@ def test_concurrent_requests_are_batched_and_split_back(url, weather_signature):
     for inputs, response in zip(requests, responses):
         assert response.status_code == 200, response.text
         assert_weather_matches(response.json()["predictions"], direct(weather_signature, inputs))
+
+
+def test_an_exports_limits_take_the_place_of_the_servers():
+    server = ServingOptions(max_request_rows=1024, max_string_bytes=100, max_generated_length=4096).limits
+    assert request_limits(server, None) == server  # no limits.json: the server's bounds
+    assert request_limits(server, Limits(max_batch_size=None)) == server  # one that sets none: the same
+    speech = request_limits(server, Limits(max_batch_size=4, max_audio_samples=16_000, max_sequence_length=100))
+    assert (speech.max_batch_size, speech.max_string_bytes, speech.max_sequence_length) == (4, 100, 16_000)
+    assert speech.max_generated_length is None  # it generates nothing: its ``length`` input is a size
+    assert request_limits(server, Limits(max_generated_length=10 ** 9)).max_generated_length == 10 ** 9
+
+
+def test_the_grpc_path_does_not_import_fastapi():
+    script = "import sys, seqapps.serving.grpc_service; print('fastapi' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}, check=True)
+    assert done.stdout.strip() == "False"
 
 
 def test_batcher_merges_queued_requests_and_isolates_a_failing_one():
