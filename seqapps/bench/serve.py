@@ -302,7 +302,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         body = _row_body(inputs)
         path = f"/v1/models/{name}:predict"
 
-        signature = tf.saved_model.load(str(version_dir)).signatures["serving_default"]
+        signature = tf.saved_model.load(str(version_dir)).signatures[export_format.DEFAULT_SIGNATURE]
 
         def in_process() -> bool:
             signature(**{key: tf.constant(value) for key, value in inputs.items()})
