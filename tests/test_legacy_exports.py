@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seqapps import cli, serving
+from seqapps import cli
 from seqapps.pipeline import REGISTRY
+from seqapps.serving.app import serve_in_thread
+from seqapps.serving.runner import ServingOptions
 
 LEGACY = Path(__file__).parent / "legacy_exports"
 #: one row of TF Serving's row format for each export's ``serving_default``
@@ -24,7 +26,7 @@ def model_root(tmp_path: Path) -> Path:
 
 
 def test_the_server_serves_legacy_exports_as_tensorflow_runs_them(model_root):
-    with serving.serve_in_thread(model_root, serving.ServingOptions(poll_seconds=0.2)) as url:
+    with serve_in_thread(model_root, ServingOptions(poll_seconds=0.2)) as url:
         with httpx.Client(base_url=url, timeout=120) as client:
             for name, instances in INSTANCES.items():
                 status = client.get(f"/v1/models/{name}").json()
