@@ -264,8 +264,8 @@ def dynamic_decode(step_fn: StepFn, strategy: DecodingStrategy, start_ids: tf.Te
         finished = tf.gather(finished, parents, batch_dims=1) | (tokens == end_id)
         sequences = tf.concat([tf.gather(sequences, parents, batch_dims=1), tokens[..., None]], axis=2)
         if collect:
-            weights = tf.reshape(tf.cast(attention[0], tf.float32), [batch, hypotheses, 1, -1])
-            history = tf.concat([tf.gather(history, parents, batch_dims=1), weights], axis=2)
+            weights = tf.reshape(tf.cast(attention[0], tf.float32), [batch, hypotheses, 1, -1])  # the parents'
+            history = tf.gather(tf.concat([history, weights], axis=2), parents, batch_dims=1)
         flat_parents = tf.reshape(parents + tf.range(batch)[:, None] * hypotheses, [-1])
         state = tf.nest.map_structure(lambda s: tf.gather(s, flat_parents), state)
         return step + 1, tf.reshape(tokens, [-1]), state, log_probs, lengths, finished, sequences, history
