@@ -25,7 +25,9 @@ Export: ``serving_default`` takes ``image_bytes`` (string ``[batch]``: JPEG, PNG
 grayscale or RGBA; decoded, resized and scaled in the graph by ``seqapps.data.images.decode_images``)
 and returns ``caption`` and ``score`` (log-probability per word, end included); ``beam`` returns
 ``captions``/``scores`` ``[batch, beam_size]``; ``attention`` returns the greedy caption, its ``words``
-and ``attention`` ``[batch, T, grid_height * grid_width]`` over the feature map.
+and ``attention`` ``[batch, T, grid_height * grid_width]`` over the feature map, collected while
+decoding. Each decoding strategy registered in ``seqapps.generation.STRATEGIES`` adds a signature shaped
+as ``serving_default`` (one hypothesis) or ``beam`` (several).
 """
 from __future__ import annotations
 
@@ -370,10 +372,11 @@ class ImageCaptioning(Pipeline):
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray], signature: str = "serving_default",
                           given: Sequence[str] = ()) -> tuple[str, Any]:
-        """Each image file with its caption: the greedy one and its score, the beam's n-best list
-        (``beam``), or, per word, the feature-map cell it attends to most (``attention``)."""
+        """Each image file with its caption: the greedy one (or another strategy's) and its score, the n-best
+        list (``beam``, or a strategy's ``captions``), or, per word, the feature-map cell it attends to most
+        (``attention``)."""
         files = row_inputs(given, inputs, len(inputs["image_bytes"]))
-        if signature == "beam":
+        if "captions" in outputs:
             return predictions.ranked_rows(files, files, outputs["captions"], outputs["scores"], "caption", "captions")
         found = [predictions.text(value) for value in outputs["caption"]]
         if signature == "attention":

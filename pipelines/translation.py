@@ -35,7 +35,8 @@ the direction. Pairs longer than ``max_length`` tokens are dropped, truncated or
 Metrics: corpus BLEU and chrF (sacrebleu) for greedy and beam search on the test pairs, against
 references lower-cased and tokenised as the model's words; PPL^f of the test targets; training
 tokens/s timed on a fresh copy of the model (``timing_steps``). Baseline: word-by-word lexical
-translation with IBM Model 1 (``LexicalTranslator``, the same fit as the lexicon bias's table).
+translation with IBM Model 1 (``seqapps.baselines.LexicalTranslator``, the same fit as the lexicon bias's
+table).
 
 Export signatures (all of them plain TensorFlow):
 
@@ -44,8 +45,12 @@ Export signatures (all of them plain TensorFlow):
 - ``beam``: ``text`` -> ``translations`` (string ``[batch, beam_size]``, best first) and ``scores``
   (log-probabilities divided by the GNMT length penalty ``((5 + length) / 6) ** length_penalty``);
 - ``align``: ``text`` -> ``translation``, ``source_tokens`` and ``target_tokens`` (padded with ``""``)
-  and ``attention`` (``[batch, target, source]``: how much each target word attended to each source word).
+  and ``attention`` (``[batch, target, source]``: how much each target word attended to each source word,
+  collected while decoding);
+- one more per decoding strategy registered in ``seqapps.generation.STRATEGIES``, shaped as ``serving_default``
+  (one hypothesis) or ``beam`` (several), with the strategy's request inputs.
 
+The beam's length penalty is chosen on the validation pairs by ``calibrate`` (``length_penalty_choices``).
 An empty (or all-blank) text translates to ``""`` with score 0. Source texts are cut to ``max_length``
 words and translations to ``max_decode_length`` words, so a 1 MB request costs what a long sentence
 does; the server refuses texts over ``max_string_bytes`` (the export's limits).
@@ -53,7 +58,6 @@ does; the server refuses texts over ``max_string_bytes`` (the export's limits).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -64,6 +68,7 @@ import tensorflow as tf
 
 from seqapps import metrics as seqapps_metrics
 from seqapps import predictions
+from seqapps.baselines import LexicalTranslator
 from seqapps.config import SEQ2SEQ_ATTENTIONS, Seq2SeqConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
 from seqapps.data import pairs as pair_data
@@ -236,117 +241,6 @@ def _model_arrays(sources: list[list[str]], targets: list[list[str]], source_voc
         "weights": (np.arange(max_length + 1)[None, :] <= np.array([len(ids) for ids in encoded])[:, None]
                     ).astype("float32"),
     }
-
-
-NULL = "<null>"  # the empty source word of IBM Model 1, which absorbs target words with no source word
-
-
-@dataclasses.dataclass
-class LexicalTranslator:
-    """Word-by-word translation: each source word becomes its likeliest target word under IBM Model 1.
-
-    IBM Model 1 (Brown et al. 1993) estimates ``t(target word | source word)`` by EM over the training
-    pairs, every target word aligned to one source word or to ``NULL``. ``translate`` writes, for each
-    source word, the target word of highest ``t``; unseen source words are copied (names, numbers).
-    ``lexicon`` gives the ``top_k`` likeliest translations of every vocabulary word as id and
-    probability arrays, the table of the model's lexicon bias (``LexiconBias``).
-
-    Attributes:
-        translations: source word -> its ``top_k`` likeliest ``(target word, t)``, likeliest first.
-    """
-
-    translations: dict[str, list[tuple[str, float]]]
-
-    @functools.cached_property
-    def table(self) -> dict[str, str]:
-        """Source word -> its likeliest target word."""
-        return {word: found[0][0] for word, found in self.translations.items()}
-
-    @classmethod
-    def fit(cls, sources: Sequence[Sequence[str]], targets: Sequence[Sequence[str]],
-            iterations: int = 5, top_k: int = 1) -> "LexicalTranslator":
-        """Runs EM for IBM Model 1 from uniform translation probabilities.
-
-        Args:
-            sources, targets: the training pairs as token lists.
-            iterations: EM iterations (5 is the usual number; the likelihood rises monotonically).
-            top_k: translations kept per source word.
-
-        Returns:
-            The translator.
-        """
-        source_words = sorted({word for sentence in sources for word in sentence} | {NULL})
-        target_words = sorted({word for sentence in targets for word in sentence})
-        source_index = {word: i for i, word in enumerate(source_words)}
-        target_index = {word: i for i, word in enumerate(target_words)}
-        # Every (source position, target position) link of every pair, as flat arrays: a target
-        # position's links share one ``position`` id, over which its alignment posterior is normalised.
-        link_source, link_target, link_position, offset = [], [], [], 0
-        for source, target in zip(sources, targets):
-            if not target:
-                continue
-            s = np.array([source_index[NULL]] + [source_index[w] for w in source], "int64")
-            t = np.array([target_index[w] for w in target], "int64")
-            link_source.append(np.tile(s, len(t)))
-            link_target.append(np.repeat(t, len(s)))
-            link_position.append(np.repeat(np.arange(offset, offset + len(t)), len(s)))
-            offset += len(t)
-        link_source, link_target = np.concatenate(link_source), np.concatenate(link_target)
-        link_position = np.concatenate(link_position)
-        pair_ids, link_pair = np.unique(link_source * len(target_words) + link_target, return_inverse=True)
-        pair_source, pair_target = pair_ids // len(target_words), pair_ids % len(target_words)
-        probs = np.full(len(pair_ids), 1.0 / len(target_words))
-        for _ in range(iterations):
-            link_probs = probs[link_pair]
-            posterior = link_probs / np.bincount(link_position, link_probs)[link_position]
-            expected = np.bincount(link_pair, posterior, minlength=len(pair_ids))
-            probs = expected / np.bincount(pair_source, expected, minlength=len(source_words))[pair_source]
-        order = np.lexsort((-probs, pair_source))  # by source word, likeliest target first
-        starts = np.r_[True, pair_source[order][1:] != pair_source[order][:-1]]
-        rank = np.arange(len(order)) - np.maximum.accumulate(np.where(starts, np.arange(len(order)), 0))
-        translations: dict[str, list[tuple[str, float]]] = {}
-        for pair in order[rank < top_k]:
-            word = source_words[pair_source[pair]]
-            if word != NULL:
-                translations.setdefault(word, []).append((target_words[pair_target[pair]], float(probs[pair])))
-        return cls(translations)
-
-    def lexicon(self, source_vocab: text_data.Vocabulary, target_vocab: text_data.Vocabulary,
-                top_k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The ``top_k`` likeliest target ids of every source vocabulary word, for ``LexiconBias``.
-
-        Target words outside the vocabulary count as ``<unk>`` (their probabilities add up); words
-        without translations (the special tokens, ``<unk>``) get empty rows.
-
-        Args:
-            source_vocab, target_vocab: the model's vocabularies.
-            top_k: entries per source word.
-
-        Returns:
-            ``(ids, probs)``: int32 and float32 ``[len(source_vocab), top_k]``, likeliest first, unused
-            entries with probability 0.
-        """
-        ids = np.zeros((len(source_vocab), top_k), "int32")
-        probs = np.zeros((len(source_vocab), top_k), "float32")
-        for row, word in enumerate(source_vocab.tokens):
-            merged: dict[int, float] = {}
-            for target, prob in self.translations.get(word, []):
-                merged[target_vocab.id(target)] = merged.get(target_vocab.id(target), 0.0) + prob
-            best = sorted(merged.items(), key=lambda item: -item[1])[:top_k]
-            ids[row, : len(best)] = [target for target, _ in best]
-            probs[row, : len(best)] = [prob for _, prob in best]
-        return ids, probs
-
-    def translate(self, tokens: Sequence[str]) -> list[str]:
-        """Translates a token list word by word (unseen words are copied).
-
-        Args:
-            tokens: the source tokens.
-
-        Returns:
-            One target token per source token.
-        """
-        return [self.table.get(token, token) for token in tokens]
 
 
 class Translation(Pipeline):
@@ -558,10 +452,11 @@ class Translation(Pipeline):
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray], signature: str = "serving_default",
                           given: Sequence[str] = ()) -> tuple[str, Any]:
-        """Each source text with its translation: the greedy one and its score, the beam's n-best
-        list (``beam``), or, per translated word, the source word it attends to most (``align``)."""
+        """Each source text with its translation: the greedy one (or another strategy's) and its score, the
+        n-best list (``beam``, or a strategy's ``translations``), or, per translated word, the source word it
+        attends to most (``align``)."""
         sources = [predictions.text(value) for value in inputs["text"]]
-        if signature == "beam":
+        if "translations" in outputs:
             return predictions.ranked_rows(list(map(predictions.quoted, sources)), sources, outputs["translations"],
                                            outputs["scores"], "translation", "translations")
         translations = [predictions.text(value) for value in outputs["translation"]]
