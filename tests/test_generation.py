@@ -92,6 +92,7 @@ def tiny_captioning():
     return pipeline, config, data, {"image_bytes": np.array(images, dtype=object)}
 
 
+@pytest.mark.large  # two exports, each loaded in a TensorFlow-only process
 @pytest.mark.parametrize("build, text, texts", [(tiny_translation, "translation", "translations"),
                                                 (tiny_captioning, "caption", "captions")])
 def test_a_strategy_class_in_the_registry_is_exported_by_both_pipelines(monkeypatch, tmp_path, build, text, texts):
