@@ -55,14 +55,14 @@ import numpy as np
 import tensorflow as tf
 
 from seqapps.config import TrainingConfig, require, require_split_fractions
-from seqapps.data import music, samples
+from seqapps.data import audio, music, samples
 from seqapps.data import splits as split_rule
-from seqapps.data.audio import LogMelSpectrogram, wav_bytes
 from seqapps.errors import DataError
+from seqapps.export import Limits, ServingModule, Signature
 from seqapps.finetuning import VocabularyMap, grow_vocabulary, transfer_weights
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 from seqapps.layers.spectrogram import SpecAugment, TimeStatistics
-from seqapps.metrics import pr_auc, roc_auc
+from seqapps.metrics import f1_thresholds, precision_recall_at, tagging_report
 from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits, row_inputs
 
 SPLITS = ("train", "val", "test")
@@ -191,38 +191,7 @@ class MusicTaggingConfig(TrainingConfig):
         require(0 <= self.class_alpha < 1, "class_alpha", self.class_alpha, "0 (off) or a number in (0, 1)")
 
 
-# --- evaluation helpers (NumPy, scikit-learn, librosa) -------------------------------------------------------------
-
-
-def f1_thresholds(y_true: np.ndarray, y_score: np.ndarray) -> np.ndarray:
-    """The F1-optimal decision threshold of each tag (0.5 for a tag without positives).
-
-    Args:
-        y_true: 0/1 [clips, tags].
-        y_score: scores of the same shape.
-
-    Returns:
-        float32 [tags]: predict a tag when its score is >= its threshold.
-    """
-    from sklearn.metrics import precision_recall_curve
-
-    thresholds = np.full(y_true.shape[1], 0.5, np.float32)
-    for tag in range(y_true.shape[1]):
-        if y_true[:, tag].any():
-            precision, recall, cuts = precision_recall_curve(y_true[:, tag], y_score[:, tag])
-            f1 = 2 * precision[:-1] * recall[:-1] / np.maximum(precision[:-1] + recall[:-1], 1e-12)
-            thresholds[tag] = cuts[int(np.argmax(f1))]
-    return thresholds
-
-
-def precision_recall_at(y_true: np.ndarray, y_score: np.ndarray, thresholds: np.ndarray) -> dict[str, float]:
-    """Micro and macro precision and recall of the decisions ``y_score >= thresholds``."""
-    from sklearn.metrics import precision_score, recall_score
-
-    decided = (y_score >= thresholds[None, :]).astype(int)
-    return {f"{kind}_{average}": float(score(y_true, decided, average=average, zero_division=0))
-            for average in ("micro", "macro") for kind, score in (("precision", precision_score),
-                                                                  ("recall", recall_score))}
+# --- the MFCC baseline (scikit-learn, librosa) ----------------------------------------------------------------------
 
 
 def clip_mfccs(clips: list[np.ndarray], sample_rate: int, n_mfcc: int = 20) -> np.ndarray:
@@ -255,83 +224,15 @@ def mfcc_logistic_scores(train_x: np.ndarray, train_y: np.ndarray, test_x: np.nd
     return scores
 
 
-def group_means(per_tag: dict[str, float]) -> dict[str, float]:
-    """Mean of the per-tag values of each tag group, the part of a ``group:value`` name before the colon.
-
-    Tags without a colon (the user's plain tags) form no group: for them the result is empty.
-    """
-    groups: dict[str, list[float]] = {}
-    for tag, value in per_tag.items():
-        if ":" in tag:
-            groups.setdefault(tag.partition(":")[0], []).append(value)
-    return {group: float(np.mean(values)) for group, values in sorted(groups.items())}
-
-
-def _auc_report(y_true: np.ndarray, y_score: np.ndarray, tags: list[str]) -> dict[str, Any]:
-    roc, pr = roc_auc(y_true, y_score, tags), pr_auc(y_true, y_score, tags)
-    return {"roc_auc_macro": roc["macro"], "roc_auc_micro": roc["micro"], "pr_auc_macro": pr["macro"],
-            "pr_auc_micro": pr["micro"], "roc_auc_per_tag": roc["per_label"],
-            "roc_auc_per_group": group_means(roc["per_label"]), "skipped_tags": roc["skipped"]}
-
-
 # --- graph helpers ---------------------------------------------------------------------------------------------------
 
 
-def window_starts(samples: Any, window: int, hop: int) -> tf.Tensor:
-    """Start samples of the windows that cover a track: every ``hop`` samples, the last one ending at the track's end.
-
-    Args:
-        samples: the track's length (a track shorter than ``window`` is one window, zero-padded).
-        window, hop: window length and hop in samples.
-
-    Returns:
-        int32 [windows], ascending, each ``<= max(samples - window, 0)``.
-    """
-    last = tf.maximum(tf.cast(samples, tf.int32) - window, 0)
-    count = 1 + (last + hop - 1) // hop
-    return tf.minimum(tf.range(count) * hop, last)
-
-
-def cut_windows(waveform: tf.Tensor, window: int) -> tuple[tf.Tensor, tf.Tensor]:
-    """The non-overlapping windows of a zero-padded batch (``window_starts`` with hop = window).
-
-    Returns:
-        ``(windows, starts)``: float32 [batch, windows, window] and int32 [windows].
-    """
-    samples = tf.shape(waveform)[1]
-    padded = tf.pad(waveform, [[0, 0], [0, tf.maximum(window - samples, 0)]])
-    starts = window_starts(samples, window, window)
-    return tf.gather(padded, starts[:, None] + tf.range(window)[None, :], axis=1), starts
-
-
 def window_scores(model: keras.Model, waveform: tf.Tensor, window: int) -> tuple[tf.Tensor, tf.Tensor]:
-    """Scores of the windows of a batch (``cut_windows``): [batch, windows, tags], and the windows' start samples."""
+    """Scores [batch, windows, tags] of a batch's windows (``audio.cut_windows``), and the windows' start samples."""
     batch = tf.shape(waveform)[0]
-    windows, starts = cut_windows(waveform, window)
+    windows, starts = audio.cut_windows(waveform, window)
     scores = model(tf.reshape(windows, [-1, window]), training=False)
     return tf.reshape(scores, [batch, tf.shape(starts)[0], -1]), starts
-
-
-def window_dataset(waveforms: list[np.ndarray], targets: np.ndarray, window: int, hop: int) -> tf.data.Dataset:
-    """(window, clip targets) pairs of every clip's windows (``window_starts``), sliced from one flat array.
-
-    Args:
-        waveforms: float32 clips of any length (one shorter than ``window`` is zero-padded).
-        targets: 0/1 [clips, tags].
-        window, hop: window length and hop in samples.
-    """
-    lengths = [max(w.size, window) for w in waveforms]
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    flat = np.zeros(sum(lengths), np.float32)
-    starts, rows = [], []
-    for row, (waveform, offset) in enumerate(zip(waveforms, offsets)):
-        flat[offset:offset + waveform.size] = waveform
-        clip_starts = window_starts(waveform.size, window, hop).numpy()
-        starts.append(offset + clip_starts)
-        rows += [row] * clip_starts.size
-    flat, labels = tf.constant(flat), tf.constant(targets[rows])
-    return tf.data.Dataset.from_tensor_slices((np.concatenate(starts), np.arange(len(rows)))).map(
-        lambda start, i: (flat[start:start + window], labels[i]))
 
 
 def track_scores(model: keras.Model, waveform: tf.Tensor, window: int, aggregate: str) -> tf.Tensor:
@@ -358,8 +259,6 @@ class MusicTagging(Pipeline):
 
     def load_data(self, config: MusicTaggingConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
-        from seqapps.data import audio
-
         rate = music.SAMPLE_RATE
         if data_path:
             clips = music.read_tagged_folder(data_path, config.csv)
@@ -404,7 +303,7 @@ class MusicTagging(Pipeline):
                 targets[row, [index[tag] for tag in clip.tags if tag in index]] = 1.0
                 waveforms.append(audio.read_audio(clip.path, rate, config.max_seconds))
             arrays[split] = {"waveforms": waveforms, "targets": targets, "paths": [str(c.path) for c in parts[split]]}
-            datasets[split] = window_dataset(waveforms, targets, window, hop if split == "train" else window)
+            datasets[split] = audio.window_dataset(waveforms, targets, window, hop if split == "train" else window)
         # held-out clips with a tag that training never saw: that tag is ignored in scoring them
         unseen = {split: sum(any(tag not in index for tag in clip.tags) for clip in parts[split])
                   for split in ("val", "test")}
@@ -419,7 +318,7 @@ class MusicTagging(Pipeline):
 
     def build_model(self, config: MusicTaggingConfig, data: Splits) -> keras.Model:
         window = data.state["window_samples"]
-        front_end = LogMelSpectrogram(sample_rate=data.state["sample_rate"], n_fft=config.n_fft,
+        front_end = audio.LogMelSpectrogram(sample_rate=data.state["sample_rate"], n_fft=config.n_fft,
                                       hop_length=config.hop_length, n_mels=config.n_mels, name="log_mel")
         inputs = keras.Input((window,), name="waveform")
         frames = front_end.compute_output_shape((None, window))[1]
@@ -479,41 +378,67 @@ class MusicTagging(Pipeline):
                             input_signature=[tf.TensorSpec([1, None], tf.float32)])  # one trace for every length
         return np.concatenate([score(tf.constant(w[None, :])).numpy() for w in waveforms])
 
-    def calibrate(self, model: keras.Model, data: Splits) -> np.ndarray:
-        """Per-tag F1-optimal thresholds on the validation clips; also saved in the state for ``predict``."""
-        val = data.arrays["val"]
-        thresholds = f1_thresholds(val["targets"], self.clip_scores(model, val["waveforms"], data.state))
-        data.state["thresholds"] = thresholds.tolist()
-        return thresholds
+    def calibrate(self, model: keras.Model, config: MusicTaggingConfig, data: Splits) -> dict[str, Any]:
+        """Chooses each tag's F1-optimal threshold on the validation clips (``seqapps.metrics.f1_thresholds``).
 
-    def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+        Args:
+            model: the trained model.
+            config: the resolved config.
+            data: the splits; the thresholds follow the tag order of ``data.state``.
+
+        Returns:
+            ``{"thresholds": [one per tag]}``: the export's ``detected`` output and ``predict`` decide by them.
+        """
+        val = data.arrays["val"]
+        scores = self.clip_scores(model, val["waveforms"], data.state)
+        return {"thresholds": f1_thresholds(val["targets"], scores).tolist()}
+
+    def evaluate(self, model: keras.Model, config: MusicTaggingConfig,
+                 data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+        """The test clips' ROC-AUC and PR-AUC beside the baselines', and precision and recall at the thresholds.
+
+        Args:
+            model: the trained model.
+            config: the resolved config.
+            data: the splits, their state calibrated (``calibrate``'s thresholds).
+
+        Returns:
+            ``(metrics, baselines)``: ``seqapps.metrics.tagging_report`` plus ``precision_recall_at`` of the
+            model, and the tagging report of the tag priors and of the MFCC logistic regression.
+        """
         tags, rate = data.state["tags"], data.state["sample_rate"]
         train, test = data.arrays["train"], data.arrays["test"]
-        thresholds = self.calibrate(model, data)
         scores = self.clip_scores(model, test["waveforms"], data.state)
-        metrics = {**_auc_report(test["targets"], scores, tags),
-                   **precision_recall_at(test["targets"], scores, thresholds)}
+        metrics = {**tagging_report(test["targets"], scores, tags),
+                   **precision_recall_at(test["targets"], scores, np.array(data.state["thresholds"], np.float32))}
         priors = np.tile(train["targets"].mean(axis=0), (len(scores), 1))
         mfcc = mfcc_logistic_scores(clip_mfccs(train["waveforms"], rate), train["targets"],
                                     clip_mfccs(test["waveforms"], rate))
-        baselines = {"tag_priors": _auc_report(test["targets"], priors, tags),
-                     "mfcc_logistic_regression": _auc_report(test["targets"], mfcc, tags)}
+        baselines = {"tag_priors": tagging_report(test["targets"], priors, tags),
+                     "mfcc_logistic_regression": tagging_report(test["targets"], mfcc, tags)}
         return metrics, baselines
 
     # --- export and prediction --------------------------------------------------------------
 
-    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Any]:
-        from seqapps.data import audio
-        from seqapps.export import Signature
+    def serving_module(self, model: keras.Model, config: MusicTaggingConfig, data: Splits) -> ServingModule:
+        """The tagging signatures (``serving_default``, ``wav_bytes``, ``taggram``) of the module docstring.
 
+        Args:
+            model: the trained model.
+            config: the resolved config.
+            data: the splits, their state calibrated: the tag names and thresholds are graph constants.
+
+        Returns:
+            The module; it needs no lookup table (the tag names are a constant of each signature).
+        """
         state = data.state
         rate, window, aggregate = int(state["sample_rate"]), int(state["window_samples"]), state["aggregate"]
         max_samples = int(state["max_seconds"] * rate)
         names = tf.constant(state["tags"])
-        thresholds = tf.constant(self.calibrate(model, data))  # the same model gives the same thresholds
+        thresholds = tf.constant(state["thresholds"], tf.float32)
         spec = {"waveform": tf.TensorSpec([None, None], tf.float32, name="waveform")}
         first = data.arrays["test"]["waveforms"][:2]
-        example = {"waveform": np.stack([np.pad(w, (0, max(map(len, first)) - w.size)) for w in first])}
+        example = {"waveform": audio.signature_rows(first, rate, wav=False)["waveform"]}
 
         def checked(raw: dict[str, tf.Tensor]) -> tf.Tensor:
             waveform = audio.assert_finite(raw["waveform"])
@@ -541,15 +466,14 @@ class MusicTagging(Pipeline):
                     "window_start": tf.tile(tf.cast(starts, tf.float32)[None, :] / rate, per_row),
                     "window_end": tf.tile(tf.cast(ends, tf.float32)[None, :] / rate, per_row)}
 
-        wav_example = {"wav": np.array([wav_bytes(w, rate) for w in first], dtype=object)}
-        return {"serving_default": Signature(spec, example, tagged, checked),
-                "wav_bytes": Signature({"wav": tf.TensorSpec([None], tf.string, name="wav")}, wav_example, tagged,
-                                       from_wav),
-                "taggram": Signature(spec, example, taggram, checked)}
+        wav_example = {"wav": np.array([audio.wav_bytes(w, rate) for w in first], dtype=object)}
+        return ServingModule(model, {
+            "serving_default": Signature(spec, example, tagged, checked),
+            "wav_bytes": Signature({"wav": tf.TensorSpec([None], tf.string, name="wav")}, wav_example, tagged,
+                                   from_wav),
+            "taggram": Signature(spec, example, taggram, checked)})
 
-    def limits(self, config: MusicTaggingConfig, data: Splits) -> Any:
-        from seqapps.export import Limits
-
+    def limits(self, config: MusicTaggingConfig, data: Splits) -> Limits:
         samples = int(data.state["max_seconds"] * data.state["sample_rate"])
         # a WAV of max_seconds at up to 48 kHz, 16-bit stereo, plus its header
         return Limits(max_batch_size=64, max_audio_samples=samples,
@@ -558,8 +482,6 @@ class MusicTagging(Pipeline):
     def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
         """Reads audio files (any format ``read_audio`` reads) at the model rate, one row each
         (``audio.signature_rows``: a zero-padded batch, or WAV bytes for ``wav_bytes``)."""
-        from seqapps.data import audio
-
         if not inputs:
             raise DataError("expected one or more audio files")
         rate = int(state["sample_rate"])

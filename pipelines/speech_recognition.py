@@ -56,10 +56,11 @@ import tensorflow as tf
 
 from seqapps import predictions
 from seqapps.config import TrainingConfig, require, require_split_fractions
-from seqapps.data import datasets, samples, speech
+from seqapps.data import audio, datasets, samples, speech
 from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
+from seqapps.export import Limits, ServingModule, Signature
 from seqapps.finetuning import (VOCABULARY_CHOICES, VocabularyMap, grow_vocabulary, transfer_weights,
                                 vocabulary_report)
 from seqapps.layers import ctc
@@ -211,8 +212,7 @@ class SpeechRecognition(Pipeline):
         if state is None:
             # the generated corpus speaks letters, the apostrophe and spaces by construction
             chars = sorted(set(speech.SPOKEN_CHARS if not data_path else trained_chars) | {" "})
-            state = {"chars": ["", *chars], "sample_rate": speech.SAMPLE_RATE, "beam_width": config.beam_width,
-                     "max_seconds": config.max_seconds}
+            state = {"chars": ["", *chars], "sample_rate": speech.SAMPLE_RATE, "max_seconds": config.max_seconds}
         elif config.vocabulary == "extend":  # new characters get output units after the old ones (and the blank)
             state = {**state, "chars": grow_vocabulary(state["chars"], trained_chars)}
         charset = state["chars"][1:]
@@ -302,9 +302,22 @@ class SpeechRecognition(Pipeline):
             found["starts"] += [row[:n].tolist() for row, n in zip(starts.numpy(), counts.numpy())]
         return found
 
-    def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+    def evaluate(self, model: keras.Model, config: SpeechRecognitionConfig,
+                 data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+        """CER and WER of greedy and beam (``config.beam_width``) decoding on the test split, beside the baselines.
+
+        Args:
+            model: the trained model.
+            config: the resolved config.
+            data: the splits.
+
+        Returns:
+            ``(metrics, baselines)``: ``greedy_cer``, ``greedy_wer``, ``beam_cer``, ``beam_wer`` (and, on the
+            generated corpus, the word start times' error), and the CER and WER of the empty transcript and
+            of the most frequent training sentence.
+        """
         truth = data.arrays["test"]["transcripts"]
-        found = self.transcribe(model, data.test, data.state["chars"], data.state["beam_width"])
+        found = self.transcribe(model, data.test, data.state["chars"], config.beam_width)
 
         def scores(hypotheses: list[str]) -> dict[str, float]:
             return {"cer": character_error_rate(truth, hypotheses), "wer": word_error_rate(truth, hypotheses)}
@@ -319,18 +332,25 @@ class SpeechRecognition(Pipeline):
 
     # --- export and prediction --------------------------------------------------------------
 
-    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Any]:
-        from seqapps.data import audio
-        from seqapps.export import Signature
+    def serving_module(self, model: keras.Model, config: SpeechRecognitionConfig, data: Splits) -> ServingModule:
+        """The recognition signatures (``serving_default``, ``beam``, ``words``, ``wav_bytes``) of the module docstring.
 
+        Args:
+            model: the trained model.
+            config: the resolved config (``beam_width`` for the ``beam`` signature).
+            data: the splits; the state's characters are a constant of each signature.
+
+        Returns:
+            The module; it needs no lookup table (class ``i``'s text is ``chars[i]``, gathered in the graph).
+        """
         chars = tf.constant(data.state["chars"])
         space_id = data.state["chars"].index(" ")
-        beam_width = int(data.state["beam_width"])
         rate = int(data.state["sample_rate"])
         max_samples = int(data.state["max_seconds"] * rate)
         spec = {"waveform": tf.TensorSpec([None, None], tf.float32, name="waveform"),
                 "length": tf.TensorSpec([None], tf.int32, name="length")}
-        example = _example_batch(data)
+        # the first test clips, zero-padded: the export's example and warm-up request
+        example = audio.signature_rows([inputs["waveform"].numpy() for inputs, _ in data.test.take(2)], rate, wav=False)
 
         def checked(raw: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
             waveform = audio.assert_finite(raw["waveform"])
@@ -353,7 +373,7 @@ class SpeechRecognition(Pipeline):
             return {"transcript": ctc.ids_to_text(ids, chars), "score": score}
 
         def beam(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            ids, score = ctc.ctc_beam_decode(*logits(inputs), beam_width)
+            ids, score = ctc.ctc_beam_decode(*logits(inputs), config.beam_width)
             return {"transcript": ctc.ids_to_text(ids, chars), "score": score}
 
         def words(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
@@ -363,15 +383,14 @@ class SpeechRecognition(Pipeline):
 
         wav_example = {"wav": np.array([audio.wav_bytes(w[:n], rate) for w, n in zip(example["waveform"],
                                                                                  example["length"])], dtype=object)}
-        return {"serving_default": Signature(spec, example, greedy, checked),
-                "beam": Signature(spec, example, beam, checked),
-                "words": Signature(spec, example, words, checked),
-                "wav_bytes": Signature({"wav": tf.TensorSpec([None], tf.string, name="wav")}, wav_example, greedy,
-                                       from_wav)}
+        return ServingModule(model, {
+            "serving_default": Signature(spec, example, greedy, checked),
+            "beam": Signature(spec, example, beam, checked),
+            "words": Signature(spec, example, words, checked),
+            "wav_bytes": Signature({"wav": tf.TensorSpec([None], tf.string, name="wav")}, wav_example, greedy,
+                                   from_wav)})
 
-    def limits(self, config: SpeechRecognitionConfig, data: Splits) -> Any:
-        from seqapps.export import Limits
-
+    def limits(self, config: SpeechRecognitionConfig, data: Splits) -> Limits:
         samples = int(config.max_seconds * data.state["sample_rate"])
         # a WAV of max_seconds at up to 48 kHz, 16-bit stereo, plus its header
         return Limits(max_batch_size=64, max_audio_samples=samples,
@@ -385,8 +404,6 @@ class SpeechRecognition(Pipeline):
         ``format_prediction`` joins their transcripts. The rows are ``audio.signature_rows``: a
         zero-padded batch, or WAV bytes for ``wav_bytes``.
         """
-        from seqapps.data import audio
-
         if not inputs:
             raise DataError("expected one or more audio files")
         rate, max_samples = int(state["sample_rate"]), int(state["max_seconds"] * state["sample_rate"])
@@ -450,12 +467,3 @@ def _word_timing_error(data: Splits, found: dict[str, list]) -> dict[str, float]
 
 def _to_float(inputs: dict[str, tf.Tensor], labels: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
     return {"waveform": tf.cast(inputs["waveform"], tf.float32) / 32767.0, "length": inputs["length"]}, labels
-
-
-def _example_batch(data: Splits, count: int = 2) -> dict[str, np.ndarray]:
-    """The first test clips, zero-padded: the export's example and warm-up request."""
-    waveforms = [inputs["waveform"].numpy() for inputs, _ in data.test.take(count)]
-    batch = np.zeros((len(waveforms), max(w.size for w in waveforms)), np.float32)
-    for row, waveform in zip(batch, waveforms):
-        row[: waveform.size] = waveform
-    return {"waveform": batch, "length": np.array([w.size for w in waveforms], np.int32)}

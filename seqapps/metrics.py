@@ -311,3 +311,87 @@ def unigram_log_probs(train_counts: Any, targets: Any, smoothing: float = 1.0) -
     if counts.ndim != 1 or np.any(counts <= 0):
         raise ValueError("train_counts must be 1-D and non-negative, with smoothing > 0")
     return np.log(counts / counts.sum())[np.asarray(targets, dtype=np.int64)]
+
+
+# --- Tagging decisions: F1-optimal thresholds, precision and recall at them, tag groups (scikit-learn) --------------
+
+
+def f1_thresholds(y_true: np.ndarray, y_score: np.ndarray) -> np.ndarray:
+    """The F1-optimal decision threshold of each tag (0.5 for a tag without positives).
+
+    Each tag's threshold is the score, among its clips' scores, at which deciding ``score >=
+    threshold`` gives the highest F1 (the lowest such score on ties, as ``precision_recall_curve``
+    orders them).
+
+    Args:
+        y_true: 0/1 [clips, tags].
+        y_score: scores of the same shape.
+
+    Returns:
+        float32 [tags]: predict a tag when its score is >= its threshold.
+    """
+    from sklearn.metrics import precision_recall_curve
+
+    thresholds = np.full(y_true.shape[1], 0.5, np.float32)
+    for tag in range(y_true.shape[1]):
+        if y_true[:, tag].any():
+            precision, recall, cuts = precision_recall_curve(y_true[:, tag], y_score[:, tag])
+            f1 = 2 * precision[:-1] * recall[:-1] / np.maximum(precision[:-1] + recall[:-1], 1e-12)
+            thresholds[tag] = cuts[int(np.argmax(f1))]
+    return thresholds
+
+
+def precision_recall_at(y_true: np.ndarray, y_score: np.ndarray, thresholds: np.ndarray) -> dict[str, float]:
+    """Micro and macro precision and recall of the decisions ``y_score >= thresholds``.
+
+    A tag with no decided (or no true) clip counts as precision (or recall) 0 in the macro mean.
+
+    Args:
+        y_true: 0/1 [clips, tags].
+        y_score: scores of the same shape.
+        thresholds: [tags], one per tag (``f1_thresholds``).
+
+    Returns:
+        ``{"precision_micro", "recall_micro", "precision_macro", "recall_macro"}`` as floats.
+    """
+    from sklearn.metrics import precision_score, recall_score
+
+    decided = (y_score >= thresholds[None, :]).astype(int)
+    return {f"{kind}_{average}": float(score(y_true, decided, average=average, zero_division=0))
+            for average in ("micro", "macro") for kind, score in (("precision", precision_score),
+                                                                  ("recall", recall_score))}
+
+
+def group_means(per_tag: dict[str, float]) -> dict[str, float]:
+    """Mean of the per-tag values of each tag group, the part of a ``group:value`` name before the colon.
+
+    Args:
+        per_tag: tag name -> value (a per-tag ROC-AUC, say).
+
+    Returns:
+        group -> mean of its tags' values, by group name; tags without a colon (plain tags) form no
+        group, so with only plain tags it is empty.
+    """
+    groups: dict[str, list[float]] = {}
+    for tag, value in per_tag.items():
+        if ":" in tag:
+            groups.setdefault(tag.partition(":")[0], []).append(value)
+    return {group: float(np.mean(values)) for group, values in sorted(groups.items())}
+
+
+def tagging_report(y_true: np.ndarray, y_score: np.ndarray, tags: Sequence[str]) -> dict[str, Any]:
+    """The ranking metrics of a tagger: ROC-AUC and PR-AUC (``roc_auc``, ``pr_auc``) and per-group ROC-AUC.
+
+    Args:
+        y_true: 0/1 [clips, tags].
+        y_score: scores of the same shape.
+        tags: the tag names, in column order.
+
+    Returns:
+        ``{"roc_auc_macro", "roc_auc_micro", "pr_auc_macro", "pr_auc_micro", "roc_auc_per_tag",
+        "roc_auc_per_group" (``group_means``), "skipped_tags" (single-class tags and why)}``.
+    """
+    roc, pr = roc_auc(y_true, y_score, tags), pr_auc(y_true, y_score, tags)
+    return {"roc_auc_macro": roc["macro"], "roc_auc_micro": roc["micro"], "pr_auc_macro": pr["macro"],
+            "pr_auc_micro": pr["micro"], "roc_auc_per_tag": roc["per_label"],
+            "roc_auc_per_group": group_means(roc["per_label"]), "skipped_tags": roc["skipped"]}

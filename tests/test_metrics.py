@@ -7,12 +7,16 @@ from seqapps.metrics import (
     bleu,
     character_error_rate,
     chrf,
+    f1_thresholds,
     forecast_metrics,
+    group_means,
     mase_scale,
     perplexity,
     pr_auc,
+    precision_recall_at,
     roc_auc,
     seasonal_naive,
+    tagging_report,
     unigram_log_probs,
     word_error_rate,
 )
@@ -153,3 +157,75 @@ def test_unigram_log_probs_is_the_add_one_unigram_model():
     assert bits_per_char(unigram_log_probs(np.zeros(8), np.arange(8))) == pytest.approx(3.0)
     with pytest.raises(ValueError, match="smoothing > 0"):
         unigram_log_probs([0, 2], [0], smoothing=0.0)  # id 0 would have probability 0
+
+
+def test_f1_thresholds_on_a_worked_case():
+    truth = np.array([[1, 0], [1, 0], [0, 0], [0, 0]])
+    scores = np.array([[0.9, 0.1], [0.6, 0.2], [0.55, 0.3], [0.1, 0.4]])
+    # tag 0: threshold 0.6 keeps both positives and no negative (F1 = 1); tag 1 has no positive: 0.5
+    np.testing.assert_allclose(f1_thresholds(truth, scores), [0.6, 0.5])
+
+
+def _decision_counts(truth: np.ndarray, decided: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """True positives, decided positives and true positives of each column, counted in NumPy."""
+    return (truth * decided).sum(axis=0), decided.sum(axis=0), truth.sum(axis=0)
+
+
+def test_f1_thresholds_reach_the_best_f1_of_every_candidate_threshold():
+    rng = np.random.default_rng(0)
+    truth = (rng.random((40, 5)) < 0.3).astype(int)
+    # float32, as a model's scores (and the thresholds) are; rounded, so that tied scores happen
+    scores = np.round(rng.random((40, 5)) * 0.6 + 0.4 * truth, 2).astype(np.float32)
+    thresholds = f1_thresholds(truth, scores)
+    for tag in range(truth.shape[1]):
+        column, positives = scores[:, tag], truth[:, tag]
+
+        def f1(cut: float) -> float:
+            hits, decided, wanted = _decision_counts(positives[:, None], (column >= cut)[:, None].astype(int))
+            return float(2 * hits[0] / (decided[0] + wanted[0]))
+
+        # brute force over every distinct score: the chosen cut is a score, and none gives a higher F1
+        best = max(f1(cut) for cut in np.unique(column))
+        assert thresholds[tag] in column
+        assert f1(thresholds[tag]) == pytest.approx(best, abs=1e-12)
+
+
+def test_precision_and_recall_at_thresholds_match_numpy_counts():
+    rng = np.random.default_rng(1)
+    truth = (rng.random((30, 4)) < 0.4).astype(int)
+    truth[:, 3] = 0  # a tag without positives: its recall (and precision, if decided) counts as 0
+    scores = rng.random((30, 4))
+    thresholds = np.array([0.3, 0.5, 0.7, 0.9], np.float32)
+    hits, decided, wanted = _decision_counts(truth, (scores >= thresholds).astype(int))
+    precision = np.divide(hits, decided, out=np.zeros(4), where=decided > 0)
+    recall = np.divide(hits, wanted, out=np.zeros(4), where=wanted > 0)
+    assert precision_recall_at(truth, scores, thresholds) == pytest.approx({
+        "precision_micro": hits.sum() / decided.sum(), "recall_micro": hits.sum() / wanted.sum(),
+        "precision_macro": precision.mean(), "recall_macro": recall.mean()}, abs=1e-12)
+
+
+def test_group_means_average_the_tags_of_each_group_and_skip_plain_tags():
+    per_tag = {"genre:reel": 0.9, "genre:jig": 0.7, "mode:major": 0.6, "loud": 0.1}
+    assert group_means(per_tag) == pytest.approx({"genre": 0.8, "mode": 0.6})
+    assert group_means({"loud": 0.1}) == {}
+
+
+def test_tagging_report_holds_the_label_averages_and_each_groups_mean_roc_auc():
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    rng = np.random.default_rng(2)
+    tags = ["genre:reel", "genre:jig", "mode:major", "loud"]
+    truth = (rng.random((25, 4)) < 0.5).astype(int)
+    truth[:, 2] = 1  # one class only: skipped, as roc_auc skips it
+    scores = rng.random((25, 4))
+    report = tagging_report(truth, scores, tags)
+    scored = [0, 1, 3]
+    per_tag = {tags[i]: roc_auc_score(truth[:, i], scores[:, i]) for i in scored}
+    assert report["roc_auc_per_tag"] == pytest.approx(per_tag)
+    assert report["roc_auc_macro"] == pytest.approx(np.mean(list(per_tag.values())))
+    assert report["roc_auc_micro"] == pytest.approx(roc_auc_score(truth.ravel(), scores.ravel()))
+    assert report["pr_auc_macro"] == pytest.approx(np.mean([average_precision_score(truth[:, i], scores[:, i])
+                                                            for i in scored]))
+    assert report["pr_auc_micro"] == pytest.approx(average_precision_score(truth.ravel(), scores.ravel()))
+    assert report["roc_auc_per_group"] == pytest.approx({"genre": (per_tag["genre:reel"] + per_tag["genre:jig"]) / 2})
+    assert list(report["skipped_tags"]) == ["mode:major"]

@@ -12,6 +12,9 @@
 - ``LogMelSpectrogram``: the front end inside the model, so training and serving
   compute the same features (STFT, a mel filterbank built once by librosa and saved as
   a weight, log with a floor).
+- ``window_starts``, ``cut_windows``, ``window_dataset``: a track cut into fixed-length windows
+  (the last one ending at the track's end, a short track zero-padded), in the graph or as a
+  ``tf.data`` dataset of training windows.
 
 Non-finite samples: ``read_audio`` raises ``DataError``; 16-bit WAV bytes cannot hold
 them; a float waveform sent to an export should pass ``assert_finite`` (InvalidArgument
@@ -395,3 +398,64 @@ class LogMelSpectrogram(keras.layers.Layer):
                        "win_length": self.win_length, "n_mels": self.n_mels, "fmin": self.fmin, "fmax": self.fmax,
                        "log_floor": self.log_floor, "center": self.center})
         return config
+
+
+# --- Windows of a track ----------------------------------------------------------------------------------------------
+
+
+def window_starts(samples: Any, window: int, hop: int) -> tf.Tensor:
+    """Start samples of the windows that cover a track: every ``hop`` samples, the last one ending at the track's end.
+
+    Args:
+        samples: the track's length (a track shorter than ``window`` is one window, zero-padded).
+        window: the window length in samples.
+        hop: samples between window starts.
+
+    Returns:
+        int32 [windows], ascending, each ``<= max(samples - window, 0)``.
+    """
+    last = tf.maximum(tf.cast(samples, tf.int32) - window, 0)
+    count = 1 + (last + hop - 1) // hop
+    return tf.minimum(tf.range(count) * hop, last)
+
+
+def cut_windows(waveform: tf.Tensor, window: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """The non-overlapping windows of a zero-padded batch (``window_starts`` with hop = window).
+
+    Args:
+        waveform: float32 [batch, samples].
+        window: the window length in samples.
+
+    Returns:
+        ``(windows, starts)``: float32 [batch, windows, window] and int32 [windows].
+    """
+    samples = tf.shape(waveform)[1]
+    padded = tf.pad(waveform, [[0, 0], [0, tf.maximum(window - samples, 0)]])
+    starts = window_starts(samples, window, window)
+    return tf.gather(padded, starts[:, None] + tf.range(window)[None, :], axis=1), starts
+
+
+def window_dataset(waveforms: list[np.ndarray], targets: np.ndarray, window: int, hop: int) -> tf.data.Dataset:
+    """(window, clip targets) pairs of every clip's windows (``window_starts``), sliced from one flat array.
+
+    Args:
+        waveforms: float32 clips of any length (one shorter than ``window`` is zero-padded).
+        targets: [clips, ...], each clip's targets, repeated for each of its windows.
+        window: the window length in samples.
+        hop: samples between window starts.
+
+    Returns:
+        A dataset of ``(float32 [window], targets[clip])``, clip by clip, window by window.
+    """
+    lengths = [max(w.size, window) for w in waveforms]
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    flat = np.zeros(sum(lengths), np.float32)
+    starts, rows = [], []
+    for row, (waveform, offset) in enumerate(zip(waveforms, offsets)):
+        flat[offset:offset + waveform.size] = waveform
+        clip_starts = window_starts(waveform.size, window, hop).numpy()
+        starts.append(offset + clip_starts)
+        rows += [row] * clip_starts.size
+    flat, labels = tf.constant(flat), tf.constant(targets[rows])
+    return tf.data.Dataset.from_tensor_slices((np.concatenate(starts), np.arange(len(rows)))).map(
+        lambda start, i: (flat[start:start + window], labels[i]))

@@ -14,10 +14,13 @@ import tensorflow as tf
 from seqapps.data.audio import (
     LogMelSpectrogram,
     assert_finite,
+    cut_windows,
     decode_wav,
     read_audio,
     resample_waveform,
     signature_rows,
+    window_dataset,
+    window_starts,
 )
 from seqapps.data.audio import wav_bytes as resampled_wav_bytes
 from seqapps.errors import DataError
@@ -245,3 +248,25 @@ def test_signature_rows_pad_a_batch_or_write_wav_bytes_the_export_decodes_back()
     waveform, lengths = decode_wav(tf.constant(encoded["wav"]), 16000)  # at the model's rate: no resampling
     assert lengths.numpy().tolist() == [1600, 400]
     np.testing.assert_allclose(waveform.numpy(), batch["waveform"], atol=1 / 32767)  # 16-bit rounding
+
+
+@pytest.mark.parametrize("samples, window, hop", [(10, 3, 3), (10, 3, 1), (9, 3, 3), (2, 3, 3), (3, 3, 2), (11, 4, 3)])
+def test_window_starts_cover_every_sample_and_the_last_window_ends_at_the_track_end(samples, window, hop):
+    starts = window_starts(samples, window, hop).numpy()
+    # brute force: starts every hop while a window fits, then one more ending at the end if samples are left over
+    expected = list(range(0, max(samples - window, 0) + 1, hop))
+    if expected[-1] + window < samples:
+        expected.append(samples - window)
+    np.testing.assert_array_equal(starts, expected)
+    waveform = np.arange(1, samples + 1, dtype=np.float32)[None, :]
+    windows, _ = cut_windows(tf.constant(waveform), window)
+    reference = np.pad(waveform[0], (0, max(window - samples, 0)))  # a short track: one zero-padded window
+    for row, start in zip(windows.numpy()[0], window_starts(samples, window, window).numpy()):
+        np.testing.assert_array_equal(row, reference[start:start + window])
+
+
+def test_window_dataset_slices_each_clip_and_repeats_its_targets():
+    clips = [np.arange(1, 8, dtype=np.float32), np.arange(10, 12, dtype=np.float32)]
+    targets = np.array([[1, 0], [0, 1]], np.float32)
+    rows = [(x.numpy().tolist(), y.numpy().tolist()) for x, y in window_dataset(clips, targets, 3, 2)]
+    assert rows == [([1, 2, 3], [1, 0]), ([3, 4, 5], [1, 0]), ([5, 6, 7], [1, 0]), ([10, 11, 0], [0, 1])]

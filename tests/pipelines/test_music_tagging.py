@@ -1,4 +1,5 @@
 """Checks of the music_tagging pipeline: its tiny run (the shared session export), bad input, the baselines."""
+import copy
 import csv
 import dataclasses
 import shutil
@@ -9,16 +10,7 @@ import pytest
 import soundfile
 import tensorflow as tf
 
-from pipelines.music_tagging import (
-    MusicTagging,
-    clip_mfccs,
-    cut_windows,
-    f1_thresholds,
-    group_means,
-    mfcc_logistic_scores,
-    window_dataset,
-    window_starts,
-)
+from pipelines.music_tagging import MusicTagging, clip_mfccs, mfcc_logistic_scores
 from seqapps import cli
 from seqapps.config import resolve_config
 from seqapps.data import music
@@ -246,11 +238,26 @@ def test_mfcc_logistic_regression_separates_low_and_high_tones_and_priors_fill_o
     np.testing.assert_array_equal(scores[:, 1], [1.0, 1.0])  # one class in training: its prior
 
 
-def test_f1_thresholds_on_a_worked_case():
-    truth = np.array([[1, 0], [1, 0], [0, 0], [0, 0]])
-    scores = np.array([[0.9, 0.1], [0.6, 0.2], [0.55, 0.3], [0.1, 0.4]])
-    # tag 0: threshold 0.6 keeps both positives and no negative (F1 = 1); tag 1 has no positive: 0.5
-    np.testing.assert_allclose(f1_thresholds(truth, scores), [0.6, 0.5])
+def test_calibrate_returns_thresholds_of_validation_scores_and_evaluate_decides_by_the_states(tmp_path):
+    pipeline = MusicTagging()
+    config = resolve_config(MusicTagging.Config, "tiny")
+    data = pipeline.load_data(config, str(_user_folder(tmp_path)))
+    model = pipeline.build_model(config, data)
+    state = copy.deepcopy(data.state)
+    calibrated = pipeline.calibrate(model, config, data)
+    assert data.state == state  # calibrate returns what it chose; the runner adds it to the state
+    assert list(calibrated) == ["thresholds"] and len(calibrated["thresholds"]) == len(state["tags"])
+    val = data.arrays["val"]
+    scores = pipeline.clip_scores(model, val["waveforms"], state)
+    for tag, threshold in enumerate(calibrated["thresholds"]):  # F1-optimal cuts are scores of validation clips
+        assert threshold in scores[:, tag] if val["targets"][:, tag].any() else threshold == 0.5
+    cuts = [0.0] + [1.01] * (len(state["tags"]) - 1)  # the first tag decided for every test clip, the others never
+    at = dataclasses.replace(data, state={**state, "thresholds": cuts})
+    metrics, _ = pipeline.evaluate(model, config, at)
+    assert at.state == {**state, "thresholds": cuts}  # evaluate changes nothing
+    test = data.arrays["test"]["targets"]
+    assert metrics["recall_micro"] == pytest.approx(test[:, 0].sum() / test.sum())
+    assert metrics["precision_micro"] == pytest.approx(test[:, 0].mean())
 
 
 def test_hrnn_model_scores_every_tag_and_needs_two_levels(tmp_path):
@@ -266,33 +273,6 @@ def test_hrnn_model_scores_every_tag_and_needs_two_levels(tmp_path):
     assert any(layer.name == "hrnn" for layer in model.layers)
     with pytest.raises(ConfigError, match="units"):
         resolve_config(MusicTagging.Config, "tiny", overrides=["rnn=hrnn", "units=[8]"])
-
-
-@pytest.mark.parametrize("samples, window, hop", [(10, 3, 3), (10, 3, 1), (9, 3, 3), (2, 3, 3), (3, 3, 2), (11, 4, 3)])
-def test_window_starts_cover_every_sample_and_the_last_window_ends_at_the_track_end(samples, window, hop):
-    starts = window_starts(samples, window, hop).numpy()
-    # brute force: starts every hop while a window fits, then one more ending at the end if samples are left over
-    expected = list(range(0, max(samples - window, 0) + 1, hop))
-    if expected[-1] + window < samples:
-        expected.append(samples - window)
-    np.testing.assert_array_equal(starts, expected)
-    waveform = np.arange(1, samples + 1, dtype=np.float32)[None, :]
-    windows, _ = cut_windows(tf.constant(waveform), window)
-    reference = np.pad(waveform[0], (0, max(window - samples, 0)))  # a short track: one zero-padded window
-    for row, start in zip(windows.numpy()[0], window_starts(samples, window, window).numpy()):
-        np.testing.assert_array_equal(row, reference[start:start + window])
-
-
-def test_window_dataset_slices_each_clip_and_repeats_its_targets():
-    clips = [np.arange(1, 8, dtype=np.float32), np.arange(10, 12, dtype=np.float32)]
-    targets = np.array([[1, 0], [0, 1]], np.float32)
-    rows = [(x.numpy().tolist(), y.numpy().tolist()) for x, y in window_dataset(clips, targets, 3, 2)]
-    assert rows == [([1, 2, 3], [1, 0]), ([3, 4, 5], [1, 0]), ([5, 6, 7], [1, 0]), ([10, 11, 0], [0, 1])]
-
-
-def test_group_means_average_the_tags_of_each_group_and_skip_plain_tags():
-    per_tag = {"genre:reel": 0.9, "genre:jig": 0.7, "mode:major": 0.6, "loud": 0.1}
-    assert group_means(per_tag) == pytest.approx({"genre": 0.8, "mode": 0.6})
 
 
 def test_abc_books_are_read_tune_by_tune_with_the_genre_of_their_rhythm_field(tmp_path):
