@@ -421,8 +421,9 @@ class Translation(Pipeline):
                                              config.timing_steps)
             tokens_per_pair = data.arrays["target_counts"].sum() / data.report["pairs"]["train"]
             metrics["train_tokens_per_s"] = round(config.batch_size * tokens_per_pair / step, 1)
-        if config.length_penalty_choices:  # what calibrate chose, and on what
-            metrics.update({key: data.state[key] for key in ("length_penalty", "val_beam_bleu_by_length_penalty")})
+        if config.length_penalty_choices:  # what calibrate chose, and on what (not yet before a fine-tuning)
+            metrics.update({key: data.state[key] for key in ("length_penalty", "val_beam_bleu_by_length_penalty")
+                            if key in data.state})
         metrics["samples/translations"] = [{"source": s, "reference": r, "greedy": g, "beam": b}
                                            for s, r, g, b in zip(sources, references, greedy, beam)][:SAMPLES]
         lexical = data.arrays["lexical"]
