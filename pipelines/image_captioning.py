@@ -25,7 +25,9 @@ Export: ``serving_default`` takes ``image_bytes`` (string ``[batch]``: JPEG, PNG
 grayscale or RGBA; decoded, resized and scaled in the graph by ``seqapps.data.images.decode_images``)
 and returns ``caption`` and ``score`` (log-probability per word, end included); ``beam`` returns
 ``captions``/``scores`` ``[batch, beam_size]``; ``attention`` returns the greedy caption, its ``words``
-and ``attention`` ``[batch, T, grid_height * grid_width]`` over the feature map.
+and ``attention`` ``[batch, T, grid_height * grid_width]`` over the feature map, collected while
+decoding. Each decoding strategy registered in ``seqapps.generation.STRATEGIES`` adds a signature shaped
+as ``serving_default`` (one hypothesis) or ``beam`` (several).
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ import tensorflow as tf
 
 from seqapps import metrics as seqapps_metrics
 from seqapps import predictions
-from seqapps.config import TrainingConfig, require, require_split_fractions
+from seqapps.config import Seq2SeqConfig, require, require_split_fractions
 from seqapps.data import captions as caption_data
 from seqapps.data import datasets
 from seqapps.data import images as image_data
@@ -50,14 +52,15 @@ from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.data.files import data_home
 from seqapps.errors import ConfigError
-from seqapps.export import Limits, Signature
+from seqapps.export import Limits, ServingModule, Signature
 from seqapps.finetuning import VOCABULARY_CHOICES, VocabularyMap, grow_vocabulary, transfer_weights, vocabulary_report
-from seqapps.layers.attention_decoder import ATTENTIONS, CELLS, AttentionDecoder, WordGenerator
+from seqapps.generation import Generation, Generator, generate_texts, strategy_signatures
+from seqapps.layers.attention_decoder import AttentionDecoder
+from seqapps.layers.decoding import BeamSearch, DecodingStrategy, GreedySearch
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
 from seqapps.losses import per_token_training_loss
 from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits, row_inputs
 
-OUTPUTS = ("softmax", "bnce")
 END = text_data.END_OF_SENTENCE
 START = "<s>"
 END_ID, START_ID = 1, 2  # ids right after <unk>; END also pads
@@ -67,8 +70,8 @@ SAMPLES = 5
 
 
 @dataclasses.dataclass
-class CaptioningConfig(TrainingConfig):
-    """Captioning settings.
+class CaptioningConfig(Seq2SeqConfig):
+    """Captioning settings; the decoder's and its generator's are ``Seq2SeqConfig``'s.
 
     Attributes:
         num_train, num_val, num_test, num_novel: generated scenes per split (``test_novel`` holds the
@@ -79,14 +82,10 @@ class CaptioningConfig(TrainingConfig):
         cnn_filters: filters of the small convnet's blocks (each halves the grid).
         cnn_weights: a local weights file for a Keras Applications backbone (None: random weights).
         cnn_trainable: fine-tune the backbone (False: frozen).
-        embedding_dim, units, cell, attention, dropout: the decoder (``AttentionDecoder``).
-        output: "softmax" or "bnce".
-        log_z, extra_noise: B-NCE's fixed log normaliser and extra noise words.
         max_caption_length: the most words of a training caption (longer ones are cut) and of a generated one.
         min_count: rarer caption words map to ``<unk>`` (at fine-tuning: new words rarer than this are not added).
         vocabulary: at fine-tuning, "extend" adds the new words of the training captions to the export's
             vocabulary, "keep" keeps the export's (new words become ``<unk>``).
-        beam_size, length_penalty: beam search.
         max_eval_images: caption at most this many images per test split (None: all).
     """
 
@@ -101,19 +100,9 @@ class CaptioningConfig(TrainingConfig):
     cnn_filters: list[int] = dataclasses.field(default_factory=lambda: [32, 64, 96])
     cnn_weights: str | None = None
     cnn_trainable: bool = True
-    embedding_dim: int = 64
-    units: int = 128
-    cell: str = "lstm"
-    attention: str = "bahdanau"
-    dropout: float = 0.1
-    output: str = "softmax"
-    log_z: float = 5.0
-    extra_noise: int = 0
     max_caption_length: int = 24
     min_count: int = 1
     vocabulary: str = "extend"
-    beam_size: int = 3
-    length_penalty: float = 0.6
     max_eval_images: int | None = None
     batch_size: int = 64
     learning_rate: float = 2e-3
@@ -131,8 +120,8 @@ class CaptioningConfig(TrainingConfig):
 
     def validate(self) -> None:
         super().validate()
-        for name in ("num_train", "num_val", "num_test", "num_novel", "image_size", "embedding_dim", "units",
-                     "max_caption_length", "min_count", "beam_size"):
+        for name in ("num_train", "num_val", "num_test", "num_novel", "image_size", "max_caption_length",
+                     "min_count"):
             require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
         require(self.cnn == "small" or hasattr(keras.applications, self.cnn), "cnn", self.cnn,
                 "small or a keras.applications class name (e.g. MobileNetV3Small)")
@@ -142,13 +131,8 @@ class CaptioningConfig(TrainingConfig):
                 f"at least 2 ** len(cnn_filters) = {2 ** len(self.cnn_filters)}")
         require(self.cnn_weights is None or Path(self.cnn_weights).is_file(), "cnn_weights", self.cnn_weights,
                 "null or an existing local weights file")
-        require(self.cell in CELLS, "cell", self.cell, f"one of {', '.join(CELLS)}")
-        require(self.attention in ATTENTIONS, "attention", self.attention, f"one of {', '.join(ATTENTIONS)}")
-        require(self.output in OUTPUTS, "output", self.output, f"one of {', '.join(OUTPUTS)}")
         require(self.vocabulary in VOCABULARY_CHOICES, "vocabulary", self.vocabulary,
                 f"one of {', '.join(VOCABULARY_CHOICES)}")
-        require(0 <= self.dropout < 1, "dropout", self.dropout, "a number in [0, 1)")
-        require(self.length_penalty >= 0, "length_penalty", self.length_penalty, "a number >= 0")
         require(self.max_eval_images is None or self.max_eval_images >= 1, "max_eval_images",
                 self.max_eval_images, "null or >= 1")
         require_split_fractions(self.val_fraction, self.test_fraction)
@@ -225,7 +209,6 @@ class ImageCaptioning(Pipeline):
 
     def load_data(self, config: CaptioningConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
-        self.config = config
         parts = user_splits(config, data_path) if data_path else scene_splits(config)
         tokens = {name: [[TOKENIZER.tokenize(c)[: config.max_caption_length] for c in group] for group in part.captions]
                   for name, part in parts.items()}
@@ -340,21 +323,23 @@ class ImageCaptioning(Pipeline):
 
     # --- evaluation -------------------------------------------------------------------------
 
-    def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+    def evaluate(self, model: keras.Model, config: CaptioningConfig,
+                 data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
         captioner = Captioner(model, data.state)
         parts, pixels = data.arrays["parts"], data.arrays["pixels"]
         train_captions = parts["train"].captions
         train_features = captioner.features(pixels["train"])
         frequent = most_frequent(train_captions)
+        strategies = {"greedy": GreedySearch(), "beam": BeamSearch.from_request(data.state, {})}
         metrics: dict[str, Any] = {"parameters": int(model.count_params())}
         baselines: dict[str, dict[str, Any]] = {"most_frequent": {}, "nearest_neighbour": {}}
         for split in (name for name in ("test", "test_novel") if name in parts):
-            count = min(len(parts[split]), self.config.max_eval_images or len(parts[split]))
+            count = min(len(parts[split]), config.max_eval_images or len(parts[split]))
             images = pixels[split][:count]
             references = [[TOKENIZER.join(TOKENIZER.tokenize(c)) for c in group] for group in parts[split].captions[:count]]
             truths = data.arrays["truths"].get(split)
             names = [path.name for path in parts[split].images[:count]]
-            found = {"greedy": captioner.caption_pixels(images), "beam": captioner.caption_pixels(images, beam=True)}
+            found = {name: captioner.caption_pixels(images, strategy) for name, strategy in strategies.items()}
             neighbours = nearest_neighbour(train_features, train_captions, captioner.features(images))
             for name, hypotheses in found.items():
                 metrics.update(_scores(references, hypotheses, truths, names, f"{split}/{name}_"))
@@ -367,15 +352,18 @@ class ImageCaptioning(Pipeline):
 
     # --- export -----------------------------------------------------------------------------
 
-    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
+    def serving_module(self, model: keras.Model, config: CaptioningConfig, data: Splits) -> ServingModule:
+        """``serving_default`` (greedy), ``beam`` and every other strategy of ``seqapps.generation.STRATEGIES``,
+        and ``attention``; the module owns the vocabulary (an asset file)."""
         captioner = Captioner(model, data.state)
-        model.caption_vocabulary = captioner.generator.lookup  # tracked, so the export saves its asset file
         inputs = {"image_bytes": tf.TensorSpec([None], tf.string, name="image_bytes")}
         first = data.arrays["parts"]["test"].images[0]
         example = {"image_bytes": np.array([image_data.read_image_bytes(first)], dtype=object)}
-        return {"serving_default": Signature(inputs=inputs, example=example, run=captioner.greedy),
-                "beam": Signature(inputs=inputs, example=example, run=captioner.beam),
-                "attention": Signature(inputs=inputs, example=example, run=captioner.attention)}
+        signatures = strategy_signatures(captioner.generator, captioner.generate, captioner.preprocess, data.state,
+                                         inputs, example, ("caption", "captions"))
+        signatures["attention"] = Signature(inputs=inputs, example=example, run=captioner.attention,
+                                            preprocess=captioner.preprocess)
+        return ServingModule(model, signatures, resources={"vocabulary": captioner.generator.lookup})
 
     def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
         """``seqapps predict EXPORT photo.jpg ...``: each INPUT is an image file."""
@@ -384,10 +372,11 @@ class ImageCaptioning(Pipeline):
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray], signature: str = "serving_default",
                           given: Sequence[str] = ()) -> tuple[str, Any]:
-        """Each image file with its caption: the greedy one and its score, the beam's n-best list
-        (``beam``), or, per word, the feature-map cell it attends to most (``attention``)."""
+        """Each image file with its caption: the greedy one (or another strategy's) and its score, the n-best
+        list (``beam``, or a strategy's ``captions``), or, per word, the feature-map cell it attends to most
+        (``attention``)."""
         files = row_inputs(given, inputs, len(inputs["image_bytes"]))
-        if signature == "beam":
+        if "captions" in outputs:
             return predictions.ranked_rows(files, files, outputs["captions"], outputs["scores"], "caption", "captions")
         found = [predictions.text(value) for value in outputs["caption"]]
         if signature == "attention":
@@ -457,7 +446,7 @@ def _scores(references: list[list[str]], hypotheses: list[str], truths: dict[str
 
 
 class Captioner(tf.Module):
-    """The trained model as in-graph captioning functions: image bytes in, captions out.
+    """The trained model as in-graph captioning: image bytes in, captions out, with any decoding strategy.
 
     Args:
         model: the training model of ``ImageCaptioning.build_model``.
@@ -474,54 +463,33 @@ class Captioner(tf.Module):
         self.encoder = keras.Model(model.input["image"], [model.get_layer("memory").output,
                                                           model.get_layer("pooled").output,
                                                           *(layer.output for layer in initial)])
-        self.generator = WordGenerator(model.get_layer("decoder"), model.get_layer("output"), lookup, TOKENIZER,
-                                       START_ID, END_ID, int(state["beam_size"]), float(state["length_penalty"]))
+        self.generator = Generator(model.get_layer("decoder"), model.get_layer("output"), lookup, TOKENIZER,
+                                   START_ID, END_ID)
 
-    def _state(self, pixels: tf.Tensor) -> dict[str, Any]:
-        memory, _, *rnn_state = self.encoder(pixels, training=False)
-        return {"rnn": list(rnn_state), "memory": memory}
+    def preprocess(self, inputs: dict[str, tf.Tensor]) -> tf.Tensor:
+        """The raw ``image_bytes [batch]`` of a request as float pixels ``[batch, size, size, 3]``."""
+        return image_data.decode_images(tf.reshape(inputs["image_bytes"], [-1]), self.image_size, self.image_size)
 
-    def _pixels(self, image_bytes: tf.Tensor) -> tf.Tensor:
-        return image_data.decode_images(tf.reshape(image_bytes, [-1]), self.image_size, self.image_size)
+    def generate(self, pixels: tf.Tensor, strategy: DecodingStrategy, attention: bool = False) -> Generation:
+        """Captions a batch of pixels (0..255) with ``strategy``; ``attention`` collects the attention weights."""
+        memory, _, *rnn_state = self.encoder(tf.cast(pixels, tf.float32), training=False)
+        found = self.generator.generate({"rnn": list(rnn_state), "memory": memory}, strategy, self.max_length,
+                                        attention)
+        return Generation(found, self.generator.words(found.ids))
 
-    def greedy(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        """``image_bytes [batch]`` -> ``caption [batch]`` and ``score`` (log-probability per word)."""
-        return self._greedy(self._pixels(inputs["image_bytes"]))
-
-    def _greedy(self, pixels: tf.Tensor) -> dict[str, tf.Tensor]:
-        ids, log_probs, lengths = self.generator.greedy(self._state(pixels), self.max_length)
-        return {"caption": self.generator.text(self.generator.words(ids)),
-                "score": log_probs / tf.cast(lengths, tf.float32)}
-
-    def beam(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        """``image_bytes [batch]`` -> ``captions [batch, beam_size]`` (best first) and ``scores``."""
-        return self._beam(self._pixels(inputs["image_bytes"]))
-
-    def _beam(self, pixels: tf.Tensor) -> dict[str, tf.Tensor]:
-        ids, scores = self.generator.beam(self._state(pixels), self.max_length)
-        texts = tf.reshape(self.generator.text(self.generator.words(ids)), tf.shape(scores))
-        return {"captions": texts, "scores": scores}
-
-    def attention(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        """``image_bytes [batch]`` -> greedy ``caption``, its ``words [batch, T]`` and ``attention
-        [batch, T, grid cells]`` (rows of real words sum to 1; the grid is row-major)."""
-        state = self._state(self._pixels(inputs["image_bytes"]))
-        ids, _, _ = self.generator.greedy(state, self.max_length)
-        words = self.generator.words(ids)
-        weights = self.generator.attention(state, ids) * tf.cast(words != "", tf.float32)[:, :, None]
-        return {"caption": self.generator.text(words), "words": words, "attention": weights}
+    def attention(self, pixels: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Pixels -> greedy ``caption``, its ``words [batch, T]`` and ``attention [batch, T, grid cells]``
+        (rows of real words sum to 1; the grid is row-major)."""
+        found = self.generate(pixels, GreedySearch(), attention=True)
+        words = found.words[:, 0]
+        weights = found.hypotheses.attention[:, 0] * tf.cast(words != "", tf.float32)[:, :, None]
+        return {"caption": self.generator.texts(words), "words": words, "attention": weights}
 
     def features(self, pixels: np.ndarray, batch_size: int = 256) -> np.ndarray:
         """Pooled CNN features of uint8 images, for the nearest-neighbour baseline."""
         return np.concatenate([self.encoder(pixels[i: i + batch_size].astype("float32"), training=False)[1].numpy()
                                for i in range(0, len(pixels), batch_size)])
 
-    def caption_pixels(self, pixels: np.ndarray, beam: bool = False, batch_size: int = 128) -> list[str]:
-        """Captions of uint8 images (greedy, or the best beam), for evaluation."""
-        run = tf.function(self._beam if beam else self._greedy, reduce_retracing=True)
-        found = []
-        for start in range(0, len(pixels), batch_size):
-            outputs = run(tf.constant(pixels[start: start + batch_size].astype("float32")))
-            column = outputs["captions"][:, 0] if beam else outputs["caption"]
-            found.extend(value.decode("utf-8") for value in column.numpy())
-        return found
+    def caption_pixels(self, pixels: np.ndarray, strategy: DecodingStrategy) -> list[str]:
+        """Captions of uint8 images with ``strategy`` (its best hypothesis), for evaluation."""
+        return generate_texts(self.generator, self.generate, strategy, pixels, batch_size=128)

@@ -35,7 +35,8 @@ the direction. Pairs longer than ``max_length`` tokens are dropped, truncated or
 Metrics: corpus BLEU and chrF (sacrebleu) for greedy and beam search on the test pairs, against
 references lower-cased and tokenised as the model's words; PPL^f of the test targets; training
 tokens/s timed on a fresh copy of the model (``timing_steps``). Baseline: word-by-word lexical
-translation with IBM Model 1 (``LexicalTranslator``, the same fit as the lexicon bias's table).
+translation with IBM Model 1 (``seqapps.baselines.LexicalTranslator``, the same fit as the lexicon bias's
+table).
 
 Export signatures (all of them plain TensorFlow):
 
@@ -44,8 +45,12 @@ Export signatures (all of them plain TensorFlow):
 - ``beam``: ``text`` -> ``translations`` (string ``[batch, beam_size]``, best first) and ``scores``
   (log-probabilities divided by the GNMT length penalty ``((5 + length) / 6) ** length_penalty``);
 - ``align``: ``text`` -> ``translation``, ``source_tokens`` and ``target_tokens`` (padded with ``""``)
-  and ``attention`` (``[batch, target, source]``: how much each target word attended to each source word).
+  and ``attention`` (``[batch, target, source]``: how much each target word attended to each source word,
+  collected while decoding);
+- one more per decoding strategy registered in ``seqapps.generation.STRATEGIES``, shaped as ``serving_default``
+  (one hypothesis) or ``beam`` (several), with the strategy's request inputs.
 
+The beam's length penalty is chosen on the validation pairs by ``calibrate`` (``length_penalty_choices``).
 An empty (or all-blank) text translates to ``""`` with score 0. Source texts are cut to ``max_length``
 words and translations to ``max_decode_length`` words, so a 1 MB request costs what a long sentence
 does; the server refuses texts over ``max_string_bytes`` (the export's limits).
@@ -53,7 +58,6 @@ does; the server refuses texts over ``max_string_bytes`` (the export's limits).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -64,14 +68,17 @@ import tensorflow as tf
 
 from seqapps import metrics as seqapps_metrics
 from seqapps import predictions
-from seqapps.config import TrainingConfig, require, require_split_fractions
+from seqapps.baselines import LexicalTranslator
+from seqapps.config import SEQ2SEQ_ATTENTIONS, Seq2SeqConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
 from seqapps.data import pairs as pair_data
 from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
-from seqapps.export import Limits, Signature
+from seqapps.export import Limits, ServingModule, Signature
 from seqapps.finetuning import VOCABULARY_CHOICES, VocabularyMap, grow_vocabulary, transfer_weights, vocabulary_report
-from seqapps.layers.attention_decoder import CELLS, AttentionDecoder, PaddingMask, WordGenerator
+from seqapps.generation import Generation, Generator, generate_texts, strategy_signatures
+from seqapps.layers.attention_decoder import CELLS, AttentionDecoder, PaddingMask
+from seqapps.layers.decoding import BeamSearch, DecodingStrategy, GreedySearch
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
 from seqapps.layers.lexicon import LexiconBias
 from seqapps.losses import per_token_training_loss
@@ -79,8 +86,6 @@ from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Spl
 from seqapps.training import seconds_per_training_step
 
 CORPORA = ("bible", "numbers")
-ATTENTIONS = ("bahdanau", "luong")
-OUTPUTS = ("softmax", "bnce")
 END = text_data.END_OF_SENTENCE
 START = "<s>"
 END_ID, START_ID = 1, 2  # ids right after <unk> in both vocabularies; END also pads
@@ -90,8 +95,8 @@ VOCABULARY_KEYS = ("source_vocabulary", "target_vocabulary")  # in the pipeline 
 
 
 @dataclasses.dataclass
-class TranslationConfig(TrainingConfig):
-    """Encoder-decoder settings.
+class TranslationConfig(Seq2SeqConfig):
+    """Encoder-decoder settings; the decoder's and its generator's are ``Seq2SeqConfig``'s.
 
     Attributes:
         corpus: default data when no ``--data`` is given: "bible" (WEB -> RV1909) or "numbers" (num2words).
@@ -106,23 +111,17 @@ class TranslationConfig(TrainingConfig):
         min_count: rarer training words map to ``<unk>`` (at fine-tuning: new words rarer than this are not added).
         vocabulary: at fine-tuning, "extend" adds the new words of the training pairs to both vocabularies,
             "keep" keeps the export's (new words become ``<unk>``).
-        cell: "lstm" or "gru".
         embedding_dim: word embedding size of both languages.
-        units: decoder units; each direction of the encoder has ``units // 2``.
+        units: decoder units (an even number); each direction of the encoder has ``units // 2``.
         encoder_layers: stacked bidirectional encoder layers.
-        attention: "bahdanau" (additive) or "luong" (dot product).
-        dropout: dropout on embeddings and the attentional hidden state.
-        output: "softmax" or "bnce" (the output layer's training criterion).
+        attention: "bahdanau" (additive) or "luong" (dot product); the lexicon bias and the
+            ``<unk>`` replacement read it, so there is no "none".
         lexicon_bias: add ``log(p_lex + lexicon_epsilon)`` to the output logits, ``p_lex`` being IBM
             Model 1's translation probabilities of the source words mixed by the attention weights
             (Arthur et al. 2016), with both outputs, in training and decoding.
         lexicon_top_k: translations kept per source word in the lexicon table.
         lexicon_epsilon: the lexicon bias of a word no attended source word proposes is ``log(epsilon)``.
-        log_z: the fixed log normaliser of B-NCE.
-        extra_noise: extra unigram noise words per batch for B-NCE.
-        beam_size: hypotheses kept by the ``beam`` signature and the beam evaluation.
-        length_penalty: alpha of the GNMT length penalty of beam search.
-        length_penalty_choices: when set, ``evaluate`` decodes the validation pairs (at most
+        length_penalty_choices: when set, ``calibrate`` decodes the validation pairs (at most
             ``max_eval_pairs``) with beam search at each of these alphas and keeps the one of the best
             validation BLEU as ``length_penalty`` for the test metrics and the export (None: keep
             ``length_penalty``).
@@ -149,20 +148,15 @@ class TranslationConfig(TrainingConfig):
     max_vocab: int | None = None
     min_count: int = 2
     vocabulary: str = "extend"
-    cell: str = "lstm"
     embedding_dim: int = 128
     units: int = 256
     encoder_layers: int = 1
-    attention: str = "bahdanau"
-    dropout: float = 0.1
     output: str = "bnce"
     lexicon_bias: bool = True
     lexicon_top_k: int = 10
     lexicon_epsilon: float = 1e-3
     log_z: float = 9.0
-    extra_noise: int = 0
     beam_size: int = 4
-    length_penalty: float = 0.6
     length_penalty_choices: list[float] | None = None
     max_decode_length: int = 60
     replace_unknown: bool = True
@@ -188,6 +182,8 @@ class TranslationConfig(TrainingConfig):
                  "max_decode_length": 120},
     }
 
+    CHOICES = {**Seq2SeqConfig.CHOICES, "attention": tuple(a for a in SEQ2SEQ_ATTENTIONS if a != "none")}
+
     def validate(self) -> None:
         super().validate()
         require(self.corpus in CORPORA, "corpus", self.corpus, f"one of {', '.join(CORPORA)}")
@@ -195,23 +191,17 @@ class TranslationConfig(TrainingConfig):
                 f"one of {', '.join(pair_data.TOO_LONG)}")
         require(self.split_by in pair_data.SPLIT_UNITS, "split_by", self.split_by,
                 f"one of {', '.join(pair_data.SPLIT_UNITS)}")
-        require(self.cell in CELLS, "cell", self.cell, f"one of {', '.join(CELLS)}")
-        require(self.attention in ATTENTIONS, "attention", self.attention, f"one of {', '.join(ATTENTIONS)}")
-        require(self.output in OUTPUTS, "output", self.output, f"one of {', '.join(OUTPUTS)}")
         require(self.vocabulary in VOCABULARY_CHOICES, "vocabulary", self.vocabulary,
                 f"one of {', '.join(VOCABULARY_CHOICES)}")
-        for name in ("num_pairs", "max_number", "max_length", "embedding_dim", "encoder_layers", "beam_size",
-                     "max_decode_length", "min_count", "lexicon_top_k"):
+        for name in ("num_pairs", "max_number", "max_length", "encoder_layers", "max_decode_length", "min_count",
+                     "lexicon_top_k"):
             require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
         require(self.units >= 2 and self.units % 2 == 0, "units", self.units, "an even integer >= 2")
         require(self.max_ratio >= 1, "max_ratio", self.max_ratio, "a number >= 1")
-        require(0 <= self.dropout < 1, "dropout", self.dropout, "a number in [0, 1)")
         require(self.lexicon_epsilon > 0, "lexicon_epsilon", self.lexicon_epsilon, "a number > 0")
-        require(self.length_penalty >= 0, "length_penalty", self.length_penalty, "a number >= 0")
         require(self.length_penalty_choices is None or (len(self.length_penalty_choices) >= 1 and all(
             isinstance(alpha, (int, float)) and alpha >= 0 for alpha in self.length_penalty_choices)),
             "length_penalty_choices", self.length_penalty_choices, "null or a list of numbers >= 0")
-        require(self.extra_noise >= 0, "extra_noise", self.extra_noise, "an integer >= 0")
         require(self.timing_steps >= 0, "timing_steps", self.timing_steps, "an integer >= 0")
         require(self.max_vocab is None or self.max_vocab >= 4, "max_vocab", self.max_vocab, "null or >= 4")
         require(self.max_eval_pairs is None or self.max_eval_pairs >= 1, "max_eval_pairs", self.max_eval_pairs,
@@ -253,117 +243,6 @@ def _model_arrays(sources: list[list[str]], targets: list[list[str]], source_voc
     }
 
 
-NULL = "<null>"  # the empty source word of IBM Model 1, which absorbs target words with no source word
-
-
-@dataclasses.dataclass
-class LexicalTranslator:
-    """Word-by-word translation: each source word becomes its likeliest target word under IBM Model 1.
-
-    IBM Model 1 (Brown et al. 1993) estimates ``t(target word | source word)`` by EM over the training
-    pairs, every target word aligned to one source word or to ``NULL``. ``translate`` writes, for each
-    source word, the target word of highest ``t``; unseen source words are copied (names, numbers).
-    ``lexicon`` gives the ``top_k`` likeliest translations of every vocabulary word as id and
-    probability arrays, the table of the model's lexicon bias (``LexiconBias``).
-
-    Attributes:
-        translations: source word -> its ``top_k`` likeliest ``(target word, t)``, likeliest first.
-    """
-
-    translations: dict[str, list[tuple[str, float]]]
-
-    @functools.cached_property
-    def table(self) -> dict[str, str]:
-        """Source word -> its likeliest target word."""
-        return {word: found[0][0] for word, found in self.translations.items()}
-
-    @classmethod
-    def fit(cls, sources: Sequence[Sequence[str]], targets: Sequence[Sequence[str]],
-            iterations: int = 5, top_k: int = 1) -> "LexicalTranslator":
-        """Runs EM for IBM Model 1 from uniform translation probabilities.
-
-        Args:
-            sources, targets: the training pairs as token lists.
-            iterations: EM iterations (5 is the usual number; the likelihood rises monotonically).
-            top_k: translations kept per source word.
-
-        Returns:
-            The translator.
-        """
-        source_words = sorted({word for sentence in sources for word in sentence} | {NULL})
-        target_words = sorted({word for sentence in targets for word in sentence})
-        source_index = {word: i for i, word in enumerate(source_words)}
-        target_index = {word: i for i, word in enumerate(target_words)}
-        # Every (source position, target position) link of every pair, as flat arrays: a target
-        # position's links share one ``position`` id, over which its alignment posterior is normalised.
-        link_source, link_target, link_position, offset = [], [], [], 0
-        for source, target in zip(sources, targets):
-            if not target:
-                continue
-            s = np.array([source_index[NULL]] + [source_index[w] for w in source], "int64")
-            t = np.array([target_index[w] for w in target], "int64")
-            link_source.append(np.tile(s, len(t)))
-            link_target.append(np.repeat(t, len(s)))
-            link_position.append(np.repeat(np.arange(offset, offset + len(t)), len(s)))
-            offset += len(t)
-        link_source, link_target = np.concatenate(link_source), np.concatenate(link_target)
-        link_position = np.concatenate(link_position)
-        pair_ids, link_pair = np.unique(link_source * len(target_words) + link_target, return_inverse=True)
-        pair_source, pair_target = pair_ids // len(target_words), pair_ids % len(target_words)
-        probs = np.full(len(pair_ids), 1.0 / len(target_words))
-        for _ in range(iterations):
-            link_probs = probs[link_pair]
-            posterior = link_probs / np.bincount(link_position, link_probs)[link_position]
-            expected = np.bincount(link_pair, posterior, minlength=len(pair_ids))
-            probs = expected / np.bincount(pair_source, expected, minlength=len(source_words))[pair_source]
-        order = np.lexsort((-probs, pair_source))  # by source word, likeliest target first
-        starts = np.r_[True, pair_source[order][1:] != pair_source[order][:-1]]
-        rank = np.arange(len(order)) - np.maximum.accumulate(np.where(starts, np.arange(len(order)), 0))
-        translations: dict[str, list[tuple[str, float]]] = {}
-        for pair in order[rank < top_k]:
-            word = source_words[pair_source[pair]]
-            if word != NULL:
-                translations.setdefault(word, []).append((target_words[pair_target[pair]], float(probs[pair])))
-        return cls(translations)
-
-    def lexicon(self, source_vocab: text_data.Vocabulary, target_vocab: text_data.Vocabulary,
-                top_k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The ``top_k`` likeliest target ids of every source vocabulary word, for ``LexiconBias``.
-
-        Target words outside the vocabulary count as ``<unk>`` (their probabilities add up); words
-        without translations (the special tokens, ``<unk>``) get empty rows.
-
-        Args:
-            source_vocab, target_vocab: the model's vocabularies.
-            top_k: entries per source word.
-
-        Returns:
-            ``(ids, probs)``: int32 and float32 ``[len(source_vocab), top_k]``, likeliest first, unused
-            entries with probability 0.
-        """
-        ids = np.zeros((len(source_vocab), top_k), "int32")
-        probs = np.zeros((len(source_vocab), top_k), "float32")
-        for row, word in enumerate(source_vocab.tokens):
-            merged: dict[int, float] = {}
-            for target, prob in self.translations.get(word, []):
-                merged[target_vocab.id(target)] = merged.get(target_vocab.id(target), 0.0) + prob
-            best = sorted(merged.items(), key=lambda item: -item[1])[:top_k]
-            ids[row, : len(best)] = [target for target, _ in best]
-            probs[row, : len(best)] = [prob for _, prob in best]
-        return ids, probs
-
-    def translate(self, tokens: Sequence[str]) -> list[str]:
-        """Translates a token list word by word (unseen words are copied).
-
-        Args:
-            tokens: the source tokens.
-
-        Returns:
-            One target token per source token.
-        """
-        return [self.table.get(token, token) for token in tokens]
-
-
 class Translation(Pipeline):
     """RNN encoder-decoder with attention; greedy and beam search in the export."""
 
@@ -391,7 +270,6 @@ class Translation(Pipeline):
 
     def load_data(self, config: TranslationConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
-        self.config = config  # evaluate() reads max_eval_pairs
         found = pair_data.limit_length(read_pairs(config, data_path), config.max_length, config.too_long,
                                        config.max_ratio)
         parts = pair_data.split_pairs(found, config.val_fraction, config.test_fraction, config.split_by, config.seed)
@@ -501,76 +379,72 @@ class Translation(Pipeline):
 
     # --- evaluation -------------------------------------------------------------------------
 
-    def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+    def calibrate(self, model: keras.Model, config: TranslationConfig, data: Splits) -> dict[str, Any]:
+        """Chooses the beam's length penalty: the ``length_penalty_choices`` alpha of the best validation BLEU.
+
+        Returns:
+            ``{"length_penalty": chosen, "val_beam_bleu_by_length_penalty": {alpha: BLEU}}``, or ``{}``
+            when ``length_penalty_choices`` is not set (the state keeps ``length_penalty``).
+        """
+        choices = config.length_penalty_choices
+        if not choices:
+            return {}
+        sources, references = _eval_pairs(config, data.arrays["val"])
+        translator = Translator(model, data.state)
+        bleu = {}
+        for alpha in choices:
+            hypotheses = translator.translate_texts(sources, BeamSearch(int(data.state["beam_size"]), float(alpha)))
+            bleu[float(alpha)] = seqapps_metrics.bleu(references, hypotheses)["score"]
+        chosen = max(bleu, key=bleu.get)  # the first of equal scores
+        return {"length_penalty": chosen,
+                "val_beam_bleu_by_length_penalty": {str(alpha): score for alpha, score in bleu.items()}}
+
+    def evaluate(self, model: keras.Model, config: TranslationConfig,
+                 data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
         nll, weights = [], []
         for inputs, _, weight in data.test.batch(128):
             nll.append(model(inputs, training=False).numpy().reshape(-1))
             weights.append(weight.numpy().reshape(-1))
-        validation = self._choose_length_penalty(model, data)
-        test = data.arrays["test"]
-        sources, references = self._eval_pairs(test)
+        sources, references = _eval_pairs(config, data.arrays["test"])
         count = len(sources)
         translator = Translator(model, data.state)
         start = time.perf_counter()
-        greedy = translator.translate_texts(sources)
+        greedy = translator.translate_texts(sources, GreedySearch())
         greedy_seconds = time.perf_counter() - start
-        beam = translator.translate_texts(sources, beam=True)
+        beam = translator.translate_texts(sources, BeamSearch.from_request(data.state, {}))
         metrics = {"ppl_full": seqapps_metrics.perplexity(-np.concatenate(nll), np.concatenate(weights)),
                    **_bleu_chrf(references, greedy, "greedy"), **_bleu_chrf(references, beam, "beam"),
                    "greedy_sentences_per_s": round(count / greedy_seconds, 1),
                    "parameters": int(model.count_params()), "eval_pairs": count}
-        if self.config.timing_steps:
-            step = seconds_per_training_step(model, self.config, self.compile_args(self.config, data), data.train,
-                                             self.config.timing_steps)
+        if config.timing_steps:
+            step = seconds_per_training_step(model, config, self.compile_args(config, data), data.train,
+                                             config.timing_steps)
             tokens_per_pair = data.arrays["target_counts"].sum() / data.report["pairs"]["train"]
-            metrics["train_tokens_per_s"] = round(self.config.batch_size * tokens_per_pair / step, 1)
-        metrics.update(validation)
+            metrics["train_tokens_per_s"] = round(config.batch_size * tokens_per_pair / step, 1)
+        if config.length_penalty_choices:  # what calibrate chose, and on what (not yet before a fine-tuning)
+            metrics.update({key: data.state[key] for key in ("length_penalty", "val_beam_bleu_by_length_penalty")
+                            if key in data.state})
         metrics["samples/translations"] = [{"source": s, "reference": r, "greedy": g, "beam": b}
                                            for s, r, g, b in zip(sources, references, greedy, beam)][:SAMPLES]
         lexical = data.arrays["lexical"]
         baseline = [TOKENIZER.join(lexical.translate(TOKENIZER.tokenize(line))) for line in sources]
         return metrics, {"lexical_ibm1": _bleu_chrf(references, baseline, "")}
 
-    def _eval_pairs(self, pairs: pair_data.Pairs) -> tuple[list[str], list[str]]:
-        """The first ``max_eval_pairs`` sources and their references, tokenised as the model's words."""
-        count = min(len(pairs), self.config.max_eval_pairs or len(pairs))
-        return pairs.sources[:count], [TOKENIZER.join(TOKENIZER.tokenize(t)) for t in pairs.targets[:count]]
-
-    def _choose_length_penalty(self, model: keras.Model, data: Splits) -> dict[str, Any]:
-        """Sets ``data.state["length_penalty"]`` to the choice of the best validation beam BLEU.
-
-        Returns:
-            ``{"length_penalty": chosen, "val_beam_bleu_by_length_penalty": {alpha: BLEU}}``, or ``{}``
-            when ``length_penalty_choices`` is not set.
-        """
-        choices = self.config.length_penalty_choices
-        if not choices:
-            return {}
-        sources, references = self._eval_pairs(data.arrays["val"])
-        bleu = {}
-        for alpha in choices:
-            hypotheses = Translator(model, {**data.state, "length_penalty": float(alpha)}).translate_texts(
-                sources, beam=True)
-            bleu[float(alpha)] = seqapps_metrics.bleu(references, hypotheses)["score"]
-        chosen = max(bleu, key=bleu.get)  # the first of equal scores
-        data.state["length_penalty"] = chosen
-        return {"length_penalty": chosen,
-                "val_beam_bleu_by_length_penalty": {str(alpha): score for alpha, score in bleu.items()}}
-
     # --- export -----------------------------------------------------------------------------
 
-    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
+    def serving_module(self, model: keras.Model, config: TranslationConfig, data: Splits) -> ServingModule:
+        """``serving_default`` (greedy), ``beam`` and every other strategy of ``seqapps.generation.STRATEGIES``,
+        and ``align``; the module owns both vocabularies (asset files) and the ``<unk>`` replacements."""
         translator = Translator(model, data.state)
-        # tracked with the model, so the export saves them: the vocabularies as assets, the replacements inline
-        model.translation_vocabularies = [translator.source_lookup, translator.generator.lookup,
-                                          translator.replacements]
         text = {"text": tf.TensorSpec([None], tf.string, name="text")}
         example = {"text": np.array(["In the beginning God created the heavens and the earth.", ""], dtype=object)}
-        return {
-            "serving_default": Signature(inputs=text, example=example, run=translator.greedy),
-            "beam": Signature(inputs=text, example=example, run=translator.beam),
-            "align": Signature(inputs=text, example=example, run=translator.align),
-        }
+        signatures = strategy_signatures(translator.generator, translator.generate, translator.preprocess,
+                                         data.state, text, example, ("translation", "translations"))
+        signatures["align"] = Signature(inputs=text, example=example, run=translator.align,
+                                        preprocess=translator.preprocess)
+        return ServingModule(model, signatures, resources={
+            "source_vocabulary": translator.source_lookup, "target_vocabulary": translator.generator.lookup,
+            "unknown_replacements": translator.replacements})
 
     def limits(self, config: TranslationConfig, data: Splits) -> Limits:
         return Limits(max_batch_size=256, max_string_bytes=100_000, max_generated_length=config.max_decode_length,
@@ -579,10 +453,11 @@ class Translation(Pipeline):
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray], signature: str = "serving_default",
                           given: Sequence[str] = ()) -> tuple[str, Any]:
-        """Each source text with its translation: the greedy one and its score, the beam's n-best
-        list (``beam``), or, per translated word, the source word it attends to most (``align``)."""
+        """Each source text with its translation: the greedy one (or another strategy's) and its score, the
+        n-best list (``beam``, or a strategy's ``translations``), or, per translated word, the source word it
+        attends to most (``align``)."""
         sources = [predictions.text(value) for value in inputs["text"]]
-        if signature == "beam":
+        if "translations" in outputs:
             return predictions.ranked_rows(list(map(predictions.quoted, sources)), sources, outputs["translations"],
                                            outputs["scores"], "translation", "translations")
         translations = [predictions.text(value) for value in outputs["translation"]]
@@ -618,6 +493,12 @@ def _alignments(sources: list[str], translations: list[str], outputs: dict[str, 
     return "\n".join(lines), {"rows": rows}
 
 
+def _eval_pairs(config: TranslationConfig, pairs: pair_data.Pairs) -> tuple[list[str], list[str]]:
+    """The first ``max_eval_pairs`` sources and their references, tokenised as the model's words."""
+    count = min(len(pairs), config.max_eval_pairs or len(pairs))
+    return pairs.sources[:count], [TOKENIZER.join(TOKENIZER.tokenize(t)) for t in pairs.targets[:count]]
+
+
 def _vocabularies(state: dict[str, Any]) -> tuple[text_data.Vocabulary, text_data.Vocabulary]:
     """The source and target vocabularies of the pipeline state."""
     return tuple(text_data.Vocabulary(state[key], [0] * len(state[key])) for key in VOCABULARY_KEYS)
@@ -633,10 +514,11 @@ def _bleu_chrf(references: list[str], hypotheses: list[str], prefix: str) -> dic
 
 
 class Translator(tf.Module):
-    """The trained model as in-graph translation functions: strings in, strings out.
+    """The trained model as in-graph translation: strings in, strings out, with any decoding strategy.
 
     The encoder is the Keras model's source side; decoding runs its ``AttentionDecoder``, output layer and
-    ``LexiconBias`` (when the model has one) through ``WordGenerator``. The vocabularies are asset files
+    ``LexiconBias`` (when the model has one) through ``seqapps.generation.Generator``, which collects the
+    attention that ``align`` returns and the ``<unk>`` replacement reads. The vocabularies are asset files
     read by ``tf.lookup`` tables; the ``<unk>`` replacements are an inline ``StaticHashTable``.
 
     Args:
@@ -647,7 +529,7 @@ class Translator(tf.Module):
     def __init__(self, model: keras.Model, state: dict[str, Any]) -> None:
         super().__init__(name="translator")
         self.source_lookup, target_lookup = (vocabulary.lookup(name=key) for vocabulary, key in zip(
-            _vocabularies(state), ("source_vocabulary", "target_vocabulary")))
+            _vocabularies(state), VOCABULARY_KEYS))
         self.max_length = int(state["max_length"])
         self.max_decode_length = int(state["max_decode_length"])
         self.replace_unknown = bool(state["replace_unknown"])
@@ -660,11 +542,14 @@ class Translator(tf.Module):
                                                            model.get_layer("source_mask").output,
                                                            *(layer.output for layer in bridges)])
         lexicon = next((layer for layer in model.layers if layer.name == "lexicon"), None)
-        self.generator = WordGenerator(model.get_layer("decoder"), model.get_layer("output"), target_lookup,
-                                       TOKENIZER, START_ID, END_ID, int(state["beam_size"]),
-                                       float(state["length_penalty"]), lexicon)
+        self.generator = Generator(model.get_layer("decoder"), model.get_layer("output"), target_lookup, TOKENIZER,
+                                   START_ID, END_ID, lexicon)
 
-    def _encode(self, text: tf.Tensor) -> dict[str, Any]:
+    def preprocess(self, inputs: dict[str, tf.Tensor]) -> dict[str, Any]:
+        """The raw ``text [batch]`` of a request, encoded (``encode``)."""
+        return self.encode(inputs["text"])
+
+    def encode(self, text: tf.Tensor) -> dict[str, Any]:
         """Source words (cut to ``max_length``; ``""`` pads), their count, and the decoder's start state.
 
         The ids get one ``END_ID`` pad column more than the words, so an all-empty batch still has one
@@ -678,56 +563,41 @@ class Translator(tf.Module):
         return {"words": words, "lengths": tf.cast(tokens.row_lengths(), tf.int32),
                 "state": {"rnn": list(rnn_state), "memory": memory, "memory_mask": mask, "source_ids": ids}}
 
-    def _limit(self, lengths: tf.Tensor) -> tf.Tensor:
-        """Decode at most twice the longest source plus 10 words, and never over ``max_decode_length``."""
-        return tf.minimum(self.max_decode_length, 2 * tf.reduce_max(tf.concat([lengths, [0]], 0)) + 10)
+    def generate(self, source: dict[str, Any], strategy: DecodingStrategy, attention: bool = False) -> Generation:
+        """Translates an encoded batch: at most twice the longest source plus 10 words, never over
+        ``max_decode_length``; an empty source translates to no words.
 
-    def _words(self, source: dict[str, Any], ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """Output words (``""`` after the end, and for an empty source) with ``<unk>`` replaced, when
-        configured, by the lexicon's translation of the most attended source word, or by that word
-        (Luong et al. 2015), and the attention weights."""
-        weights = self.generator.attention(source["state"], ids)
-        words = self.generator.words(ids)
+        With ``replace_unknown``, a ``<unk>`` output becomes the lexicon's translation of the source word it
+        attended to most, or that word itself (Luong et al. 2015).
+
+        Args:
+            source: ``encode``'s batch.
+            strategy: the decoding strategy.
+            attention: collect the attention weights (always collected with ``replace_unknown``).
+        """
+        limit = tf.minimum(self.max_decode_length, 2 * tf.reduce_max(tf.concat([source["lengths"], [0]], 0)) + 10)
+        found = self.generator.generate(source["state"], strategy, limit, attention or self.replace_unknown)
+        words = self.generator.words(found.ids)
         if self.replace_unknown:
-            attended = tf.gather(source["words"], tf.argmax(weights, axis=-1, output_type=tf.int32), batch_dims=1)
+            source_words = tf.repeat(source["words"][:, None, :], tf.shape(found.ids)[1], axis=1)
+            attended = tf.gather(source_words, tf.argmax(found.attention, axis=-1, output_type=tf.int32),
+                                 batch_dims=2)
             translated = self.replacements.lookup(attended)
             replacement = tf.where(translated != "", translated, attended)
-            words = tf.where((ids == 0) & (attended != "") & (words != ""), replacement, words)
-        return tf.where(source["lengths"][:, None] > 0, words, ""), weights
+            words = tf.where((found.ids == 0) & (attended != "") & (words != ""), replacement, words)
+        valid = source["lengths"] > 0
+        return Generation(found, tf.where(valid[:, None, None], words, ""), valid)
 
-    def greedy(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        """``text [batch]`` -> ``translation [batch]`` and ``score``: the log-probability per output token."""
-        source = self._encode(inputs["text"])
-        ids, log_probs, lengths = self.generator.greedy(source["state"], self._limit(source["lengths"]))
-        words, _ = self._words(source, ids)
-        score = tf.where(source["lengths"] > 0, log_probs / tf.cast(lengths, tf.float32), 0.0)
-        return {"translation": self.generator.text(words), "score": score}
-
-    def beam(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        """``text [batch]`` -> ``translations [batch, beam_size]`` (best first) and their beam ``scores``."""
-        source = self._encode(inputs["text"])
-        ids, scores = self.generator.beam(source["state"], self._limit(source["lengths"]))
-        words, _ = self._words(self.generator.repeat(source), ids)
-        texts = tf.reshape(self.generator.text(words), tf.shape(scores))
-        return {"translations": texts, "scores": tf.where(source["lengths"][:, None] > 0, scores, 0.0)}
-
-    def align(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        """``text [batch]`` -> the greedy ``translation``, ``source_tokens [batch, S]``, ``target_tokens
+    def align(self, source: dict[str, Any]) -> dict[str, tf.Tensor]:
+        """An encoded batch -> the greedy ``translation``, ``source_tokens [batch, S]``, ``target_tokens
         [batch, T]`` (padded with "") and ``attention [batch, T, S]`` (zero outside the tokens)."""
-        source = self._encode(inputs["text"])
-        ids, _, _ = self.generator.greedy(source["state"], self._limit(source["lengths"]))
-        words, weights = self._words(source, ids)
+        found = self.generate(source, GreedySearch(), attention=True)
+        words, weights = found.words[:, 0], found.hypotheses.attention[:, 0]
         source_words = source["words"][:, :-1]
         real = tf.cast((words != "")[:, :, None] & (source_words != "")[:, None, :], weights.dtype)
-        return {"translation": self.generator.text(words), "source_tokens": source_words, "target_tokens": words,
+        return {"translation": self.generator.texts(words), "source_tokens": source_words, "target_tokens": words,
                 "attention": weights[:, :, :-1] * real}
 
-    def translate_texts(self, texts: Sequence[str], beam: bool = False, batch_size: int = 64) -> list[str]:
-        """Translates Python strings (greedy, or the best beam) in batches, for evaluation."""
-        run = tf.function(self.beam if beam else self.greedy, reduce_retracing=True)
-        found = []
-        for start in range(0, len(texts), batch_size):
-            outputs = run({"text": tf.constant(list(texts[start: start + batch_size]))})
-            column = outputs["translations"][:, 0] if beam else outputs["translation"]
-            found.extend(value.decode("utf-8") for value in column.numpy())
-        return found
+    def translate_texts(self, texts: Sequence[str], strategy: DecodingStrategy) -> list[str]:
+        """Translates Python strings with ``strategy`` (its best hypothesis), for evaluation."""
+        return generate_texts(self.generator, self.generate, strategy, texts, preprocess=self.encode)

@@ -1,8 +1,11 @@
-"""Forecasting baselines a forecaster would use instead of an RNN: ridge regression and Holt-Winters.
+"""Baselines a practitioner would use instead of an RNN.
 
-Both follow the protocol of the forecasting pipelines: hyperparameters are chosen on
-the validation split, the final fit sees the training and validation splits only, and
-forecasts are made from every test origin for the whole horizon.
+Forecasting: ridge regression and Holt-Winters. Both follow the protocol of the forecasting
+pipelines: hyperparameters are chosen on the validation split, the final fit sees the training
+and validation splits only, and forecasts are made from every test origin for the whole horizon.
+
+Translation: word-by-word lexical translation with IBM Model 1 (``LexicalTranslator``), whose
+table is also the lexicon bias of the translation model.
 """
 from __future__ import annotations
 
@@ -10,9 +13,12 @@ import dataclasses
 import functools
 import operator
 import warnings
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from seqapps.data.text import Vocabulary
 
 RIDGE_ALPHAS = tuple(np.logspace(-4, 3, 15))
 
@@ -226,3 +232,114 @@ def holt_winters(series: np.ndarray, fit_end: int, origins: np.ndarray, horizon:
     steps = np.arange(1, horizon + 1)
     season_index = origins[:, None] + steps[None, :] - period * ((steps[None, :] - 1) // period + 1)
     return level[origins][:, None] + season[season_index]
+
+
+NULL = "<null>"  # the empty source word of IBM Model 1, which absorbs target words with no source word
+
+
+@dataclasses.dataclass
+class LexicalTranslator:
+    """Word-by-word translation: each source word becomes its likeliest target word under IBM Model 1.
+
+    IBM Model 1 (Brown et al. 1993) estimates ``t(target word | source word)`` by EM over the training
+    pairs, every target word aligned to one source word or to ``NULL``. ``translate`` writes, for each
+    source word, the target word of highest ``t``; unseen source words are copied (names, numbers).
+    ``lexicon`` gives the ``top_k`` likeliest translations of every vocabulary word as id and
+    probability arrays, the table of the model's lexicon bias (``LexiconBias``).
+
+    Attributes:
+        translations: source word -> its ``top_k`` likeliest ``(target word, t)``, likeliest first.
+    """
+
+    translations: dict[str, list[tuple[str, float]]]
+
+    @functools.cached_property
+    def table(self) -> dict[str, str]:
+        """Source word -> its likeliest target word."""
+        return {word: found[0][0] for word, found in self.translations.items()}
+
+    @classmethod
+    def fit(cls, sources: Sequence[Sequence[str]], targets: Sequence[Sequence[str]],
+            iterations: int = 5, top_k: int = 1) -> "LexicalTranslator":
+        """Runs EM for IBM Model 1 from uniform translation probabilities.
+
+        Args:
+            sources, targets: the training pairs as token lists.
+            iterations: EM iterations (5 is the usual number; the likelihood rises monotonically).
+            top_k: translations kept per source word.
+
+        Returns:
+            The translator.
+        """
+        source_words = sorted({word for sentence in sources for word in sentence} | {NULL})
+        target_words = sorted({word for sentence in targets for word in sentence})
+        source_index = {word: i for i, word in enumerate(source_words)}
+        target_index = {word: i for i, word in enumerate(target_words)}
+        # Every (source position, target position) link of every pair, as flat arrays: a target
+        # position's links share one ``position`` id, over which its alignment posterior is normalised.
+        link_source, link_target, link_position, offset = [], [], [], 0
+        for source, target in zip(sources, targets):
+            if not target:
+                continue
+            s = np.array([source_index[NULL]] + [source_index[w] for w in source], "int64")
+            t = np.array([target_index[w] for w in target], "int64")
+            link_source.append(np.tile(s, len(t)))
+            link_target.append(np.repeat(t, len(s)))
+            link_position.append(np.repeat(np.arange(offset, offset + len(t)), len(s)))
+            offset += len(t)
+        link_source, link_target = np.concatenate(link_source), np.concatenate(link_target)
+        link_position = np.concatenate(link_position)
+        pair_ids, link_pair = np.unique(link_source * len(target_words) + link_target, return_inverse=True)
+        pair_source, pair_target = pair_ids // len(target_words), pair_ids % len(target_words)
+        probs = np.full(len(pair_ids), 1.0 / len(target_words))
+        for _ in range(iterations):
+            link_probs = probs[link_pair]
+            posterior = link_probs / np.bincount(link_position, link_probs)[link_position]
+            expected = np.bincount(link_pair, posterior, minlength=len(pair_ids))
+            probs = expected / np.bincount(pair_source, expected, minlength=len(source_words))[pair_source]
+        order = np.lexsort((-probs, pair_source))  # by source word, likeliest target first
+        starts = np.r_[True, pair_source[order][1:] != pair_source[order][:-1]]
+        rank = np.arange(len(order)) - np.maximum.accumulate(np.where(starts, np.arange(len(order)), 0))
+        translations: dict[str, list[tuple[str, float]]] = {}
+        for pair in order[rank < top_k]:
+            word = source_words[pair_source[pair]]
+            if word != NULL:
+                translations.setdefault(word, []).append((target_words[pair_target[pair]], float(probs[pair])))
+        return cls(translations)
+
+    def lexicon(self, source_vocab: Vocabulary, target_vocab: Vocabulary,
+                top_k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``top_k`` likeliest target ids of every source vocabulary word, for ``LexiconBias``.
+
+        Target words outside the vocabulary count as ``<unk>`` (their probabilities add up); words
+        without translations (the special tokens, ``<unk>``) get empty rows.
+
+        Args:
+            source_vocab, target_vocab: the model's vocabularies.
+            top_k: entries per source word.
+
+        Returns:
+            ``(ids, probs)``: int32 and float32 ``[len(source_vocab), top_k]``, likeliest first, unused
+            entries with probability 0.
+        """
+        ids = np.zeros((len(source_vocab), top_k), "int32")
+        probs = np.zeros((len(source_vocab), top_k), "float32")
+        for row, word in enumerate(source_vocab.tokens):
+            merged: dict[int, float] = {}
+            for target, prob in self.translations.get(word, []):
+                merged[target_vocab.id(target)] = merged.get(target_vocab.id(target), 0.0) + prob
+            best = sorted(merged.items(), key=lambda item: -item[1])[:top_k]
+            ids[row, : len(best)] = [target for target, _ in best]
+            probs[row, : len(best)] = [prob for _, prob in best]
+        return ids, probs
+
+    def translate(self, tokens: Sequence[str]) -> list[str]:
+        """Translates a token list word by word (unseen words are copied).
+
+        Args:
+            tokens: the source tokens.
+
+        Returns:
+            One target token per source token.
+        """
+        return [self.table.get(token, token) for token in tokens]

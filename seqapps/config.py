@@ -22,6 +22,10 @@ PRESETS = ("tiny", "default", "full")
 #: Training modes of ``seqapps.layers.hierarchical_rnn.DecoupledHRNN``.
 HRNN_MODES = ("hrnn", "gr_hrnn", "decoupled", "mr_hrnn")
 HRNN_CELLS = ("lstm", "gru")
+#: Choices of ``Seq2SeqConfig``, as ``seqapps.layers.attention_decoder`` and ``BatchNCE`` name them.
+SEQ2SEQ_CELLS = ("lstm", "gru")
+SEQ2SEQ_ATTENTIONS = ("bahdanau", "luong", "none")
+SEQ2SEQ_OUTPUTS = ("softmax", "bnce")
 
 
 @dataclasses.dataclass
@@ -120,6 +124,53 @@ class HRNNConfig(TrainingConfig):
         if isinstance(self.periods, list):
             return list(self.periods)
         return [self.periods] * (len(self.units) - 1)
+
+
+@dataclasses.dataclass
+class Seq2SeqConfig(TrainingConfig):
+    """Settings of the attending decoder and its generator, shared by the encoder-decoder pipelines.
+
+    A pipeline config subclasses it, may give the fields other defaults, and narrows a choice by
+    overriding ``CHOICES`` (translation's lexicon needs attention, so it has no ``"none"``).
+
+    Attributes:
+        cell: "lstm" or "gru".
+        embedding_dim: the target word embedding size.
+        units: decoder units (``seqapps.layers.attention_decoder.AttentionDecoder``).
+        attention: "bahdanau" (additive), "luong" (dot product) or "none".
+        dropout: dropout on the embeddings and the attentional hidden state.
+        output: "softmax" or "bnce" (the output layer's training criterion; evaluation and serving
+            use the full softmax).
+        log_z: the fixed log normaliser of B-NCE.
+        extra_noise: extra unigram noise words per batch for B-NCE.
+        beam_size: hypotheses kept by the ``beam`` signature and the beam evaluation.
+        length_penalty: alpha of the GNMT length penalty of beam search.
+    """
+
+    cell: str = "lstm"
+    embedding_dim: int = 64
+    units: int = 128
+    attention: str = "bahdanau"
+    dropout: float = 0.1
+    output: str = "softmax"
+    log_z: float = 5.0
+    extra_noise: int = 0
+    beam_size: int = 3
+    length_penalty: float = 0.6
+
+    #: field -> its allowed values
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "cell": SEQ2SEQ_CELLS, "attention": SEQ2SEQ_ATTENTIONS, "output": SEQ2SEQ_OUTPUTS}
+
+    def validate(self) -> None:
+        super().validate()
+        for name, choices in self.CHOICES.items():
+            require(getattr(self, name) in choices, name, getattr(self, name), f"one of {', '.join(choices)}")
+        for name in ("embedding_dim", "units", "beam_size"):
+            require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
+        require(0 <= self.dropout < 1, "dropout", self.dropout, "a number in [0, 1)")
+        require(self.extra_noise >= 0, "extra_noise", self.extra_noise, "an integer >= 0")
+        require(self.length_penalty >= 0, "length_penalty", self.length_penalty, "a number >= 0")
 
 
 def require(condition: bool, field: str, value: Any, expected: str) -> None:

@@ -1,9 +1,13 @@
+import collections
+import random
+
 import numpy as np
 import pytest
 from sklearn.linear_model import Ridge
 from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
-from seqapps.baselines import Moments, fit_ridge, holt_winters
+from seqapps.baselines import NULL, LexicalTranslator, Moments, fit_ridge, holt_winters
+from seqapps.data.text import Vocabulary
 
 # The moments path (float64 x'x, an eigendecomposition) and scikit-learn's (float64 Cholesky on the
 # centred rows) solve the same equations in a different order: on these well-conditioned problems
@@ -100,3 +104,53 @@ def test_fit_ridge_rejects_batches_of_the_wrong_length_and_blocks_that_leave_not
         fit_ridge(batches_of(x, y, 8), 20, 11)
     with pytest.raises(ValueError, match="cross-fitting block 1 of 2 and its gaps of 15 rows cover all 30 rows"):
         fit_ridge(batches_of(x, y, 8), 20, 10, folds=2, gap=15)
+
+
+def _ibm1_reference(sources, targets, iterations):
+    """IBM Model 1 EM written as the textbook's nested loops (Koehn 2010, fig. 4.3), with a NULL word."""
+    target_vocab = {word for sentence in targets for word in sentence}
+    t = collections.defaultdict(lambda: 1.0 / len(target_vocab))
+    for _ in range(iterations):
+        count, total = collections.defaultdict(float), collections.defaultdict(float)
+        for source, target in zip(sources, targets):
+            source = [NULL, *source]
+            for f in target:
+                norm = sum(t[(f, e)] for e in source)
+                for e in source:
+                    count[(f, e)] += t[(f, e)] / norm
+                    total[e] += t[(f, e)] / norm
+        t = collections.defaultdict(float, {(f, e): c / total[e] for (f, e), c in count.items()})
+    best = {}
+    for (f, e), p in sorted(t.items()):
+        if e != NULL and p > best.get(e, ("", -1.0))[1]:
+            best[e] = (f, p)
+    return {e: f for e, (f, _) in best.items()}
+
+
+def test_ibm1_learns_the_textbook_example():
+    # Koehn (2010) section 4.2: "das Haus", "das Buch", "ein Buch"; EM links each word to its translation.
+    translator = LexicalTranslator.fit([["the", "house"], ["the", "book"], ["a", "book"]],
+                                       [["das", "haus"], ["das", "buch"], ["ein", "buch"]], iterations=10)
+    assert translator.table == {"the": "das", "house": "haus", "book": "buch", "a": "ein"}
+    assert translator.translate(["a", "house", "moses"]) == ["ein", "haus", "moses"]  # unseen words are copied
+
+
+def test_ibm1_lexicon_table_gives_vocabulary_ids_with_unknown_targets_merged():
+    translator = LexicalTranslator.fit([["the", "house"], ["the", "book"], ["a", "book"]],
+                                       [["das", "haus"], ["das", "buch"], ["ein", "buch"]], iterations=10, top_k=3)
+    t = {word: dict(found) for word, found in translator.translations.items()}
+    source_vocab = Vocabulary(["<unk>", "</s>", "<s>", "the", "house", "book"], [0] * 6)  # "a" is unknown
+    target_vocab = Vocabulary(["<unk>", "</s>", "<s>", "das", "buch"], [0] * 5)  # "haus", "ein" are unknown
+    ids, probs = translator.lexicon(source_vocab, target_vocab, top_k=2)
+    assert ids.shape == probs.shape == (6, 2) and not probs[:3].any()  # no translations of the special tokens
+    assert ids[4].tolist() == [0, 3]  # house: haus (as <unk>), then das; it never met "buch"
+    np.testing.assert_allclose(probs[4], [t["house"]["haus"], t["house"]["das"]], rtol=1e-6)
+    assert ids[5, 0] == 4 and probs[5, 0] == pytest.approx(t["book"]["buch"], rel=1e-6)
+    assert probs[5, 1] == pytest.approx(max(t["book"]["ein"], t["book"]["das"]), rel=1e-6)
+
+
+def test_ibm1_matches_the_nested_loop_reference_on_random_pairs():
+    rng = random.Random(0)
+    sources = [[f"s{rng.randrange(12)}" for _ in range(rng.randint(1, 6))] for _ in range(60)]
+    targets = [[f"t{rng.randrange(15)}" for _ in range(rng.randint(1, 6))] for _ in range(60)]
+    assert LexicalTranslator.fit(sources, targets, iterations=4).table == _ibm1_reference(sources, targets, 4)

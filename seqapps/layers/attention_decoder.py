@@ -6,10 +6,7 @@ initial state given by the encoder, attends over the encoder's memory (source wo
 feature-map grid) and combines the RNN output with its context vector into the attentional hidden
 state ``tanh(W [h; c])`` that an output layer (``BatchNCE``) turns into word scores. The same
 weights run over whole target sequences (teacher forcing) and one step at a time (``step``, for
-``seqapps.layers.decoding``).
-
-``WordGenerator`` wraps a trained decoder, its output layer and the target vocabulary's lookup into
-in-graph greedy and beam search from an encoder's state, with the words of the result as strings.
+``seqapps.layers.decoding``; ``seqapps.generation.Generator`` decodes with it).
 """
 from __future__ import annotations
 
@@ -17,8 +14,6 @@ from typing import Any
 
 import keras
 import tensorflow as tf
-
-from seqapps.layers import decoding
 
 CELLS = {"lstm": keras.layers.LSTM, "gru": keras.layers.GRU}
 ATTENTIONS = ("bahdanau", "luong", "none")
@@ -162,7 +157,7 @@ class AttentionDecoder(keras.layers.Layer):
             ids: int ``[n]``, the previous words.
             state: ``{"rnn": [...], "memory": [n, S, units]}`` and optionally ``"memory_mask": [n, S]``
                 (other entries are passed through).
-            return_attention: also return the attention weights ``[n, S]`` (needs attention).
+            return_attention: also return the attention weights ``[n, S]`` (zeros without attention).
 
         Returns:
             ``(hidden [n, units], new state)`` with the same structure (and the attention weights).
@@ -170,7 +165,10 @@ class AttentionDecoder(keras.layers.Layer):
         output, rnn_state = self.rnn.cell(self.embedding(ids), list(state["rnn"]), training=False)
         hidden, weights = self._hidden(output[:, None, :], state["memory"], state.get("memory_mask"), False)
         new_state = {**state, "rnn": list(rnn_state)}
-        return (hidden[:, 0, :], new_state, weights[:, 0, :]) if return_attention else (hidden[:, 0, :], new_state)
+        if not return_attention:
+            return hidden[:, 0, :], new_state
+        weights = tf.zeros_like(state["memory"][..., 0]) if weights is None else weights[:, 0, :]
+        return hidden[:, 0, :], new_state, weights
 
     def compute_mask(self, inputs: Any, mask: Any = None) -> None:
         return None
@@ -189,85 +187,3 @@ class AttentionDecoder(keras.layers.Layer):
         config.update({"vocab_size": self.vocab_size, "embedding_dim": self.embedding_dim, "units": self.units,
                        "cell": self.cell_type, "attention": self.attention_type, "dropout": self.dropout})
         return config
-
-
-class WordGenerator(tf.Module):
-    """Greedy and beam search over an ``AttentionDecoder`` and its output layer, in the graph.
-
-    Args:
-        decoder: the trained decoder.
-        output: the output layer: ``output(hidden [n, 1, H])`` gives log-probabilities ``[n, 1, V]``
-            (``BatchNCE`` called without targets).
-        lookup: the target vocabulary's in-graph lookup (``Vocabulary.lookup()``), for ``words``.
-        tokenizer: the target side's ``seqapps.data.text.Tokenizer``, for ``text``.
-        start_id, end_id: the ids that start and end a word sequence (``end_id`` also pads).
-        beam_size: hypotheses kept by ``beam``.
-        length_penalty: alpha of the GNMT length penalty of ``beam``.
-        lexicon: optional ``seqapps.layers.lexicon.LexiconBias`` whose bias under each step's attention
-            is added to the output's logits; the decoder state then holds the source ids as ``"source_ids"``.
-    """
-
-    def __init__(self, decoder: AttentionDecoder, output: keras.layers.Layer, lookup: tf.Module, tokenizer: Any,
-                 start_id: int, end_id: int, beam_size: int = 4, length_penalty: float = 0.0,
-                 lexicon: keras.layers.Layer | None = None) -> None:
-        super().__init__(name="word_generator")
-        self.decoder, self.output, self.lookup, self.tokenizer = decoder, output, lookup, tokenizer
-        self.start_id, self.end_id = int(start_id), int(end_id)
-        self.beam_size, self.length_penalty = int(beam_size), float(length_penalty)
-        self.lexicon = lexicon
-
-    def _step(self, ids: tf.Tensor, state: dict[str, Any], step: tf.Tensor) -> tuple[tf.Tensor, dict[str, Any]]:
-        if self.lexicon is None:
-            hidden, state = self.decoder.step(ids, state)
-            return self.output(hidden[:, None, :])[:, 0, :], state
-        hidden, state, weights = self.decoder.step(ids, state, return_attention=True)
-        bias = self.lexicon({"attention": weights[:, None, :], "source_ids": state["source_ids"]})
-        return self.output(hidden[:, None, :], logit_bias=bias)[:, 0, :], state
-
-    def _start(self, state: dict[str, Any]) -> tf.Tensor:
-        return tf.fill([tf.shape(state["memory"])[0]], self.start_id)
-
-    def greedy(self, state: dict[str, Any], max_length: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """Greedy search from the decoder state ``{"rnn", "memory", "memory_mask"}``.
-
-        Returns:
-            ``(ids [n, T], log_probs [n], lengths [n])``: a length counts the words and the end token
-            (``T`` when no end was reached).
-        """
-        ids, log_probs = decoding.greedy_search(self._step, self._start(state), state, max_length, self.end_id)
-        return ids, log_probs, self.lengths(ids)
-
-    def beam(self, state: dict[str, Any], max_length: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """Beam search: ``(ids [n * beam_size, T], scores [n, beam_size])``, best first per row."""
-        ids, scores = decoding.beam_search(self._step, self._start(state), state, self.beam_size, max_length,
-                                           self.end_id, self.length_penalty)
-        return tf.reshape(ids, [-1, tf.shape(ids)[-1]]), scores
-
-    def repeat(self, tensors: Any) -> Any:
-        """Repeats every row ``beam_size`` times, to pair a batch with its flattened beams."""
-        return tf.nest.map_structure(lambda tensor: tf.repeat(tensor, self.beam_size, axis=0), tensors)
-
-    def keep(self, ids: tf.Tensor) -> tf.Tensor:
-        """True for the words before the first end token."""
-        return (tf.cumsum(tf.cast(ids == self.end_id, tf.int32), axis=1, exclusive=True) == 0) & (ids != self.end_id)
-
-    def lengths(self, ids: tf.Tensor) -> tf.Tensor:
-        """Words plus the end token, at most ``T``."""
-        return tf.minimum(tf.reduce_sum(tf.cast(self.keep(ids), tf.int32), axis=1) + 1, tf.shape(ids)[1])
-
-    def attention(self, state: dict[str, Any], ids: tf.Tensor) -> tf.Tensor:
-        """Attention weights ``[n, T, S]`` of the decoder reading ``<start> ids[:, :-1]`` (teacher forcing)."""
-        given = tf.concat([tf.fill([tf.shape(ids)[0], 1], self.start_id), ids[:, :-1]], axis=1)
-        inputs = {"ids": given, "memory": state["memory"], "state": state["rnn"]}
-        if "memory_mask" in state:
-            inputs["memory_mask"] = state["memory_mask"]
-        _, weights = self.decoder(inputs, training=False, return_attention=True)
-        return weights
-
-    def words(self, ids: tf.Tensor) -> tf.Tensor:
-        """The words of ``ids [n, T]``, ``""`` from the end token on."""
-        return tf.where(self.keep(ids), self.lookup.tokens(ids), "")
-
-    def text(self, words: tf.Tensor) -> tf.Tensor:
-        """Joins the non-empty words of each row into one string."""
-        return self.tokenizer.tf_join(tf.ragged.boolean_mask(words, words != ""))

@@ -1,20 +1,27 @@
-"""In-graph decoding for generative models: greedy search, sampling and beam search.
+"""In-graph decoding for generative models: one loop, and strategies that choose the tokens.
 
-Every decoder drives a step function in one ``tf.while_loop`` of core TensorFlow
-ops (no tensorflow-addons, no ``GatherTree``), so it traces inside a
-``tf.function`` and runs from a SavedModel in a process that imports only
-TensorFlow. ``max_length`` may be a Python int or an int32 tensor.
+``dynamic_decode`` drives a step function in one ``tf.while_loop`` of core TensorFlow ops
+(no tensorflow-addons, no ``GatherTree``), so it traces inside a ``tf.function`` and runs
+from a SavedModel in a process that imports only TensorFlow. A ``DecodingStrategy`` decides,
+at every step, each hypothesis' next token and the hypothesis it extends (its parent):
+``GreedySearch``, ``Sampling`` (temperature, top-k, top-p) and ``BeamSearch`` (GNMT length
+penalty). The loop reorders the state, the token histories and the attention history by
+the parents, as OpenNMT-tf ``opennmt/utils/decoding.py`` does; a new decoding method is one
+subclass. ``greedy_search``, ``sample`` and ``beam_search`` are the strategies' functional
+forms. ``max_length`` may be a Python int or an int32 tensor.
 
 The step function::
 
-    step_fn(ids, state, step) -> (logits, new_state)
-        ids:    int32 [n], the tokens fed at this step
-        state:  a nested structure of [n, ...] tensors
-        step:   int32 scalar, 0 for the first generated token
-        logits: float [n, V], scores of the next token
+    step_fn(ids, state, step) -> (logits, new_state)            or, collecting attention,
+    step_fn(ids, state, step) -> (logits, new_state, attention)
+        ids:       int32 [n], the tokens fed at this step
+        state:     a nested structure of [n, ...] tensors
+        step:      int32 scalar, 0 for the first generated token
+        logits:    float [n, V], scores of the next token
+        attention: float [n, S], the step's attention weights over a memory of S positions
 
-``n`` is the batch for ``greedy_search`` and ``sample`` and batch x beam_size
-for ``beam_search``.
+``n`` is batch x hypotheses: row ``b * H + k`` is hypothesis k of batch row b (``H`` is the
+strategy's ``hypotheses``: 1 for greedy search and sampling, the beam size for beam search).
 
 Output conventions:
 
@@ -29,23 +36,263 @@ Output conventions:
 - Log-probabilities are natural logs under the model's distribution
   ``log_softmax(logits)`` (before temperature, top-k or top-p), summed over the
   tokens up to and including the first ``end_id``.
-
-Decoding strategies as in OpenNMT-tf ``opennmt/utils/decoding.py``; the beam
-search keeps whole token histories and reorders them, and the state, with
-``tf.gather`` on the parent beam indices.
+- The attention history holds, for every generated token, the weights of the step that
+  chose it; it is reordered with the hypotheses, so it belongs to the returned sequences.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import dataclasses
+from typing import Any, Callable, ClassVar, Mapping
 
 import tensorflow as tf
 
-StepFn = Callable[[tf.Tensor, Any, tf.Tensor], tuple[tf.Tensor, Any]]
+StepFn = Callable[[tf.Tensor, Any, tf.Tensor], tuple]
+
+
+@dataclasses.dataclass
+class Hypotheses:
+    """What ``dynamic_decode`` found, best first per batch row.
+
+    Attributes:
+        ids: int32 ``[batch, H, T]``, the generated tokens.
+        scores: float32 ``[batch, H]``, the strategy's ranking scores (beam search: the
+            log-probabilities divided by the length penalty; otherwise the log-probabilities).
+        log_probs: float32 ``[batch, H]``, the summed log-probabilities.
+        lengths: int32 ``[batch, H]``, tokens up to and including the first end token.
+        attention: float32 ``[batch, H, T, S]``, each token's attention weights, or None when
+            the step function gives none.
+    """
+
+    ids: tf.Tensor
+    scores: tf.Tensor
+    log_probs: tf.Tensor
+    lengths: tf.Tensor
+    attention: tf.Tensor | None = None
+
+
+class DecodingStrategy:
+    """Chooses every hypothesis' next token and the hypothesis it extends; subclass to add a method.
+
+    A subclass sets ``hypotheses`` (per batch row) and implements ``step``. Serving signatures
+    build a strategy per request with ``from_request`` (``seqapps.generation.STRATEGIES``):
+    ``request_inputs`` names the per-row inputs the signature adds for it, each with an example value.
+    """
+
+    hypotheses: int = 1
+    #: input name -> (dtype, example value) of the per-row inputs a serving signature adds
+    request_inputs: ClassVar[dict[str, tuple[tf.DType, Any]]] = {}
+
+    @classmethod
+    def from_request(cls, settings: Mapping[str, Any], inputs: Mapping[str, tf.Tensor]) -> "DecodingStrategy":
+        """The strategy a serving signature decodes with.
+
+        Args:
+            settings: the export's decoding settings (``beam_size``, ``length_penalty``, ...).
+            inputs: the request's raw inputs, ``request_inputs`` among them.
+        """
+        return cls()
+
+    def initial_log_probs(self, batch: tf.Tensor) -> tf.Tensor:
+        """float32 ``[batch, H]``: the starting log-probability of each hypothesis (default 0)."""
+        return tf.zeros([batch, self.hypotheses])
+
+    def step(self, step: tf.Tensor, logits: tf.Tensor, log_probs: tf.Tensor, totals: tf.Tensor,
+             lengths: tf.Tensor, finished: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Chooses the next tokens.
+
+        Args:
+            step: int32 scalar, 0 for the first generated token.
+            logits: float32 ``[batch, H, V]``, the step function's logits.
+            log_probs: float32 ``[batch, H, V]``, ``log_softmax(logits)``, except that a finished
+                hypothesis' row is 0 at the end token and -inf elsewhere (its one continuation).
+            totals: float32 ``[batch, H, V]``, each extension's summed log-probability.
+            lengths: int32 ``[batch, H]``, each hypothesis' length once extended.
+            finished: bool ``[batch, H]``, the hypotheses that have ended.
+
+        Returns:
+            ``(parents, tokens)``: int32 ``[batch, H]``, the hypothesis each new one extends and its token.
+        """
+        raise NotImplementedError
+
+    def scores(self, log_probs: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
+        """float32 ``[batch, H]``: the final ranking scores (default: the log-probabilities)."""
+        return log_probs
+
+
+def _one_per_row(tokens: tf.Tensor, log_probs: tf.Tensor, finished: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """``(parents, tokens)`` of a one-hypothesis strategy: each row extends itself, and a finished row
+    takes its one continuation, the end token (the only finite entry of its ``log_probs``)."""
+    tokens = tf.where(finished, tf.argmax(log_probs, axis=-1, output_type=tf.int32), tokens)
+    return tf.zeros_like(tokens), tokens
+
+
+class GreedySearch(DecodingStrategy):
+    """Takes the likeliest token at every step (ties: the lowest id)."""
+
+    def step(self, step: tf.Tensor, logits: tf.Tensor, log_probs: tf.Tensor, totals: tf.Tensor,
+             lengths: tf.Tensor, finished: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return _one_per_row(tf.argmax(logits, axis=-1, output_type=tf.int32), log_probs, finished)
+
+
+class Sampling(DecodingStrategy):
+    """Samples every token from the tempered, truncated distribution.
+
+    At each step the logits are divided by ``temperature``, restricted to the
+    ``top_k`` likeliest tokens, then to the smallest set of likeliest tokens whose
+    probability (renormalised after top-k) reaches ``top_p`` (the nucleus; tokens
+    tied with the last one kept are kept too), and one token is drawn.
+    ``temperature``, ``top_k`` and ``top_p`` are scalars or per-row ``[batch]``
+    values. A row with ``temperature <= 0`` takes the argmax, as ``GreedySearch``.
+
+    Args:
+        temperature: > 0 to sample (1: the model's distribution), <= 0 for the argmax.
+        top_k: keep only the k likeliest tokens (0: all).
+        top_p: keep the nucleus of this probability mass (1: all).
+        seed: None draws fresh randomness on every call; an int makes the draws a
+            function of ``(seed, step)`` (stateless ops), so runs repeat exactly.
+    """
+
+    def __init__(self, temperature: float | tf.Tensor = 1.0, top_k: int | tf.Tensor = 0,
+                 top_p: float | tf.Tensor = 1.0, seed: int | None = None) -> None:
+        self.temperature, self.top_k, self.top_p, self.seed = temperature, top_k, top_p, seed
+
+    def step(self, step: tf.Tensor, logits: tf.Tensor, log_probs: tf.Tensor, totals: tf.Tensor,
+             lengths: tf.Tensor, finished: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        logits = logits[:, 0, :]
+        rows = tf.shape(logits)[0]
+        temp = _per_row(self.temperature, tf.float32, rows)
+        filtered = logits / tf.where(temp > 0, temp, 1.0)[:, None]
+        if not (isinstance(self.top_k, int) and self.top_k == 0):  # a filter runs only where some row asks for it
+            filtered = _top_k_filter(filtered, _per_row(self.top_k, tf.int32, rows))
+        if not (isinstance(self.top_p, (int, float)) and self.top_p >= 1):
+            p = _per_row(self.top_p, tf.float32, rows)
+            filtered = tf.cond(tf.reduce_any(p < 1), lambda: _top_p_filter(filtered, p), lambda: filtered)
+        if self.seed is None:
+            drawn = tf.random.categorical(filtered, 1, dtype=tf.int32)[:, 0]
+        else:
+            drawn = tf.random.stateless_categorical(
+                filtered, 1, seed=tf.stack([tf.constant(self.seed, tf.int32), step]), dtype=tf.int32)[:, 0]
+        chosen = tf.where(temp > 0, drawn, tf.argmax(logits, axis=-1, output_type=tf.int32))
+        return _one_per_row(chosen[:, None], log_probs, finished)
+
+
+class BeamSearch(DecodingStrategy):
+    """Keeps the ``beam_size`` best hypotheses per row at every step.
+
+    A hypothesis' score is its summed log-probability divided by
+    ``((5 + length) / 6) ** length_penalty`` (GNMT; 0 means no normalisation).
+    Each step ranks the extensions of the alive hypotheses together with the
+    finished ones, which stay in the beam unchanged (their only continuation is
+    the end token at no cost). Slots that no hypothesis can fill (fewer distinct
+    sequences than beams) score ``-inf``.
+
+    Args:
+        beam_size: hypotheses kept per row (a Python int >= 1).
+        length_penalty: alpha of the GNMT length penalty (>= 0).
+
+    Raises:
+        ValueError: a beam size below 1 or a negative length penalty.
+    """
+
+    def __init__(self, beam_size: int, length_penalty: float = 0.0) -> None:
+        if int(beam_size) != beam_size or beam_size < 1:
+            raise ValueError(f"beam_size must be an integer >= 1, got {beam_size!r}")
+        if length_penalty < 0:
+            raise ValueError(f"length_penalty must be >= 0, got {length_penalty!r}")
+        self.hypotheses, self.length_penalty = int(beam_size), float(length_penalty)
+
+    @classmethod
+    def from_request(cls, settings: Mapping[str, Any], inputs: Mapping[str, tf.Tensor]) -> "BeamSearch":
+        return cls(int(settings["beam_size"]), float(settings["length_penalty"]))
+
+    def initial_log_probs(self, batch: tf.Tensor) -> tf.Tensor:
+        first = tf.concat([tf.zeros([1]), tf.fill([self.hypotheses - 1], float("-inf"))], axis=0)  # one start
+        return tf.tile(first[None], [batch, 1])
+
+    def _penalty(self, lengths: tf.Tensor) -> tf.Tensor:
+        return ((5.0 + tf.cast(lengths, tf.float32)) / 6.0) ** self.length_penalty
+
+    def step(self, step: tf.Tensor, logits: tf.Tensor, log_probs: tf.Tensor, totals: tf.Tensor,
+             lengths: tf.Tensor, finished: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        batch, vocab = tf.shape(totals)[0], tf.shape(totals)[2]
+        scores = totals / self._penalty(lengths)[..., None]
+        best = tf.math.top_k(tf.reshape(scores, [batch, self.hypotheses * vocab]), k=self.hypotheses)
+        return best.indices // vocab, best.indices % vocab
+
+    def scores(self, log_probs: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
+        return log_probs / self._penalty(lengths)
+
+
+def dynamic_decode(step_fn: StepFn, strategy: DecodingStrategy, start_ids: tf.Tensor, initial_state: Any,
+                   max_length: int | tf.Tensor, end_id: int,
+                   attention_size: int | tf.Tensor | None = None) -> Hypotheses:
+    """Decodes with ``strategy`` until ``max_length`` tokens or until every hypothesis has ended.
+
+    Args:
+        step_fn: ``(ids, state, step) -> (logits, new_state[, attention])`` over ``batch * H`` rows,
+            see the module docstring.
+        strategy: chooses the tokens.
+        start_ids: int32 ``[batch]``, the first tokens fed.
+        initial_state: nested ``[batch, ...]`` tensors (repeated for each hypothesis).
+        max_length: the most tokens generated per sequence.
+        end_id: the token that ends a sequence.
+        attention_size: the memory length S when ``step_fn`` returns attention weights to collect
+            (None: it returns none).
+
+    Returns:
+        The hypotheses, best first per row.
+    """
+    hypotheses = strategy.hypotheses
+    start_ids = tf.convert_to_tensor(start_ids, tf.int32)
+    batch = tf.shape(start_ids)[0]
+    max_length = tf.convert_to_tensor(max_length, tf.int32)
+    collect = attention_size is not None
+
+    def body(step, ids, state, log_probs, lengths, finished, sequences, history):
+        logits, state, *attention = step_fn(ids, state, step)
+        logits = tf.cast(logits, tf.float32)
+        vocab = tf.shape(logits)[-1]
+        logits = tf.reshape(logits, [batch, hypotheses, vocab])
+        step_log_probs = tf.nn.log_softmax(logits)
+        only_end = tf.where(tf.range(vocab) == end_id, 0.0, float("-inf"))  # a finished hypothesis' continuation
+        step_log_probs = tf.where(finished[..., None], only_end, step_log_probs)
+        totals = log_probs[..., None] + step_log_probs
+        new_lengths = lengths + tf.cast(~finished, tf.int32)
+        parents, tokens = strategy.step(step, logits, step_log_probs, totals, new_lengths, finished)
+        log_probs = tf.gather(tf.reshape(totals, [batch, -1]), parents * vocab + tokens, batch_dims=1)
+        lengths = tf.gather(new_lengths, parents, batch_dims=1)
+        finished = tf.gather(finished, parents, batch_dims=1) | (tokens == end_id)
+        sequences = tf.concat([tf.gather(sequences, parents, batch_dims=1), tokens[..., None]], axis=2)
+        if collect:
+            weights = tf.reshape(tf.cast(attention[0], tf.float32), [batch, hypotheses, 1, -1])  # the parents'
+            history = tf.gather(tf.concat([history, weights], axis=2), parents, batch_dims=1)
+        flat_parents = tf.reshape(parents + tf.range(batch)[:, None] * hypotheses, [-1])
+        state = tf.nest.map_structure(lambda s: tf.gather(s, flat_parents), state)
+        return step + 1, tf.reshape(tokens, [-1]), state, log_probs, lengths, finished, sequences, history
+
+    history = tf.zeros([batch, hypotheses, 0, attention_size if collect else 0])
+    loop_vars = (tf.constant(0), tf.repeat(start_ids, hypotheses),
+                 tf.nest.map_structure(lambda s: tf.repeat(s, hypotheses, axis=0), initial_state),
+                 strategy.initial_log_probs(batch), tf.zeros([batch, hypotheses], tf.int32),
+                 tf.zeros([batch, hypotheses], tf.bool), tf.zeros([batch, hypotheses, 0], tf.int32), history)
+    invariants = (*tf.nest.map_structure(_any_rows, loop_vars[:-2]), tf.TensorShape([None, hypotheses, None]),
+                  tf.TensorShape([None, hypotheses, None, None]))
+    _, _, _, log_probs, lengths, _, sequences, history = tf.while_loop(
+        lambda step, *rest: (step < max_length) & ~tf.reduce_all(rest[4]), body, loop_vars,
+        shape_invariants=invariants)
+    scores = strategy.scores(log_probs, lengths)
+    order = tf.argsort(scores, axis=1, direction="DESCENDING", stable=True)
+
+    def best_first(value: tf.Tensor) -> tf.Tensor:
+        return tf.gather(value, order, batch_dims=1)
+
+    return Hypotheses(best_first(sequences), best_first(scores), best_first(log_probs), best_first(lengths),
+                      best_first(history) if collect else None)
 
 
 def greedy_search(step_fn: StepFn, start_ids: tf.Tensor, initial_state: Any, max_length: int | tf.Tensor,
                   end_id: int) -> tuple[tf.Tensor, tf.Tensor]:
-    """Decodes by taking the likeliest token at every step (ties: the lowest id).
+    """``dynamic_decode`` with ``GreedySearch``: ``(ids [batch, T], log_probs [batch])``, ``T <= max_length``.
 
     Args:
         step_fn: ``(ids, state, step) -> (logits, new_state)``, see the module docstring.
@@ -53,126 +300,37 @@ def greedy_search(step_fn: StepFn, start_ids: tf.Tensor, initial_state: Any, max
         initial_state: nested ``[batch, ...]`` tensors.
         max_length: the most tokens generated per sequence.
         end_id: the token that ends a sequence.
-
-    Returns:
-        ``(ids, log_probs)``: int32 ``[batch, T]`` with ``T <= max_length``, and float32 ``[batch]``.
     """
-    return _decode(step_fn, start_ids, initial_state, max_length, end_id,
-                   lambda logits, step: tf.argmax(logits, axis=-1, output_type=tf.int32))
+    found = dynamic_decode(step_fn, GreedySearch(), start_ids, initial_state, max_length, end_id)
+    return found.ids[:, 0], found.log_probs[:, 0]
 
 
 def sample(step_fn: StepFn, start_ids: tf.Tensor, initial_state: Any, max_length: int | tf.Tensor, end_id: int,
            temperature: float | tf.Tensor = 1.0, top_k: int | tf.Tensor = 0, top_p: float | tf.Tensor = 1.0,
            seed: int | None = None) -> tuple[tf.Tensor, tf.Tensor]:
-    """Decodes by sampling every token from the tempered, truncated distribution.
-
-    At each step the logits are divided by ``temperature``, restricted to the
-    ``top_k`` likeliest tokens, then to the smallest set of likeliest tokens whose
-    probability (renormalised after top-k) reaches ``top_p`` (the nucleus; tokens
-    tied with the last one kept are kept too), and one token is drawn.
-    ``temperature``, ``top_k`` and ``top_p`` are scalars or per-row ``[batch]``
-    values. A row with ``temperature <= 0`` takes the argmax, as ``greedy_search``.
+    """``dynamic_decode`` with ``Sampling``: ``(ids [batch, T], log_probs [batch])`` as ``greedy_search``.
 
     Args:
         step_fn, start_ids, initial_state, max_length, end_id: as ``greedy_search``.
-        temperature: > 0 to sample (1: the model's distribution), <= 0 for the argmax.
-        top_k: keep only the k likeliest tokens (0: all).
-        top_p: keep the nucleus of this probability mass (1: all).
-        seed: None draws fresh randomness on every call; an int makes the draws a
-            function of ``(seed, step)`` (stateless ops), so runs repeat exactly.
-
-    Returns:
-        ``(ids, log_probs)`` as ``greedy_search``.
+        temperature, top_k, top_p, seed: as ``Sampling``.
     """
-
-    def choose(logits: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
-        rows = tf.shape(logits)[0]
-        temp = _per_row(temperature, tf.float32, rows)
-        filtered = logits / tf.where(temp > 0, temp, 1.0)[:, None]
-        if not (isinstance(top_k, int) and top_k == 0):  # a filter runs only where some row asks for it
-            filtered = _top_k_filter(filtered, _per_row(top_k, tf.int32, rows))
-        if not (isinstance(top_p, (int, float)) and top_p >= 1):
-            p = _per_row(top_p, tf.float32, rows)
-            filtered = tf.cond(tf.reduce_any(p < 1), lambda: _top_p_filter(filtered, p), lambda: filtered)
-        if seed is None:
-            drawn = tf.random.categorical(filtered, 1, dtype=tf.int32)[:, 0]
-        else:
-            drawn = tf.random.stateless_categorical(filtered, 1, seed=tf.stack([tf.constant(seed, tf.int32), step]),
-                                                    dtype=tf.int32)[:, 0]
-        return tf.where(temp > 0, drawn, tf.argmax(logits, axis=-1, output_type=tf.int32))
-
-    return _decode(step_fn, start_ids, initial_state, max_length, end_id, choose)
+    found = dynamic_decode(step_fn, Sampling(temperature, top_k, top_p, seed), start_ids, initial_state,
+                           max_length, end_id)
+    return found.ids[:, 0], found.log_probs[:, 0]
 
 
 def beam_search(step_fn: StepFn, start_ids: tf.Tensor, initial_state: Any, beam_size: int,
                 max_length: int | tf.Tensor, end_id: int, length_penalty: float = 0.0) -> tuple[tf.Tensor, tf.Tensor]:
-    """Keeps the ``beam_size`` best hypotheses per row at every step.
-
-    A hypothesis' score is its summed log-probability divided by
-    ``((5 + length) / 6) ** length_penalty`` (GNMT; 0 means no normalisation).
-    Each step ranks the extensions of the alive hypotheses together with the
-    finished ones, which stay in the beam unchanged (their only continuation is
-    ``end_id`` at no cost). The loop ends at ``max_length`` or when every beam has
-    finished. Slots that no hypothesis can fill (fewer distinct sequences than
-    beams) score ``-inf``.
+    """``dynamic_decode`` with ``BeamSearch``: ``(ids [batch, beam_size, T], scores [batch, beam_size])``, best first.
 
     Args:
-        step_fn: ``(ids, state, step) -> (logits, new_state)`` over ``batch * beam_size`` rows
-            (row ``b * beam_size + k`` is beam k of batch row b).
-        start_ids: int32 ``[batch]``, the first tokens fed.
-        initial_state: nested ``[batch, ...]`` tensors (repeated for each beam).
-        beam_size: hypotheses kept per row (a Python int >= 1).
-        max_length: the most tokens generated per hypothesis.
-        end_id: the token that ends a hypothesis.
-        length_penalty: alpha of the GNMT length penalty (>= 0).
-
-    Returns:
-        ``(ids, scores)``: int32 ``[batch, beam_size, T]`` and float32 ``[batch, beam_size]``,
-        best first.
+        step_fn: ``(ids, state, step) -> (logits, new_state)`` over ``batch * beam_size`` rows.
+        start_ids, initial_state, max_length, end_id: as ``greedy_search``.
+        beam_size, length_penalty: as ``BeamSearch``.
     """
-    if int(beam_size) != beam_size or beam_size < 1:
-        raise ValueError(f"beam_size must be an integer >= 1, got {beam_size!r}")
-    if length_penalty < 0:
-        raise ValueError(f"length_penalty must be >= 0, got {length_penalty!r}")
-    beam_size = int(beam_size)
-    start_ids = tf.convert_to_tensor(start_ids, tf.int32)
-    batch = tf.shape(start_ids)[0]
-    max_length = tf.convert_to_tensor(max_length, tf.int32)
-
-    def penalty(lengths: tf.Tensor) -> tf.Tensor:
-        return ((5.0 + tf.cast(lengths, tf.float32)) / 6.0) ** length_penalty
-
-    def body(step, ids, state, log_probs, lengths, finished, sequences):
-        logits, state = step_fn(ids, state, step)
-        vocab = tf.shape(logits)[-1]
-        step_log_probs = tf.reshape(tf.nn.log_softmax(tf.cast(logits, tf.float32)), [batch, beam_size, vocab])
-        only_end = tf.where(tf.range(vocab) == end_id, 0.0, float("-inf"))  # a finished beam's one continuation
-        step_log_probs = tf.where(finished[..., None], only_end, step_log_probs)
-        totals = log_probs[..., None] + step_log_probs
-        new_lengths = lengths + tf.cast(~finished, tf.int32)
-        scores = totals / penalty(new_lengths)[..., None]
-        best = tf.math.top_k(tf.reshape(scores, [batch, beam_size * vocab]), k=beam_size)
-        parents, tokens = best.indices // vocab, best.indices % vocab
-        log_probs = tf.gather(tf.reshape(totals, [batch, -1]), best.indices, batch_dims=1)
-        lengths = tf.gather(new_lengths, parents, batch_dims=1)
-        finished = tf.gather(finished, parents, batch_dims=1) | (tokens == end_id)
-        sequences = tf.concat([tf.gather(sequences, parents, batch_dims=1), tokens[..., None]], axis=2)
-        flat_parents = tf.reshape(parents + tf.range(batch)[:, None] * beam_size, [-1])
-        state = tf.nest.map_structure(lambda s: tf.gather(s, flat_parents), state)
-        return step + 1, tf.reshape(tokens, [-1]), state, log_probs, lengths, finished, sequences
-
-    first = tf.concat([tf.zeros([1]), tf.fill([beam_size - 1], float("-inf"))], axis=0)  # one start, not k copies
-    loop_vars = (tf.constant(0), tf.repeat(start_ids, beam_size),
-                 tf.nest.map_structure(lambda s: tf.repeat(s, beam_size, axis=0), initial_state),
-                 tf.tile(first[None], [batch, 1]), tf.zeros([batch, beam_size], tf.int32),
-                 tf.zeros([batch, beam_size], tf.bool), tf.zeros([batch, beam_size, 0], tf.int32))
-    invariants = (*tf.nest.map_structure(_any_rows, loop_vars[:-1]), tf.TensorShape([None, beam_size, None]))
-    _, _, _, log_probs, lengths, _, sequences = tf.while_loop(
-        lambda step, *rest: (step < max_length) & ~tf.reduce_all(rest[4]), body, loop_vars,
-        shape_invariants=invariants)
-    scores = log_probs / penalty(lengths)
-    order = tf.argsort(scores, axis=1, direction="DESCENDING", stable=True)
-    return tf.gather(sequences, order, batch_dims=1), tf.gather(scores, order, batch_dims=1)
+    found = dynamic_decode(step_fn, BeamSearch(beam_size, length_penalty), start_ids, initial_state, max_length,
+                           end_id)
+    return found.ids, found.scores
 
 
 def advance(step_fn: StepFn, ids: tf.Tensor, lengths: tf.Tensor, initial_state: Any) -> Any:
@@ -206,32 +364,6 @@ def advance(step_fn: StepFn, ids: tf.Tensor, lengths: tf.Tensor, initial_state: 
     _, state = tf.while_loop(lambda step, _: step < tf.reduce_max(tf.concat([lengths, [0]], 0)), body,
                              (tf.constant(0), initial_state), shape_invariants=(tf.TensorShape([]), invariants))
     return state
-
-
-def _decode(step_fn: StepFn, start_ids: tf.Tensor, initial_state: Any, max_length: int | tf.Tensor, end_id: int,
-            choose: Callable[[tf.Tensor, tf.Tensor], tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
-    """The one-token-per-row loop shared by greedy search and sampling."""
-    start_ids = tf.convert_to_tensor(start_ids, tf.int32)
-    batch = tf.shape(start_ids)[0]
-    max_length = tf.convert_to_tensor(max_length, tf.int32)
-
-    def body(step, ids, state, log_probs, finished, outputs):
-        logits, state = step_fn(ids, state, step)
-        logits = tf.cast(logits, tf.float32)
-        chosen = choose(logits, step)
-        token_log_probs = tf.gather(tf.nn.log_softmax(logits), chosen, batch_dims=1)
-        log_probs += tf.where(finished, 0.0, token_log_probs)
-        chosen = tf.where(finished, end_id, chosen)
-        outputs = tf.concat([outputs, chosen[:, None]], axis=1)
-        return step + 1, chosen, state, log_probs, finished | (chosen == end_id), outputs
-
-    loop_vars = (tf.constant(0), start_ids, initial_state, tf.zeros([batch]), tf.zeros([batch], tf.bool),
-                 tf.zeros([batch, 0], tf.int32))
-    invariants = (*tf.nest.map_structure(_any_rows, loop_vars[:-1]), tf.TensorShape([None, None]))
-    _, _, _, log_probs, _, ids = tf.while_loop(
-        lambda step, _ids, _state, _lp, finished, _out: (step < max_length) & ~tf.reduce_all(finished),
-        body, loop_vars, shape_invariants=invariants)
-    return ids, log_probs
 
 
 def _any_rows(value: tf.Tensor) -> tf.TensorShape:
