@@ -29,8 +29,9 @@ import tensorflow as tf
 from seqapps.config import HRNNConfig, require
 from seqapps.data import splits as split_rule
 from seqapps.errors import DataError
-from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
 from seqapps.export import Signature
+from seqapps.hrnn import build_hrnn
+from seqapps.layers.hrnn_model import HRNNSequenceModel
 from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
 
 BLANK = 2

@@ -46,10 +46,11 @@ from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
-from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
 from seqapps.export import Signature
 from seqapps.finetuning import (VOCABULARY_CHOICES, VocabularyMap, fine_tuning_vocabulary, transfer_weights,
                                 vocabulary_report)
+from seqapps.hrnn import build_hrnn
+from seqapps.layers.hrnn_model import HRNNSequenceModel
 from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits
 
 CORPORA = {"pydoc": text_data.pydoc_topics, "kjv": text_data.kjv_bible, "wordnet": text_data.wordnet_glosses}

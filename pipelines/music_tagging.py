@@ -1,6 +1,6 @@
 """Music auto-tagging: a convolutional-recurrent network (CRNN, Choi et al. 2017) from waveform to tag names.
 
-Model: log-mel features computed in the graph (``seqapps.data.audio.LogMelSpectrogram``)
+Model: log-mel features computed in the graph (``seqapps.layers.spectrogram.LogMelSpectrogram``)
 over a fixed-length window, standardised per mel band with the train split's statistics
 (a ``Normalization`` layer, saved with the model), SpecAugment-style time and band masks
 while training (``SpecAugment``), 2D convolution blocks (convolution, batch normalisation,
@@ -57,11 +57,11 @@ import tensorflow as tf
 from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import music, samples
 from seqapps.data import splits as split_rule
-from seqapps.data.audio import LogMelSpectrogram, wav_bytes
+from seqapps.data.audio import wav_bytes
 from seqapps.errors import DataError
 from seqapps.finetuning import VocabularyMap, grow_vocabulary, transfer_weights
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
-from seqapps.layers.spectrogram import SpecAugment, TimeStatistics
+from seqapps.layers.spectrogram import LogMelSpectrogram, SpecAugment, TimeStatistics
 from seqapps.metrics import pr_auc, roc_auc
 from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits, row_inputs
 

@@ -31,8 +31,9 @@ from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
 from seqapps.data.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_images, read_image_bytes
 from seqapps.errors import DataError
-from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
 from seqapps.export import Limits, Signature
+from seqapps.hrnn import build_hrnn
+from seqapps.layers.hrnn_model import HRNNSequenceModel
 from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits, row_inputs
 
 CLASSES = 10

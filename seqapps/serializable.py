@@ -14,7 +14,6 @@ from typing import Any
 
 #: Where each registered object lives: module -> names.
 REGISTERED = {
-    "seqapps.data.audio": ("LogMelSpectrogram",),
     "seqapps.layers.attention_decoder": ("AttentionDecoder", "PaddingMask"),
     "seqapps.layers.batch_nce": ("BatchNCE",),
     "seqapps.layers.ctc": ("CTCSpeechModel",),
@@ -22,7 +21,7 @@ REGISTERED = {
     "seqapps.layers.hrnn_model": ("HRNNSequenceModel",),
     "seqapps.layers.lexicon": ("LexiconBias",),
     "seqapps.layers.ngram_context": ("NGramContext",),
-    "seqapps.layers.spectrogram": ("SpecAugment", "TimeStatistics"),
+    "seqapps.layers.spectrogram": ("LogMelSpectrogram", "SpecAugment", "TimeStatistics"),
     "seqapps.layers.time_features": ("CalendarFeatures", "SeasonalDifference", "SeasonalNaive"),
     "seqapps.losses": ("ScaledMeanAbsoluteError", "per_token_training_loss"),
     "seqapps.training": ("SGD", "Adam"),
