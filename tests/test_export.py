@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2
 
-from seqapps import export
+from seqapps import export, serializable
 from seqapps.errors import ExportError
 
 
@@ -88,7 +88,7 @@ def test_export_contents_warmup_and_reload(tmp_path):
     np.testing.assert_array_equal(tf.make_ndarray(sent), np.ones((2, 3, 2), "float32"))
     served = tf.saved_model.load(str(path)).signatures["serving_default"](x=tf.ones((2, 3, 2)))
     np.testing.assert_allclose(served["y"].numpy(), model(np.ones((2, 3, 2), "float32")).numpy(), atol=1e-6)
-    reloaded = keras.saving.load_model(info.keras_model_path)
+    reloaded = serializable.load_model(info.keras_model_path)
     assert json.loads((path / "assets.extra" / "metrics.json").read_text())["metrics"]["mae"] == 1.0
     assert len(reloaded.weights) == len(model.weights)
 
