@@ -29,8 +29,9 @@ import tensorflow as tf
 from seqapps.config import HRNNConfig, require
 from seqapps.data import splits as split_rule
 from seqapps.errors import DataError
-from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
-from seqapps.export import Signature
+from seqapps.export import ServingModule, Signature
+from seqapps.hrnn import build_hrnn
+from seqapps.layers.hrnn_model import HRNNSequenceModel
 from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
 
 BLANK = 2
@@ -127,7 +128,7 @@ class CopyTask(Pipeline):
         splits = {name: copy_sequences(count, config.length, config.string_length, rng)
                   for name, count in [("train", config.train_sequences), ("val", config.val_sequences),
                                       ("test", config.test_sequences)]}
-        state = {"length": config.length, "string_length": config.string_length, "solved_bpc": config.solved_bpc}
+        state = {"length": config.length, "string_length": config.string_length}
         report = {"length": config.length, "string_length": config.string_length,
                   "sequences": {name: int(inputs.shape[0]) for name, (inputs, _) in splits.items()}}
         report[SPLIT_COUNTS] = split_rule.split_counts("sequences", report["sequences"])
@@ -143,7 +144,8 @@ class CopyTask(Pipeline):
     def compile_args(self, config: CopyTaskConfig, data: Splits) -> dict[str, Any]:
         return {"jit_compile": False}  # the lean train_step computes its own loss
 
-    def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+    def evaluate(self, model: keras.Model, config: CopyTaskConfig,
+                 data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
         inputs, targets = data.arrays["test"]
         logits = model.predict(inputs, batch_size=128, verbose=0)
         scored = targets[..., 1] > 0
@@ -152,11 +154,10 @@ class CopyTask(Pipeline):
         nats = -np.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
         bpc = float(nats[scored].mean() / math.log(2))
         accuracy = float((logits.argmax(-1) == labels)[scored].mean())
-        solved = data.state["solved_bpc"]
-        return ({"bpc": bpc, "bit_accuracy": accuracy, "solved": float(bpc < solved)},
+        return ({"bpc": bpc, "bit_accuracy": accuracy, "solved": float(bpc < config.solved_bpc)},
                 {"uniform_bits": {"bpc": 1.0, "bit_accuracy": 0.5, "solved": 0.0}})
 
-    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
+    def serving_module(self, model: keras.Model, config: CopyTaskConfig, data: Splits) -> ServingModule:
         length = data.state["length"]
 
         def serve(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
@@ -175,7 +176,8 @@ class CopyTask(Pipeline):
 
         given = data.arrays["test"][0][:2, : data.state["string_length"]]
         example = {"bits": np.array(["".join(str(b) for b in row) for row in given], dtype=object)}
-        return {"serving_default": Signature({"bits": tf.TensorSpec([None], tf.string)}, example, run=serve)}
+        return ServingModule(model, {"serving_default": Signature({"bits": tf.TensorSpec([None], tf.string)},
+                                                                  example, run=serve)})
 
     def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
         longest = state["length"] // 2

@@ -46,10 +46,11 @@ from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
-from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
-from seqapps.export import Signature
+from seqapps.export import ServingModule, Signature
 from seqapps.finetuning import (VOCABULARY_CHOICES, VocabularyMap, fine_tuning_vocabulary, transfer_weights,
                                 vocabulary_report)
+from seqapps.hrnn import build_hrnn
+from seqapps.layers.hrnn_model import HRNNSequenceModel
 from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits
 
 CORPORA = {"pydoc": text_data.pydoc_topics, "kjv": text_data.kjv_bible, "wordnet": text_data.wordnet_glosses}
@@ -180,7 +181,8 @@ class HRNNCharLM(Pipeline):
     def compile_args(self, config: HRNNCharLMConfig, data: Splits) -> dict[str, Any]:
         return {"jit_compile": False}  # the lean train_step computes its own loss
 
-    def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+    def evaluate(self, model: keras.Model, config: HRNNCharLMConfig,
+                 data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
         from scipy.special import log_softmax
 
         inputs, targets = data.arrays["test"]
@@ -190,12 +192,12 @@ class HRNNCharLM(Pipeline):
         unigram = metrics.unigram_log_probs(data.arrays["train_counts"], labels)
         return ({"bpc": metrics.bits_per_char(model_log_probs)}, {"unigram": {"bpc": metrics.bits_per_char(unigram)}})
 
-    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
+    def serving_module(self, model: keras.Model, config: HRNNCharLMConfig, data: Splits) -> ServingModule:
         size = len(data.state["vocabulary"]["tokens"])
-        model.char_lookup = text_data.Vocabulary(**data.state["vocabulary"]).lookup(name="chars")
+        char_lookup = text_data.Vocabulary(**data.state["vocabulary"]).lookup(name="chars")
 
         def serve(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            ids = model.char_lookup.ids(TOKENIZER.tf_tokenize(START + inputs["text"]))
+            ids = char_lookup.ids(TOKENIZER.tf_tokenize(START + inputs["text"]))
             lengths = tf.cast(ids.row_lengths(), tf.int32)
             dense = ids.to_tensor()
             mask = tf.sequence_mask(lengths, tf.shape(dense)[1])
@@ -207,11 +209,13 @@ class HRNNCharLM(Pipeline):
             bpc = tf.math.divide_no_nan(bits, tf.cast(lengths - 1, tf.float32))
             last = tf.gather(log_probs, lengths - 1, batch_dims=1)
             top = tf.math.top_k(last, k=min(TOP, size))
-            return {"bits_per_character": bpc, "next_chars": model.char_lookup.tokens(top.indices),
+            return {"bits_per_character": bpc, "next_chars": char_lookup.tokens(top.indices),
                     "next_probabilities": tf.exp(top.values)}
 
         example = {"text": np.array(["the value of ", "import"], dtype=object)}
-        return {"serving_default": Signature({"text": tf.TensorSpec([None], tf.string)}, example, run=serve)}
+        return ServingModule(model, {"serving_default": Signature({"text": tf.TensorSpec([None], tf.string)},
+                                                                  example, run=serve)},
+                             resources={"chars": char_lookup})
 
     def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
         if not all(inputs):

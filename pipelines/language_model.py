@@ -64,7 +64,7 @@ from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
-from seqapps.export import Signature
+from seqapps.export import ServingModule, Signature
 from seqapps.finetuning import (VOCABULARY_CHOICES, VocabularyMap, fine_tuning_vocabulary, transfer_weights,
                                 vocabulary_report)
 from seqapps.layers.batch_nce import LOSSES, NOISE_SCOPES, BatchNCE, unigram_distribution
@@ -204,7 +204,6 @@ class LanguageModel(Pipeline):
 
     def load_data(self, config: LanguageModelConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:
-        self.config = config
         corpus = datasets.read_corpus(data_path) if data_path else CORPORA[config.corpus]()
         lines = [TOKENIZER.tokenize(line) for line in corpus.lines]
         if config.max_words is not None:
@@ -285,7 +284,8 @@ class LanguageModel(Pipeline):
 
     # --- evaluation -------------------------------------------------------------------------
 
-    def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+    def evaluate(self, model: keras.Model, config: LanguageModelConfig,
+                 data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
         body = keras.Model(model.inputs[0], model.get_layer("hidden").output)
         output = model.get_layer("output")
 
@@ -302,15 +302,16 @@ class LanguageModel(Pipeline):
                    "ppl_self_normalized": perplexity(np.concatenate(normalized)),
                    "parameters": int(model.count_params()),
                    "vocabulary": len(data.state["vocabulary"]["tokens"])}
-        metrics.update(self.throughput(model, data))
+        metrics.update(self.throughput(model, config, data))
         unigram = unigram_log_probs(data.arrays["train_counts"], data.arrays["test_targets"])
         return metrics, {"unigram": {"ppl_full": perplexity(unigram)}}
 
-    def throughput(self, model: keras.Model, data: Splits) -> dict[str, float]:
+    def throughput(self, model: keras.Model, config: LanguageModelConfig, data: Splits) -> dict[str, float]:
         """Times training steps of a fresh copy of ``model`` (the trained weights are not touched).
 
         Args:
             model: the trained model; its config and compile settings are copied.
+            config: the batch size, window length, optimizer and ``timing_steps``.
             data: the training split.
 
         Returns:
@@ -318,7 +319,6 @@ class LanguageModel(Pipeline):
             training windows, or ``steps_per_epoch`` of them, at that speed; the
             run's ``training.seconds`` also counts validation).
         """
-        config = self.config
         if config.timing_steps == 0:
             return {}
         step = seconds_per_training_step(model, config, self.compile_args(config, data), data.train,
@@ -329,17 +329,17 @@ class LanguageModel(Pipeline):
 
     # --- serving ----------------------------------------------------------------------------
 
-    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
+    def serving_module(self, model: keras.Model, config: LanguageModelConfig, data: Splits) -> ServingModule:
         state = data.state
         vocabulary = text_data.Vocabulary(**state["vocabulary"])
-        model.word_lookup = vocabulary.lookup(name="words")
+        word_lookup = vocabulary.lookup(name="words")
         body = keras.Model(model.inputs[0], model.get_layer("hidden").output)
         output = model.get_layer("output")
         prefix, top_k = state["context"] + 1, min(state["top_k"], len(vocabulary))
         eos_id = vocabulary.id(text_data.END_OF_SENTENCE)
 
         def serve(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            ragged = model.word_lookup.ids(TOKENIZER.tf_tokenize(inputs["text"]))
+            ragged = word_lookup.ids(TOKENIZER.tf_tokenize(inputs["text"]))
             lengths = tf.cast(ragged.row_lengths(), tf.int32)
             ids = ragged.to_tensor(eos_id)
             batch = tf.shape(ids)[0]
@@ -349,14 +349,16 @@ class LanguageModel(Pipeline):
             word_log_probs = tf.gather(log_probs[:, :-1], ids, batch_dims=2) * mask
             total = tf.reduce_sum(word_log_probs, axis=1)
             next_word = tf.math.top_k(tf.gather(log_probs, lengths, batch_dims=1), k=top_k)
-            seen = tf.where(mask > 0, model.word_lookup.tokens(ids), "")
+            seen = tf.where(mask > 0, word_lookup.tokens(ids), "")
             return {"words": seen, "log_probs": word_log_probs,
                     "perplexity": tf.exp(-total / tf.cast(tf.maximum(lengths, 1), total.dtype)),
-                    "next_words": model.word_lookup.tokens(next_word.indices),
+                    "next_words": word_lookup.tokens(next_word.indices),
                     "next_log_probs": next_word.values}
 
         example = {"text": np.array(["the quick brown fox jumps over the lazy dog", ""], dtype=object)}
-        return {"serving_default": Signature({"text": tf.TensorSpec([None], tf.string)}, example, run=serve)}
+        return ServingModule(model, {"serving_default": Signature({"text": tf.TensorSpec([None], tf.string)},
+                                                                  example, run=serve)},
+                             resources={"words": word_lookup})
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray], signature: str = "serving_default",

@@ -1,6 +1,6 @@
 """Music auto-tagging: a convolutional-recurrent network (CRNN, Choi et al. 2017) from waveform to tag names.
 
-Model: log-mel features computed in the graph (``seqapps.data.audio.LogMelSpectrogram``)
+Model: log-mel features computed in the graph (``seqapps.layers.spectrogram.LogMelSpectrogram``)
 over a fixed-length window, standardised per mel band with the train split's statistics
 (a ``Normalization`` layer, saved with the model), SpecAugment-style time and band masks
 while training (``SpecAugment``), 2D convolution blocks (convolution, batch normalisation,
@@ -61,7 +61,7 @@ from seqapps.errors import DataError
 from seqapps.export import Limits, ServingModule, Signature
 from seqapps.finetuning import VocabularyMap, grow_vocabulary, transfer_weights
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
-from seqapps.layers.spectrogram import SpecAugment, TimeStatistics
+from seqapps.layers.spectrogram import LogMelSpectrogram, SpecAugment, TimeStatistics
 from seqapps.metrics import f1_thresholds, precision_recall_at, tagging_report
 from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits, row_inputs
 
@@ -318,7 +318,7 @@ class MusicTagging(Pipeline):
 
     def build_model(self, config: MusicTaggingConfig, data: Splits) -> keras.Model:
         window = data.state["window_samples"]
-        front_end = audio.LogMelSpectrogram(sample_rate=data.state["sample_rate"], n_fft=config.n_fft,
+        front_end = LogMelSpectrogram(sample_rate=data.state["sample_rate"], n_fft=config.n_fft,
                                       hop_length=config.hop_length, n_mels=config.n_mels, name="log_mel")
         inputs = keras.Input((window,), name="waveform")
         frames = front_end.compute_output_shape((None, window))[1]

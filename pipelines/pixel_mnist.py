@@ -31,8 +31,9 @@ from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
 from seqapps.data.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_images, read_image_bytes
 from seqapps.errors import DataError
-from seqapps.layers.hrnn_model import HRNNSequenceModel, build_hrnn
-from seqapps.export import Limits, Signature
+from seqapps.export import Limits, ServingModule, Signature
+from seqapps.hrnn import build_hrnn
+from seqapps.layers.hrnn_model import HRNNSequenceModel
 from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits, row_inputs
 
 CLASSES = 10
@@ -197,7 +198,8 @@ class PixelMnist(Pipeline):
     def compile_args(self, config: PixelMnistConfig, data: Splits) -> dict[str, Any]:
         return {"jit_compile": False}  # the lean train_step computes its own loss
 
-    def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+    def evaluate(self, model: keras.Model, config: PixelMnistConfig,
+                 data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
         from scipy.special import log_softmax
         from sklearn.linear_model import LogisticRegression
 
@@ -213,7 +215,7 @@ class PixelMnist(Pipeline):
             "logistic_regression": {"accuracy": float((regression.predict(pixels[..., 0]) == labels).mean())},
         }
 
-    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
+    def serving_module(self, model: keras.Model, config: PixelMnistConfig, data: Splits) -> ServingModule:
         size = data.state["image_size"]
         order = tf.constant(data.state["order"], tf.int32)
 
@@ -227,7 +229,8 @@ class PixelMnist(Pipeline):
         images = data.arrays["test_images"]
         encoded = [tf.io.encode_png(tf.cast(tf.round(image[..., None]), tf.uint8)).numpy() for image in images]
         example = {"image": np.array(encoded, dtype=object)}
-        return {"serving_default": Signature({"image": tf.TensorSpec([None], tf.string)}, example, run=serve)}
+        return ServingModule(model, {"serving_default": Signature({"image": tf.TensorSpec([None], tf.string)},
+                                                                  example, run=serve)})
 
     def limits(self, config: PixelMnistConfig, data: Splits) -> Limits:
         # The bounds decode_images enforces in the graph, declared so that servers answer 400 before decoding.

@@ -17,10 +17,9 @@ from typing import Any, ClassVar, Collection, Union
 import yaml
 
 from seqapps.errors import ConfigError
+from seqapps.layers import hrnn_modes
 
 PRESETS = ("tiny", "default", "full")
-#: Training modes of ``seqapps.layers.hierarchical_rnn.DecoupledHRNN``.
-HRNN_MODES = ("hrnn", "gr_hrnn", "decoupled", "mr_hrnn")
 HRNN_CELLS = ("lstm", "gru")
 #: Choices of ``Seq2SeqConfig``, as ``seqapps.layers.attention_decoder`` and ``BatchNCE`` name them.
 SEQ2SEQ_CELLS = ("lstm", "gru")
@@ -105,7 +104,7 @@ class HRNNConfig(TrainingConfig):
 
     def validate(self) -> None:
         super().validate()
-        require(self.mode in HRNN_MODES, "mode", self.mode, f"one of {', '.join(HRNN_MODES)}")
+        require(self.mode in hrnn_modes.MODES, "mode", self.mode, f"one of {', '.join(hrnn_modes.MODES)}")
         require(self.cell in HRNN_CELLS, "cell", self.cell, f"one of {', '.join(HRNN_CELLS)}")
         require(len(self.units) >= 2 and min(self.units) >= 1, "units", self.units,
                 "a list of at least two integers >= 1 (one per level)")

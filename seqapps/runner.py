@@ -230,9 +230,9 @@ def finetune(name: str, from_path: str | Path, data_path: str, overrides: tuple[
     data = pipeline.load_data(config, data_path, state=info.state)
 
     def load_model() -> Any:
-        import keras
+        from seqapps import serializable
 
-        return keras.saving.load_model(info.keras_model_path)
+        return serializable.load_model(info.keras_model_path)
 
     key = {"pipeline": name, "config": config.to_dict(), "data": str(Path(data_path).resolve()),
            "from": str(info.path.resolve())}

@@ -1,20 +1,22 @@
-"""Every Keras object the library registers, so that ``.keras`` files load after ``import seqapps``.
+"""Every Keras object the library registers, and ``load_model``, the one way to load a seqapps ``.keras`` file.
 
-``seqapps/__init__.py`` imports this module as soon as Keras is imported (not
-before, so that ``import seqapps`` and the command line stay free of TensorFlow
-until they need it). Importing the modules below registers their objects. A module
-that is itself importing Keras at that moment is still half initialised: it is left
-to finish, and registers its objects then. ``LAYERS`` and ``OTHERS`` are resolved
-on first use; the shared layer test harness runs on every class in ``LAYERS``.
+Each object is registered by its ``keras.saving.register_keras_serializable(package="seqapps")``
+decorator when its module is imported; importing this module imports them all (and TensorFlow).
+Nothing registers them behind the caller's back: code that loads a ``.keras`` file calls
+``load_model`` (or imports this module first), so that the file loads without its pipeline module.
+``LAYERS`` and ``OTHERS`` are resolved on first use; the shared layer test harness runs on every
+class in ``LAYERS``.
 """
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
+
+import keras
 
 #: Where each registered object lives: module -> names.
 REGISTERED = {
-    "seqapps.data.audio": ("LogMelSpectrogram",),
     "seqapps.layers.attention_decoder": ("AttentionDecoder", "PaddingMask"),
     "seqapps.layers.batch_nce": ("BatchNCE",),
     "seqapps.layers.ctc": ("CTCSpeechModel",),
@@ -22,7 +24,7 @@ REGISTERED = {
     "seqapps.layers.hrnn_model": ("HRNNSequenceModel",),
     "seqapps.layers.lexicon": ("LexiconBias",),
     "seqapps.layers.ngram_context": ("NGramContext",),
-    "seqapps.layers.spectrogram": ("SpecAugment", "TimeStatistics"),
+    "seqapps.layers.spectrogram": ("LogMelSpectrogram", "SpecAugment", "TimeStatistics"),
     "seqapps.layers.time_features": ("CalendarFeatures", "SeasonalDifference", "SeasonalNaive"),
     "seqapps.losses": ("ScaledMeanAbsoluteError", "per_token_training_loss"),
     "seqapps.training": ("SGD", "Adam"),
@@ -32,6 +34,18 @@ _MODELS_AND_FUNCTIONS = {"HRNNSequenceModel", "CTCSpeechModel", "ScaledMeanAbsol
 
 for _module in REGISTERED:
     importlib.import_module(_module)
+
+
+def load_model(path: str | Path) -> keras.Model:
+    """Loads a ``.keras`` file that may hold seqapps objects (all of them registered by this module's import).
+
+    Args:
+        path: the file, e.g. an export's ``assets.extra/model.keras`` (``ExportInfo.keras_model_path``).
+
+    Returns:
+        The model, compiled as it was saved.
+    """
+    return keras.saving.load_model(path)
 
 
 def __getattr__(name: str) -> Any:

@@ -23,7 +23,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -33,9 +33,35 @@ import tensorflow as tf
 from seqapps import compat
 from seqapps.config import TrainingConfig
 from seqapps.errors import ConfigError, TrainingError
-from seqapps.pipeline import Pipeline, Splits
 
 STRATEGIES = ("auto", "mirrored", "multiworker")
+
+
+class TrainingData(Protocol):
+    """What the loop reads of a pipeline's splits (``seqapps.pipeline.Splits`` is one).
+
+    The loop knows no pipeline: ``seqapps.pipeline`` imports this module (its default ``fit``),
+    never the other way round.
+
+    Attributes:
+        train, val: ``tf.data.Dataset``s of ``(inputs, targets)``, unbatched.
+    """
+
+    train: tf.data.Dataset
+    val: tf.data.Dataset
+
+
+class ModelMaker(Protocol):
+    """What ``build_and_compile`` calls of a pipeline (``seqapps.pipeline.Pipeline`` is one)."""
+
+    def build_model(self, config: TrainingConfig, data: Any) -> keras.Model:
+        """Returns a new, uncompiled model for ``data``."""
+
+    def adapt_model(self, model: keras.Model, config: TrainingConfig, data: Any) -> keras.Model:
+        """Returns a loaded model fitted to ``data`` (fine-tuning)."""
+
+    def compile_args(self, config: TrainingConfig, data: Any) -> dict[str, Any]:
+        """Returns ``model.compile`` arguments other than the optimizer."""
 
 
 @functools.cache
@@ -268,7 +294,7 @@ class _StopOnNonFiniteLoss(keras.callbacks.Callback):
                                 "lower learning_rate or check the data for extreme values")
 
 
-def batch_datasets(data: Splits, config: TrainingConfig,
+def batch_datasets(data: TrainingData, config: TrainingConfig,
                    first_epoch: int = 0) -> tuple[tf.data.Dataset, tf.data.Dataset, int]:
     """Shuffles and batches the train split for epochs ``first_epoch..epochs-1``, batches the validation split.
 
@@ -308,7 +334,7 @@ def batch_datasets(data: Splits, config: TrainingConfig,
     return train, val, steps
 
 
-def build_and_compile(pipeline: Pipeline, config: TrainingConfig, data: Splits,
+def build_and_compile(pipeline: ModelMaker, config: TrainingConfig, data: TrainingData,
                       strategy: tf.distribute.Strategy,
                       load_model: Callable[[], keras.Model] | None = None) -> keras.Model:
     """Builds (or loads, for fine-tuning) and compiles the model under ``strategy``.
@@ -465,7 +491,7 @@ class _EpochLines(keras.callbacks.Callback):
 PROGRESS = ("none", "bar", "lines")
 
 
-def fit(model: keras.Model, data: Splits, config: TrainingConfig, checkpoint_dir: Path,
+def fit(model: keras.Model, data: TrainingData, config: TrainingConfig, checkpoint_dir: Path,
         progress: str = "none", extra_callbacks: Sequence[keras.callbacks.Callback] = ()) -> dict[str, Any]:
     """Trains ``model`` with the shared callbacks; resumes from ``checkpoint_dir`` if a backup is there.
 

@@ -2,8 +2,8 @@
 
 Each pipeline's tiny export is moved to another folder, reloaded in a process that
 imports only TensorFlow, and every signature is called with its own warm-up request.
-The answers must equal those of the trainable ``model.keras`` (loaded after ``import
-seqapps`` alone, no pipeline module) run through the pipeline's signatures in Keras.
+The answers must equal those of the trainable ``model.keras`` (loaded by
+``seqapps.serializable.load_model`` alone, no pipeline module) run through the pipeline's signatures in Keras.
 """
 import dataclasses
 import shutil
@@ -11,13 +11,12 @@ import subprocess
 import sys
 import textwrap
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2
 
-from seqapps import export_format
+from seqapps import export_format, serializable
 from seqapps.config import resolve_config
 from seqapps.pipeline import REGISTRY
 from tests.export_harness import call_in_tensorflow_only_process
@@ -48,7 +47,7 @@ def test_moved_export_runs_every_signature_like_the_keras_model(tiny_exports, tm
     pipeline = REGISTRY.get(name)()
     config = resolve_config(pipeline.Config, "tiny")
     data = dataclasses.replace(pipeline.load_data(config, None), state=info.state)  # the export's calibrated state
-    signatures = pipeline.serving_module(keras.saving.load_model(info.keras_model_path), config, data).signatures
+    signatures = pipeline.serving_module(serializable.load_model(info.keras_model_path), config, data).signatures
     for (signature_name, inputs), served in zip(calls, answer["outputs"]):
         spec = signatures[signature_name]
         assert all(s.shape[0] is None for s in spec.inputs.values())  # TF Serving's row format works
@@ -63,14 +62,14 @@ def test_moved_export_runs_every_signature_like_the_keras_model(tiny_exports, tm
 
 
 @pytest.mark.parametrize("name", REGISTRY.names())
-def test_keras_file_loads_after_import_seqapps_alone(tiny_exports, name):
+def test_keras_file_loads_with_seqapps_serializable_alone(tiny_exports, name):
     path = export_format.read_export(tiny_exports[name]["export"]).keras_model_path
     script = textwrap.dedent(f"""
         import sys
         import seqapps
         assert "tensorflow" not in sys.modules  # import seqapps stays light
-        import keras
-        model = keras.saving.load_model({str(path)!r})
+        from seqapps import serializable
+        model = serializable.load_model({str(path)!r})
         assert not any(m == "pipelines" or m.startswith("pipelines.") for m in sys.modules), "pipelines imported"
         print(model.count_params())
     """)

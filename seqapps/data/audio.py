@@ -1,4 +1,4 @@
-"""Audio: reading files in Python, decoding WAV bytes in the graph, resampling, and the log-mel front end.
+"""Audio: reading files in Python, decoding WAV bytes in the graph, and resampling.
 
 - ``read_audio`` (training data, ``predict``): WAV, FLAC, OGG/Vorbis and MP3 through
   soundfile (libsndfile), other formats through an audioread backend when one is
@@ -9,21 +9,17 @@
 - ``decode_wav`` (exports): a batch of 16-bit PCM WAV bytes -> a zero-padded mono
   float32 batch and the lengths, resampled in the graph by ``resample_waveform``, a windowed-sinc
   (Kaiser) band-limited interpolator written in core TensorFlow ops.
-- ``LogMelSpectrogram``: the front end inside the model, so training and serving
-  compute the same features (STFT, a mel filterbank built once by librosa and saved as
-  a weight, log with a floor).
 - ``window_starts``, ``cut_windows``, ``window_dataset``: a track cut into fixed-length windows
   (the last one ending at the track's end, a short track zero-padded), in the graph or as a
   ``tf.data`` dataset of training windows.
 
 Non-finite samples: ``read_audio`` raises ``DataError``; 16-bit WAV bytes cannot hold
 them; a float waveform sent to an export should pass ``assert_finite`` (InvalidArgument
-for NaN or Inf), since ``LogMelSpectrogram`` passes NaN through. Silence is valid: its
+for NaN or Inf), since the log-mel front end in the model
+(``seqapps.layers.spectrogram.LogMelSpectrogram``) passes NaN through. Silence is valid: its
 log-mel features are the floor, ``log(log_floor)``.
 
-librosa, soundfile, soxr and audioread are imported only where they are used (librosa
-when a ``LogMelSpectrogram`` builds its filterbank). The first librosa call in a fresh environment compiles
-numba functions and writes them to numba's cache (measured: ~40 s once, ~3 s later).
+soundfile, soxr and audioread are imported only where they are used.
 """
 from __future__ import annotations
 
@@ -31,7 +27,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -273,131 +268,6 @@ def signature_rows(waveforms: list[np.ndarray], sample_rate: int, wav: bool) -> 
 def assert_finite(waveform: tf.Tensor) -> tf.Tensor:
     """Returns ``waveform``, raising InvalidArgument (when run) if it holds NaN or Inf."""
     return tf.debugging.assert_all_finite(waveform, "a waveform holds NaN or Inf samples")
-
-
-# --- The log-mel front end -------------------------------------------------------------------------------------------
-
-
-@keras.saving.register_keras_serializable(package="seqapps")
-class LogMelSpectrogram(keras.layers.Layer):
-    """Log-mel spectrogram of a batch of waveforms, computed in the graph.
-
-    The power spectrogram (``tf.signal.stft`` with a periodic Hann window of
-    ``win_length`` samples, centred in ``n_fft`` as librosa does) is multiplied by a mel
-    filterbank and floored before the natural log: ``log(max(mel_power, log_floor))``.
-    The filterbank (librosa's Slaney mel scale, Slaney area normalisation:
-    ``librosa.filters.mel``) is built once in ``build`` and kept as a non-trainable
-    weight, so it is saved with the model and a SavedModel needs no librosa. With
-    ``center`` (librosa's default) frame ``t`` is centred on sample ``t * hop_length``,
-    the signal being padded with ``n_fft // 2`` zeros (librosa's ``pad_mode="constant"``).
-    The valid frames then equal ``librosa.feature.melspectrogram(power=2)`` of each
-    waveform alone; frames from ``frame_lengths(lengths)`` on are padding to mask.
-
-    Args:
-        sample_rate: the waveform's rate in Hz.
-        n_fft: FFT size in samples.
-        hop_length: samples between frames.
-        win_length: window length (<= n_fft; default n_fft).
-        n_mels: number of mel bands.
-        fmin, fmax: the filterbank's frequency range in Hz (fmax default sample_rate / 2).
-        log_floor: the smallest mel power before the log (silence maps to log(log_floor)).
-        center: centre frames on their sample (True) or start them there (False).
-        **kwargs: base layer arguments (name, dtype, ...).
-
-    Call arguments:
-        inputs: float [batch, samples] waveforms (zero-padded).
-        lengths: optional int [batch] valid samples; samples from there on are set to 0,
-            so the padding does not leak into the last valid frames.
-
-    Returns:
-        float [batch, frames, n_mels], frames = ``frame_lengths(samples)``.
-
-    Example:
-    ```python
-    front_end = LogMelSpectrogram(sample_rate=16000, n_fft=400, hop_length=160, n_mels=80)
-    waveform, lengths = decode_wav(wav_bytes, 16000)
-    features = front_end(waveform, lengths=lengths)        # [batch, frames, 80]
-    mask = tf.sequence_mask(front_end.frame_lengths(lengths), tf.shape(features)[1])
-    ```
-    """
-
-    def __init__(self, sample_rate: int = 16000, n_fft: int = 512, hop_length: int = 160,
-                 win_length: int | None = None, n_mels: int = 80, fmin: float = 0.0, fmax: float | None = None,
-                 log_floor: float = 1e-6, center: bool = True, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        win = n_fft if win_length is None else win_length
-        if not 0 < win <= n_fft or hop_length <= 0 or n_mels <= 0 or log_floor <= 0:
-            raise ValueError(f"LogMelSpectrogram: need 0 < win_length ({win}) <= n_fft ({n_fft}), hop_length > 0, "
-                             f"n_mels > 0 and log_floor > 0")
-        if not 0 <= fmin < (fmax if fmax is not None else sample_rate / 2) <= sample_rate / 2:
-            raise ValueError(f"LogMelSpectrogram: need 0 <= fmin < fmax <= sample_rate / 2, got {fmin}, {fmax}")
-        self.sample_rate = sample_rate
-        self.n_fft = n_fft
-        self.hop_length = hop_length
-        self.win_length = win_length
-        self.n_mels = n_mels
-        self.fmin = fmin
-        self.fmax = fmax
-        self.log_floor = log_floor
-        self.center = center
-
-    @property
-    def _window(self) -> int:
-        return self.n_fft if self.win_length is None else self.win_length
-
-    def build(self, input_shape: Any) -> None:
-        import librosa
-
-        filterbank = librosa.filters.mel(sr=self.sample_rate, n_fft=self.n_fft, n_mels=self.n_mels,
-                                         fmin=self.fmin, fmax=self.fmax)
-        self.mel_filterbank = self.add_weight(
-            name="mel_filterbank", shape=(self.n_fft // 2 + 1, self.n_mels),
-            initializer=keras.initializers.Constant(filterbank.T.astype("float32")), trainable=False,
-            dtype="float32")
-        super().build(input_shape)
-
-    def frame_lengths(self, lengths: Any) -> tf.Tensor:
-        """Valid frames for waveforms of ``lengths`` samples (int32, like librosa's frame count)."""
-        lengths = tf.cast(lengths, tf.int32)
-        if self.center:
-            return 1 + lengths // self.hop_length
-        return tf.maximum(0, 1 + (lengths - self.n_fft) // self.hop_length)
-
-    def call(self, inputs: Any, lengths: Any = None) -> tf.Tensor:
-        waveform = tf.cast(inputs, tf.float32)
-        samples = tf.shape(waveform)[1]
-        if lengths is not None:
-            waveform = tf.where(tf.range(samples)[None, :] < tf.cast(lengths, tf.int32)[:, None], waveform, 0.0)
-        # librosa's frame of n_fft samples holds the window centred; tf.signal.stft's frames are the window itself,
-        # so the signal is shifted by (n_fft - win) // 2 to align them (the FFT magnitude ignores the zero padding).
-        shift = (self.n_fft // 2 if self.center else 0) - (self.n_fft - self._window) // 2
-        if shift >= 0:
-            waveform = tf.pad(waveform, [[0, 0], [shift, self.n_fft]])
-        else:
-            waveform = tf.pad(waveform[:, -shift:], [[0, 0], [0, self.n_fft]])
-        stft = tf.signal.stft(waveform, frame_length=self._window, frame_step=self.hop_length,
-                              fft_length=self.n_fft, window_fn=tf.signal.hann_window, pad_end=False)
-        frames = self.frame_lengths(samples)
-        power = tf.square(tf.abs(stft[:, :frames]))
-        mel = tf.matmul(power, tf.cast(self.mel_filterbank, tf.float32))
-        return tf.cast(tf.math.log(tf.maximum(mel, self.log_floor)), self.compute_dtype)
-
-    def compute_output_shape(self, input_shape: Any) -> tuple:
-        samples = input_shape[1]
-        if samples is None:
-            frames = None
-        elif self.center:
-            frames = 1 + samples // self.hop_length
-        else:
-            frames = max(0, 1 + (samples - self.n_fft) // self.hop_length)
-        return (input_shape[0], frames, self.n_mels)
-
-    def get_config(self) -> dict[str, Any]:
-        config = super().get_config()
-        config.update({"sample_rate": self.sample_rate, "n_fft": self.n_fft, "hop_length": self.hop_length,
-                       "win_length": self.win_length, "n_mels": self.n_mels, "fmin": self.fmin, "fmax": self.fmax,
-                       "log_floor": self.log_floor, "center": self.center})
-        return config
 
 
 # --- Windows of a track ----------------------------------------------------------------------------------------------

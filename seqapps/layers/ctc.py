@@ -23,8 +23,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from seqapps.data.audio import LogMelSpectrogram
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
+from seqapps.layers.spectrogram import LogMelSpectrogram
 
 BLANK = 0
 ENCODERS = ("birnn", "hrnn")

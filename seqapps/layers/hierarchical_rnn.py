@@ -20,9 +20,8 @@ from typing import Any, Callable, Sequence
 import keras
 import tensorflow as tf
 
-from seqapps.config import HRNN_MODES
+from seqapps.layers.hrnn_modes import MODES
 
-MODES = HRNN_MODES
 AUX_LOSSES = ("mse", "categorical_crossentropy")
 
 

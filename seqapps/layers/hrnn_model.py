@@ -8,7 +8,7 @@ BackupAndRestore) trains it unchanged. Targets are per step: ``(batch, T, 2)`` h
 the class id and a loss weight, so a task scores only some steps (the copied bits,
 the last pixel) by giving the others weight 0.
 
-``build_hrnn`` turns a ``seqapps.config.HRNNConfig`` into the layer.
+``seqapps.hrnn.build_hrnn`` turns a pipeline's ``HRNNConfig`` into the layer.
 """
 from __future__ import annotations
 
@@ -17,10 +17,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from seqapps.config import HRNNConfig
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
-
-CELLS = {"lstm": keras.layers.LSTMCell, "gru": keras.layers.GRUCell}
 
 
 def weighted_sparse_crossentropy(y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
@@ -36,26 +33,6 @@ def weighted_sparse_crossentropy(y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Ten
     labels = tf.cast(y_true[..., 0], tf.int32)
     losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=y_pred)
     return losses * tf.cast(y_true[..., 1], y_pred.dtype)
-
-
-def build_hrnn(config: HRNNConfig, output_units: int, aux_loss: str) -> DecoupledHRNN:
-    """Returns the ``DecoupledHRNN`` that ``config`` describes, with a linear head of ``output_units`` logits.
-
-    Args:
-        config: the hierarchy's settings.
-        output_units: classes per step.
-        aux_loss: the level-1 decoder's loss ("mse" or "categorical_crossentropy").
-
-    Returns:
-        An unbuilt layer.
-    """
-    beta = config.beta  # None: the layer's default for the mode
-    if isinstance(beta, list):
-        beta = [float(b) for b in beta] if len(beta) > 1 else float(beta[0])
-    return DecoupledHRNN([CELLS[config.cell](units) for units in config.units], periods=config.period_list(),
-                         mode=config.mode, beta=beta,
-                         aux_hidden_units=config.aux_hidden_units, aux_loss=aux_loss,
-                         output_units=output_units, seed=config.seed, name="hrnn")
 
 
 @keras.saving.register_keras_serializable(package="seqapps")

@@ -12,7 +12,6 @@ import soundfile
 import tensorflow as tf
 
 from seqapps.data.audio import (
-    LogMelSpectrogram,
     assert_finite,
     cut_windows,
     decode_wav,
@@ -24,6 +23,7 @@ from seqapps.data.audio import (
 )
 from seqapps.data.audio import wav_bytes as resampled_wav_bytes
 from seqapps.errors import DataError
+from seqapps.layers.spectrogram import LogMelSpectrogram
 from tests.layers.harness import run_layer_test
 
 RATE = 16000

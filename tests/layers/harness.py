@@ -14,6 +14,8 @@ from typing import Any, Callable
 import keras
 import numpy as np
 
+from seqapps import serializable
+
 
 def _as_inputs(structure: Any) -> Any:
     """Symbolic ``keras.Input``s with the shapes and dtypes of ``structure``."""
@@ -89,7 +91,7 @@ def run_layer_test(
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "model.keras")
         model.save(path)
-        reloaded = keras.saving.load_model(path)
+        reloaded = serializable.load_model(path)
     for actual, wanted in zip(keras.tree.flatten(reloaded(input_data)), expected):
         np.testing.assert_allclose(keras.ops.convert_to_numpy(actual), wanted, atol=atol)
     return layer

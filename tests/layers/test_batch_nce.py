@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from seqapps import serializable
 from seqapps.layers.batch_nce import (
     BatchNCE,
     batch_nce_loss,
@@ -228,7 +229,7 @@ def test_sequence_inputs_and_noise_distribution_survive_save():
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "model.keras")
         model.save(path)
-        reloaded = keras.saving.load_model(path)
+        reloaded = serializable.load_model(path)
     np.testing.assert_allclose(reloaded.layers[-1].noise_probs.numpy(), probs, rtol=1e-6)
     np.testing.assert_allclose(reloaded.predict([hidden, targets], verbose=0), model([hidden, targets]), atol=1e-5)
 

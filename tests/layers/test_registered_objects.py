@@ -1,5 +1,12 @@
-"""Every registered Keras object of the library goes through the shared harness or a round trip."""
+"""Every registered Keras object of the library goes through the shared harness or a round trip.
+
+Registration is explicit: ``import seqapps`` registers nothing, ``import seqapps.serializable`` registers
+everything, and ``seqapps.serializable.load_model`` reads a ``.keras`` file with no other import.
+"""
 import json
+import subprocess
+import sys
+import textwrap
 
 import keras
 import numpy as np
@@ -22,6 +29,29 @@ TESTED_ELSEWHERE = {"BatchNCE", "DecoupledHRNN", "CalendarFeatures", "SeasonalNa
 def test_every_registered_layer_is_covered():
     covered = TESTED_ELSEWHERE | {"NGramContext", "SeasonalDifference"}
     assert {layer.__name__ for layer in serializable.LAYERS} == covered
+
+
+def test_import_seqapps_registers_nothing_and_load_model_needs_no_other_import(tmp_path):
+    path = tmp_path / "ngram.keras"
+    keras.Sequential([keras.Input((5, 3)), NGramContext(order=2)]).save(path)
+    script = textwrap.dedent(f"""
+        import json, sys
+        import seqapps
+        light = "tensorflow" not in sys.modules
+        import keras
+        hidden = keras.saving.get_registered_object("seqapps>NGramContext")
+        from seqapps import serializable
+        model = serializable.load_model({str(path)!r})
+        missing = [name for names in serializable.REGISTERED.values() for name in names
+                   if keras.saving.get_registered_object("seqapps>" + name) is None]
+        print(json.dumps({{"light": light, "hidden": hidden is not None, "missing": missing,
+                          "layer": type(model.layers[-1]).__name__,
+                          "pipelines": sorted(m for m in sys.modules if m.split(".")[0] == "pipelines")}}))
+    """)
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert json.loads(completed.stdout.strip().splitlines()[-1]) == {
+        "light": True, "hidden": False, "missing": [], "layer": "NGramContext", "pipelines": []}
 
 
 def test_ngram_context_concatenates_windows_of_order_minus_one_words():

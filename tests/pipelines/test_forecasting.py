@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from sklearn.linear_model import Ridge
 
-from seqapps import baselines, cli, runner, training
+from seqapps import baselines, cli, runner, serializable, training
 from seqapps.data import datasets
 from seqapps.pipeline import REGISTRY
 
@@ -519,7 +519,7 @@ def test_shrinkage_is_chosen_on_a_first_fit_that_did_not_train_on_validation_and
     np.testing.assert_array_equal(weights, expected)
     np.testing.assert_array_equal(final.get_layer("shrinkage").get_weights()[0], weights.astype("float32"))
     # The export (plain TensorFlow) serves base + w x the final fit's correction.
-    saved = keras.saving.load_model(read_export(result["export"]).keras_model_path)
+    saved = serializable.load_model(read_export(result["export"]).keras_model_path)
     inputs = next(iter(val))
     shrunk = saved(inputs).numpy().mean(axis=1)
     saved.get_layer("shrinkage").set_weights([np.ones_like(weights, "float32")])

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from pipelines.hrnn_char_lm import HRNNCharLM, weighted_windows
+from seqapps import serializable
 from seqapps.config import resolve_config
 from seqapps.data import text as text_data
 from seqapps.pipeline import VOCABULARIES
@@ -102,7 +103,7 @@ def test_a_fine_tuned_export_scores_text_with_a_new_character(lm_run, tmp_path, 
     chars = info.state["vocabulary"]["tokens"]
     assert text_data.Vocabulary.read(info.path / "assets" / "chars.txt").tokens == chars
     # the graph reads ñ as its new id: its cost of the text is the Keras model's from those ids
-    model = keras.saving.load_model(info.keras_model_path)
+    model = serializable.load_model(info.keras_model_path)
     ids = np.array([[chars.index(c) for c in "\nel señor"]], "int32")
     log_probs = np.log(keras.ops.convert_to_numpy(keras.ops.softmax(model(ids), axis=-1)))[0]
     expected = -np.mean(log_probs[np.arange(ids.shape[1] - 1), ids[0, 1:]]) / np.log(2)

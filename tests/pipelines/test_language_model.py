@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pipelines import language_model
-from seqapps import cli, runner
+from seqapps import cli, runner, serializable
 from seqapps.config import resolve_config
 from seqapps.data import samples
 from seqapps.data import text as text_data
@@ -123,7 +123,7 @@ def test_fine_tuning_adds_the_new_words_and_keeps_the_old_rows(lm_export, tmp_pa
     assert (counts[len(old):] > 0).all() and (np.diff(counts[len(old):]) <= 0).all()
     facts = data.report[VOCABULARIES]["words"]
     assert facts["added"] == added and facts["size"] == len(words) and 0 <= facts["oov_rate"] < 1
-    loaded = keras.saving.load_model(info.keras_model_path)
+    loaded = serializable.load_model(info.keras_model_path)
     exported = weights_by_path(loaded)
     grown = pipeline.adapt_model(loaded, config, data)
     new = weights_by_path(grown)
@@ -142,7 +142,7 @@ def test_fine_tuning_adds_the_new_words_and_keeps_the_old_rows(lm_export, tmp_pa
     _, kept = sample_fine_tuning(pipeline, lm_export["export"], tmp_path, "vocabulary=keep")
     assert kept.state["vocabulary"]["tokens"] == old and kept.report["train_oov_rate"] > 0
     assert kept.report[VOCABULARIES]["words"]["added"] == []
-    loaded = keras.saving.load_model(info.keras_model_path)
+    loaded = serializable.load_model(info.keras_model_path)
     assert pipeline.adapt_model(loaded, config, kept) is loaded
 
 

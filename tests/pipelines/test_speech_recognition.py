@@ -11,6 +11,7 @@ import soundfile
 import tensorflow as tf
 
 from pipelines.speech_recognition import SpeechRecognition
+from seqapps import serializable
 from seqapps.config import resolve_config
 from seqapps.data import speech
 from seqapps.errors import DataError
@@ -166,7 +167,7 @@ def test_finetune_on_a_new_character_grows_the_export_to_emit_it(capsys, speech_
     assert chars == [*old_chars, "é"] and answer["data"][VOCABULARIES]["characters"]["added"] == ["é"]
     # the serving graph's character table holds the new character
     assert chars in _graph_string_constants(grown.path) and chars not in _graph_string_constants(copy)
-    model = keras.saving.load_model(grown.keras_model_path)
+    model = serializable.load_model(grown.keras_model_path)
     assert model.num_classes == model.logits_layer.units == len(old_chars) + 1
 
 

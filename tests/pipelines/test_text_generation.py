@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from pipelines import text_generation
-from seqapps import cli, runner
+from seqapps import cli, runner, serializable
 from seqapps.config import resolve_config
 from seqapps.data import text as text_data
 from seqapps.export_format import read_export, read_limits
@@ -77,7 +77,7 @@ def test_export_rejects_prompts_and_lengths_over_its_limits(char_export):
 def test_in_graph_greedy_decoding_matches_the_keras_model(char_export):
     info = read_export(char_export["export"])
     chars = info.state["vocabulary"]["tokens"]
-    model = keras.saving.load_model(info.keras_model_path)
+    model = serializable.load_model(info.keras_model_path)
     serve = tf.saved_model.load(str(info.path)).signatures["serving_default"]
     prompt = "The return"
     generated = serve(prompt=tf.constant([prompt]), length=tf.constant([6]), temperature=tf.constant([0.0]),
@@ -150,7 +150,7 @@ def test_fine_tuning_adds_the_new_characters_and_keeps_the_old_rows(char_export,
     chars = data.state["vocabulary"]["tokens"]
     assert chars[: len(old)] == old and chars[len(old):] == ["é", "ñ"]  # as often each: first seen first
     assert data.report[VOCABULARIES] == {"characters": {"added": ["é", "ñ"], "size": len(old) + 2, "oov_rate": 0.0}}
-    loaded = keras.saving.load_model(info.keras_model_path)
+    loaded = serializable.load_model(info.keras_model_path)
     exported = weights_by_path(loaded)
     grown = pipeline.adapt_model(loaded, config, data)
     new = weights_by_path(grown)
@@ -166,7 +166,7 @@ def test_fine_tuning_adds_the_new_characters_and_keeps_the_old_rows(char_export,
     _, kept = sample_fine_tuning(pipeline, char_export["export"], tmp_path, "vocabulary=keep")
     assert kept.state["vocabulary"]["tokens"] == old
     assert kept.report[VOCABULARIES]["characters"]["added"] == [] and kept.arrays["train_counts"][0] > 0
-    loaded = keras.saving.load_model(info.keras_model_path)
+    loaded = serializable.load_model(info.keras_model_path)
     assert pipeline.adapt_model(loaded, config, kept) is loaded
 
 
@@ -176,7 +176,7 @@ def test_a_fine_tuned_export_reads_and_continues_a_prompt_with_a_new_character(c
     chars = info.state["vocabulary"]["tokens"]
     assert text_data.Vocabulary.read(info.path / "assets" / "chars.txt").tokens == chars
     # the graph reads ñ as its new id: its greedy continuation is the Keras model's from those ids
-    model = keras.saving.load_model(info.keras_model_path)
+    model = serializable.load_model(info.keras_model_path)
     serve = tf.saved_model.load(str(info.path)).signatures["serving_default"]
     generated = serve(prompt=tf.constant(["señor"]), length=tf.constant([5]), temperature=tf.constant([0.0]),
                       top_k=tf.constant([0]))["generated"].numpy()[0].decode()
