@@ -10,7 +10,7 @@ import dataclasses
 import functools
 import operator
 import warnings
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -60,6 +60,28 @@ class RidgeFit(LinearFit):
     def blocks(self, rows: np.ndarray) -> np.ndarray:
         """The cross-fitting block of each row index, shape [N]."""
         return np.searchsorted(self.edges, rows, side="right") - 1
+
+    def out_of_fold_shift(self, features: Any, blocks: Any) -> Any:
+        """This fit's forecast minus the forecast of the fit that left each row's block out, in float64.
+
+        Works on NumPy arrays and on tensors in a graph (Keras ops): a ``tf.data`` map shifts
+        training targets by it, so that they are the out-of-fold residuals.
+
+        Args:
+            features: shape [N, F].
+            blocks: each row's cross-fitting block (see ``blocks``), integers [N].
+
+        Returns:
+            Shape [N, outputs].
+        """
+        from keras import ops
+
+        coef = np.stack([self.coef - fold.coef for fold in self.folds], axis=1)  # [F, folds, outputs]
+        intercept = np.stack([self.intercept - fold.intercept for fold in self.folds])  # [folds, outputs]
+        every = ops.matmul(ops.cast(features, "float64"), coef.reshape(len(coef), -1))
+        every = ops.reshape(every, (-1, *intercept.shape)) + intercept  # [N, folds, outputs]
+        chosen = ops.one_hot(ops.cast(blocks, "int32"), len(self.folds), dtype="float64")[:, :, None]
+        return ops.sum(every * chosen, axis=1)  # exact: the other folds' terms are zeros
 
 
 @dataclasses.dataclass

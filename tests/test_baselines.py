@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import tensorflow as tf
 from sklearn.linear_model import Ridge
 from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
@@ -100,3 +101,15 @@ def test_fit_ridge_rejects_batches_of_the_wrong_length_and_blocks_that_leave_not
         fit_ridge(batches_of(x, y, 8), 20, 11)
     with pytest.raises(ValueError, match="cross-fitting block 1 of 2 and its gaps of 15 rows cover all 30 rows"):
         fit_ridge(batches_of(x, y, 8), 20, 10, folds=2, gap=15)
+
+
+def test_the_out_of_fold_shift_is_the_full_fit_minus_the_fit_that_left_each_row_s_block_out():
+    x, y = problem(np.random.default_rng(5), 50, 4, 2)
+    fit = fit_ridge(batches_of(x, y, 8), 40, 10, alphas=(0.5,), folds=3, gap=2)
+    blocks = fit.blocks(np.arange(50))
+    expected = np.stack([fit.predict(x[i: i + 1])[0] - fit.folds[k].predict(x[i: i + 1])[0]
+                         for i, k in enumerate(blocks)])
+    np.testing.assert_allclose(fit.out_of_fold_shift(x, blocks), expected, **TOLERANCE)
+    graph = tf.function(lambda features, keys: fit.out_of_fold_shift(features, keys))  # as a tf.data map runs it
+    np.testing.assert_allclose(graph(tf.constant(x, tf.float32), tf.constant(blocks)).numpy(),
+                               fit.out_of_fold_shift(x.astype("float32"), blocks), **TOLERANCE)
