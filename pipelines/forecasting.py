@@ -1,34 +1,19 @@
 """Multi-step time-series forecasting: weather (air temperature) and electricity load.
 
-The model reads a window of raw values per input column and the Unix time of the
-window's last step, scales the inputs inside the graph, adds calendar features,
-encodes the window with stacked LSTM/GRU layers and emits the whole horizon at
-once. With ``residual_period`` set, it learns a correction on top of the
-seasonal-naive forecast (the value one season earlier), which starts training at
-that baseline: with 12 weeks of load data this is what beats "same time last week".
-
-With ``ridge_lags`` set, a ridge regression on the last lags of every input column
-(and their seasonal change) and the calendar is fitted in closed form on the
-training and validation splits, frozen in the graph, and the RNN learns a
-correction on top of it: the model starts at the ridge forecast. With ``shrinkage``
-the correction is scaled by weights in [0, 1] chosen on validation forecasts that the
-correction did not train on, so that it is used only as much as it helps out of sample.
-
-Splits are chronological (70/10/20 by default); a window belongs to the split its
-forecast targets fall in. Metrics on the test split are reported beside the
-baselines: same time yesterday, same time last week, the ridge regression and,
-where ``seasonal_baseline`` is set, additive Holt-Winters (statsmodels). The
-``interval`` (80% by default) is locally weighted split conformal: per-step
-quantiles of the model's training and validation residuals (the ridge part of each
-forecast from a cross-fitting fit that left the window's block out), each divided by its
-window's mean daily change, and served as that scale times the quantiles
-(``<target>_p10``, ``<target>_p90``), since test weeks can be calmer or wilder
-than the validation ones.
+The model reads a window per input column and the Unix time of its last step, scales it in the
+graph, adds calendar features and emits the whole horizon at once from stacked GRU/LSTM layers:
+a correction on top of a base, the seasonal-naive forecast (``residual_period``) and a ridge
+regression fitted in closed form and frozen in the graph (``ridge_lags``), optionally shrunk
+(``shrinkage``). Splits are chronological (70/10/20); a window belongs to the split its targets
+fall in. The test metrics stand beside the baselines: same time yesterday, same time last week,
+the ridge and additive Holt-Winters (``seasonal_baseline``). The ``interval`` (80%) is locally
+weighted split conformal, served as ``<target>_p10`` and ``<target>_p90`` (see ``calibrate``).
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -477,14 +462,12 @@ class Forecasting(Pipeline):
             [keras.layers.Flatten()(recent), keras.layers.Flatten()(calendar)])
 
     def _fit_ridge(self, data: Splits, folds: int) -> None:
-        """Fits the ridge baseline on the residual to the seasonal-naive base (in scaled units).
+        """Fits the ridge baseline on the residual to the seasonal-naive base (``baselines.BaseRidge``).
 
-        It is solved from moments accumulated batch by batch over the training and validation
-        windows (``baselines.fit_ridge``), so no [windows, features] array is held. It stores in
-        ``data.arrays``: ``ridge`` (the fit), ``ridge_forecast`` (the test windows' forecasts),
-        ``ridge_val_shift`` (what the training-only fit adds on the validation windows) and, with
-        ``folds`` > 1 cross-fitting blocks, ``ridge_target_shift``: a function of a batch's inputs
-        and blocks that gives the full fit's forecast minus the block's fit's (user units).
+        It stores in ``data.arrays``: ``ridge`` (the fit), ``ridge_forecast`` (the test windows'
+        forecasts), ``ridge_val_shift`` (what the training-only fit adds on the validation windows)
+        and, with ``folds`` > 1 cross-fitting blocks, ``ridge_target_shift``: a function of a batch's
+        inputs and blocks that gives the full fit's forecast minus the block's fit's (user units).
         """
         state, arrays = data.state, data.arrays
         inputs = self._inputs(state)
@@ -492,55 +475,26 @@ class Forecasting(Pipeline):
         base = self._base(state, scaled)
         extractor = keras.Model(inputs, [self._ridge_features(state, inputs, scaled)]
                                 + ([] if base is None else [keras.layers.Flatten()(base)]))
+        predict = compat.batch_predictor(extractor)
+
+        def extract(batch: dict[str, tf.Tensor]) -> tuple[np.ndarray, np.ndarray | float]:
+            features, *base_values = [part.numpy() for part in tf.nest.flatten(predict(batch))]
+            return features, base_values[0] if base_values else 0.0
+
+        def windows(origins: np.ndarray) -> Iterator[tuple[dict[str, tf.Tensor], np.ndarray]]:
+            return ((batch, truth.numpy()) for batch, truth in self._windows(data, origins, batch_size=1024))
+
         target_index = [state["input_cols"].index(c) for c in state["target_cols"]]
         mean, std = np.array(state["mean"])[target_index], np.array(state["std"])[target_index]
-        origins = np.concatenate([arrays["origins"]["train"], arrays["origins"]["val"]])
-        n_train, shape = len(arrays["origins"]["train"]), (-1, state["horizon"], len(target_index))
-
-        def batches(first: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-            for features, base_values, targets in self._ridge_batches(data, extractor, origins[first:]):
-                yield features, ((targets - mean) / std).reshape(len(features), -1) - base_values
-
-        fit = baselines.fit_ridge(batches, n_train, len(origins) - n_train, folds=folds, gap=state["horizon"])
-        # What the ridge part of the model would forecast on the validation split had it not seen it.
-        arrays["ridge_val_shift"] = self._ridge_outputs(data, extractor, "val", lambda features, _: (
-            fit.train.predict(features) - fit.predict(features)).reshape(shape) * std)
-        arrays["ridge_forecast"] = self._ridge_outputs(data, extractor, "test", lambda features, base_values: (
-            fit.predict(features) + base_values).reshape(shape) * std + mean)
-        arrays["ridge"] = fit
+        origins = arrays["origins"]
+        ridge = baselines.BaseRidge.fitted(extract, windows, np.concatenate([origins["train"], origins["val"]]),
+                                           len(origins["train"]), mean, std, folds=folds, gap=state["horizon"])
+        arrays.update(ridge=ridge.fit, ridge_forecast=ridge.forecast(origins["test"]),
+                      ridge_val_shift=ridge.train_only_shift(origins["val"]))
         if folds > 1:
-            arrays["ridge_target_shift"] = lambda batch, blocks: tf.reshape(fit.out_of_fold_shift(
+            shape = (-1, state["horizon"], len(target_index))
+            arrays["ridge_target_shift"] = lambda batch, blocks: tf.reshape(ridge.fit.out_of_fold_shift(
                 tf.nest.flatten(extractor(batch, training=False))[0], blocks), shape) * std
-
-    def _ridge_batches(self, data: Splits, extractor: keras.Model, origins: np.ndarray
-                       ) -> Iterator[tuple[np.ndarray, np.ndarray | float, np.ndarray]]:
-        """The ridge's inputs for the windows at ``origins``, batch by batch.
-
-        Yields:
-            ``(features, base, targets)``: the features [batch, F] (float32, as the model computes
-            them), the seasonal-naive base [batch, horizon x targets] in scaled units (0 without a
-            residual period) and the true values [batch, horizon, targets] (float32).
-        """
-        predict = compat.batch_predictor(extractor)
-        for inputs, targets in self._windows(data, origins, batch_size=1024):
-            features, *base = [part.numpy() for part in tf.nest.flatten(predict(inputs))]
-            yield features, base[0] if base else 0.0, targets.numpy()
-
-    def _ridge_outputs(self, data: Splits, extractor: keras.Model, split: str,
-                       output: Callable[[np.ndarray, np.ndarray | float], np.ndarray]) -> np.ndarray:
-        """``output(features, base)`` ([batch, horizon, targets]) of each window of ``split``.
-
-        Returns:
-            Shape [windows, horizon, targets], float32 like the model's forecasts: a long
-            series' test split holds millions of values.
-        """
-        origins, state = data.arrays["origins"][split], data.state
-        found = np.empty((len(origins), state["horizon"], len(state["target_cols"])), "float32")
-        first = 0
-        for features, base, _ in self._ridge_batches(data, extractor, origins):
-            found[first: first + len(features)] = output(features, base)
-            first += len(features)
-        return found
 
     def build_model(self, config: ForecastingConfig, data: Splits) -> keras.Model:
         state = data.state
@@ -697,28 +651,24 @@ class Forecasting(Pipeline):
         levels = intervals.interval_levels(config.interval)
         interval = {"levels": list(levels), "scale_lag": min(state["daily_lag"], state["lookback"] - 1),
                     "scale_floor": [1e-3 * state["std"][state["input_cols"].index(c)] for c in state["target_cols"]]}
-        sizes = [len(arrays["origins"][split]) for split in ("train", "val")]
-        shape = (sum(sizes), state["horizon"], len(state["target_cols"]))
-        residuals = np.empty(shape, "float32" if shift is None else np.result_type("float32", shift))
+        origins, n_train = arrays["origins"], len(arrays["origins"]["train"])
+        shape = (n_train + len(origins["val"]), state["horizon"], len(state["target_cols"]))
         if config.interval_cross_fit > 1 and "ridge_target_shift" in arrays:
             # Out of fold: the truth plus the full fit's forecast minus the fit's that left the block out.
-            origins = np.concatenate([arrays["origins"]["train"], arrays["origins"]["val"]])
-            blocks = arrays["ridge"].blocks(np.arange(len(origins)))
-            for rows, forecast, scale, truth in self._forecast_batches(model, data, origins, interval, blocks):
-                np.subtract(truth / scale, forecast / scale, out=residuals[rows], dtype=residuals.dtype)
-        else:
-            for split, first in zip(("train", "val"), (0, sizes[0])):
-                for rows, forecast, scale, truth in self._forecast_batches(model, data, arrays["origins"][split],
-                                                                           interval):
-                    if split == "val" and shift is not None:  # the out-of-sample ridge on the validation windows
-                        forecast = forecast + shift[rows]
-                    np.subtract(truth / scale, forecast / scale,
-                                out=residuals[first + rows.start: first + rows.stop], dtype=residuals.dtype)
-        return {"interval": {**interval, "offsets": intervals.conformal_offsets(residuals, levels).tolist()}}
+            batches = self._forecast_batches(model, data, np.concatenate([origins["train"], origins["val"]]),
+                                             interval, arrays["ridge"].blocks(np.arange(shape[0])))
+        else:  # the validation windows' ridge part from the ridge fitted on the training split alone
+            val = self._forecast_batches(model, data, origins["val"], interval)
+            batches = itertools.chain(self._forecast_batches(model, data, origins["train"], interval), (
+                (slice(n_train + rows.start, n_train + rows.stop), forecast + (0 if shift is None else shift[rows]),
+                 scale, truth) for rows, forecast, scale, truth in val))
+        dtype = "float32" if shift is None else np.result_type("float32", shift)
+        offsets = intervals.scaled_conformal_offsets(batches, shape, levels, dtype)
+        return {"interval": {**interval, "offsets": offsets.tolist()}}
 
     def evaluate(self, model: keras.Model, config: ForecastingConfig,
                  data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
-        """Scores the model, its calibrated interval (``data.state["interval"]``) and the baselines on the test split."""
+        """Scores the model, its interval as calibrated (``data.state``) and the baselines on the test split."""
         arrays, state = data.arrays, data.state
         interval = state["interval"]
         offsets = np.array(interval["offsets"], "float32")  # as the export serves them

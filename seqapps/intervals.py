@@ -8,7 +8,7 @@ is the forecast plus the calibrated offsets times the window's own scale.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -49,6 +49,29 @@ def conformal_offsets(residuals: np.ndarray, quantiles: tuple[float, ...]) -> np
     ranks = [min(n, int(np.ceil((n + 1) * q))) - 1 if q >= 0.5 else max(0, int(np.floor((n + 1) * q)) - 1)
              for q in quantiles]
     return residuals[ranks]
+
+
+def scaled_conformal_offsets(batches: Iterable[tuple[slice, np.ndarray, np.ndarray, np.ndarray]], shape: tuple[int, ...],
+                             quantiles: tuple[float, ...], dtype: Any = "float32") -> np.ndarray:
+    """``conformal_offsets`` of locally weighted residuals, ``(truth - forecast) / scale``, gathered batch by batch.
+
+    The residuals are written into one array as the batches come, so a long calibration split
+    is held once, in ``dtype``.
+
+    Args:
+        batches: ``(rows, forecast, scale, truth)``: the rows of the calibration set a batch fills, its
+            forecasts and true values [batch, ...] and the scale of each row (broadcast against them).
+        shape: the calibration set's residuals' shape, [N, ...]; every row must be filled.
+        quantiles: levels in (0, 1).
+        dtype: the residuals' dtype.
+
+    Returns:
+        Offsets of shape [len(quantiles), ...]: the served interval is forecast + offset * scale.
+    """
+    residuals = np.empty(shape, dtype)
+    for rows, forecast, scale, truth in batches:
+        np.subtract(truth / scale, forecast / scale, out=residuals[rows], dtype=residuals.dtype)
+    return conformal_offsets(residuals, quantiles)
 
 
 def local_scale(window: Any, lag: int, floor: float) -> Any:

@@ -3,7 +3,7 @@ import pytest
 from sklearn.metrics import mean_pinball_loss
 
 from seqapps.intervals import (CHUNK_ROWS, SHRINKAGE_GRID, conformal_offsets, coverage, interval_levels, local_scale,
-                               local_scales, pinball_loss, shrinkage_weights)
+                               local_scales, pinball_loss, scaled_conformal_offsets, shrinkage_weights)
 
 
 def test_conformal_offsets_take_the_split_conformal_ranks_per_step():
@@ -12,6 +12,16 @@ def test_conformal_offsets_take_the_split_conformal_ranks_per_step():
     offsets = conformal_offsets(residuals, (0.1, 0.9))
     # n = 99: the upper rank is ceil(100 * 0.9) = 90, the lower floor(100 * 0.1) = 10 (1-based).
     np.testing.assert_array_equal(offsets, [[10, 100], [90, 900]])
+
+
+def test_scaled_conformal_offsets_gather_the_batches_residuals_divided_by_their_scale():
+    rng = np.random.default_rng(4)
+    truth, forecast = rng.normal(size=(50, 3, 2)), rng.normal(size=(50, 3, 2))
+    scale = rng.uniform(0.5, 2.0, size=(50, 1, 2))
+    # Batches in any order, each filling its own rows.
+    batches = [(rows, forecast[rows], scale[rows], truth[rows]) for rows in (slice(20, 50), slice(0, 7), slice(7, 20))]
+    found = scaled_conformal_offsets(iter(batches), truth.shape, (0.1, 0.9), "float64")
+    np.testing.assert_array_equal(found, conformal_offsets(truth / scale - forecast / scale, (0.1, 0.9)))
 
 
 def test_pinball_loss_matches_scikit_learn_and_is_half_the_mae_at_the_median():
