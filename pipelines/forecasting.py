@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import itertools
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import keras
 import numpy as np
@@ -388,7 +388,6 @@ class Forecasting(Pipeline):
                             f"({config.lookback}) minus the residual_period ({config.residual_period})")
         return {"horizon": horizon, "lookback": lookback, "residual_period": residual, "ridge_lags": ridge,
                 "daily_lag": day, "weekly_lag": 7 * day}
-
 
     @staticmethod
     def _windows(data: Splits, origins: np.ndarray, blocks: np.ndarray | None = None,

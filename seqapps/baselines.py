@@ -268,8 +268,8 @@ class BaseRidge:
     def train_only_shift(self, origins: np.ndarray) -> np.ndarray:
         """What the fit on the training windows alone adds to ``forecast`` (user units, float32 [N, horizon, targets]):
         the validation windows' out-of-sample forecast is their ``forecast`` plus it."""
-        return self._outputs(origins, lambda features, _: (self.fit.train.predict(features) - self.fit.predict(features),
-                                                            0.0))
+        fit = self.fit
+        return self._outputs(origins, lambda features, _: (fit.train.predict(features) - fit.predict(features), 0.0))
 
     def _outputs(self, origins: np.ndarray, output: Callable[[np.ndarray, Any], tuple[np.ndarray, Any]]) -> np.ndarray:
         """``scaled * std + offset`` for ``(scaled, offset) = output(features, base)`` of each batch, written

@@ -51,8 +51,9 @@ def conformal_offsets(residuals: np.ndarray, quantiles: tuple[float, ...]) -> np
     return residuals[ranks]
 
 
-def scaled_conformal_offsets(batches: Iterable[tuple[slice, np.ndarray, np.ndarray, np.ndarray]], shape: tuple[int, ...],
-                             quantiles: tuple[float, ...], dtype: Any = "float32") -> np.ndarray:
+def scaled_conformal_offsets(batches: Iterable[tuple[slice, np.ndarray, np.ndarray, np.ndarray]],
+                             shape: tuple[int, ...], quantiles: tuple[float, ...],
+                             dtype: Any = "float32") -> np.ndarray:
     """``conformal_offsets`` of locally weighted residuals, ``(truth - forecast) / scale``, gathered batch by batch.
 
     The residuals are written into one array as the batches come, so a long calibration split
