@@ -1,52 +1,37 @@
 """Multi-step time-series forecasting: weather (air temperature) and electricity load.
 
-The model reads a window of raw values per input column and the Unix time of the
-window's last step, scales the inputs inside the graph, adds calendar features,
-encodes the window with stacked LSTM/GRU layers and emits the whole horizon at
-once. With ``residual_period`` set, it learns a correction on top of the
-seasonal-naive forecast (the value one season earlier), which starts training at
-that baseline: with 12 weeks of load data this is what beats "same time last week".
-
-With ``ridge_lags`` set, a ridge regression on the last lags of every input column
-(and their seasonal change) and the calendar is fitted in closed form on the
-training and validation splits, frozen in the graph, and the RNN learns a
-correction on top of it: the model starts at the ridge forecast. With ``shrinkage``
-the correction is scaled by weights in [0, 1] chosen on validation forecasts that the
-correction did not train on, so that it is used only as much as it helps out of sample.
-
-Splits are chronological (70/10/20 by default); a window belongs to the split its
-forecast targets fall in. Metrics on the test split are reported beside the
-baselines: same time yesterday, same time last week, the ridge regression and,
-where ``seasonal_baseline`` is set, additive Holt-Winters (statsmodels). The
-``interval`` (80% by default) is locally weighted split conformal: per-step
-quantiles of the model's training and validation residuals (the ridge part of each
-forecast from a cross-fitting fit that left the window's block out), each divided by its
-window's mean daily change, and served as that scale times the quantiles
-(``<target>_p10``, ``<target>_p90``), since test weeks can be calmer or wilder
-than the validation ones.
+The model reads a window per input column and the Unix time of its last step, scales it in the
+graph, adds calendar features and emits the whole horizon at once from stacked GRU/LSTM layers:
+a correction on top of a base, the seasonal-naive forecast (``residual_period``) and a ridge
+regression fitted in closed form and frozen in the graph (``ridge_lags``), optionally shrunk
+(``shrinkage``). Splits are chronological (70/10/20); a window belongs to the split its targets
+fall in. The test metrics stand beside the baselines: same time yesterday, same time last week,
+the ridge and additive Holt-Winters (``seasonal_baseline``). The ``interval`` (80%) is locally
+weighted split conformal, served as ``<target>_p10`` and ``<target>_p90`` (see ``calibrate``).
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
-import weakref
+import itertools
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import keras
 import numpy as np
 import pandas as pd
 import tensorflow as tf
 
-from seqapps import baselines, intervals
+from seqapps import baselines, compat, intervals
 from seqapps import metrics as forecast_metrics_lib
 from seqapps.config import TrainingConfig, require
 from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
-from seqapps.data.tables import (DECIMAL_MARKS, FILL_METHODS, check_timezone, format_duration, local_times,
-                                 parse_duration, read_csv, to_time_series)
+from seqapps.data.tables import (DECIMAL_MARKS, FILL_METHODS, check_timezone, cut_windows, fold_bounds,
+                                 format_duration, local_times, numeric_columns, parse_duration, read_csv,
+                                 read_recent, to_time_series, window_origins)
 from seqapps.errors import DataError
-from seqapps.export import Signature
+from seqapps.export import ServingModule, Signature
 from seqapps.losses import ScaledMeanAbsoluteError
 from seqapps.layers.time_features import CalendarFeatures, SeasonalDifference, SeasonalNaive, Shrinkage
 from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits, row_inputs
@@ -54,8 +39,6 @@ from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits, row_input
 END_TIME = "end_time"
 FORECAST_TIME = "forecast_time"
 SHRINKAGE = ("none", "global", "step")
-#: the shrinkage weights tried, from the base forecast alone (0) to the whole correction (1).
-SHRINKAGE_GRID = np.linspace(0.0, 1.0, 21)
 
 
 def cross_fit_blocks(config: "ForecastingConfig", windows: int, horizon: int) -> int:
@@ -113,51 +96,6 @@ def finetune_csv_names(config: "ForecastingConfig", state: dict[str, Any]) -> di
     require(len(set(names.values())) == len(names), "timestamp_col/target_cols/feature_cols",
             list(names.values()), "each CSV column named once")
     return names
-
-
-def fold_bounds(rows: int, val_fraction: float, test_fraction: float,
-                folds: int) -> list[dict[str, tuple[int, int]]]:
-    """The row ranges ``[start, stop)`` of each backtest fold's splits, oldest fold first.
-
-    The last fold is the ordinary chronological split of all rows. Each earlier fold
-    ends one test split sooner: its series is cut there and split with the same
-    validation and test lengths, so the folds' test splits tile the series' end.
-
-    Args:
-        rows: the length of the series.
-        val_fraction, test_fraction: the split sizes, as fractions of ``rows``.
-        folds: how many cut points.
-
-    Returns:
-        ``folds`` dicts mapping "train", "val", "test" to row ranges (train may be empty
-        or negative for a short series: the caller checks).
-    """
-    n_test, n_val = int(round(rows * test_fraction)), int(round(rows * val_fraction))
-    ends = [rows - (folds - 1 - k) * n_test for k in range(folds)]
-    return [{"train": (0, end - n_val - n_test), "val": (end - n_val - n_test, end - n_test),
-             "test": (end - n_test, end)} for end in ends]
-
-
-def shrinkage_weights(truth: np.ndarray, base: np.ndarray, correction: np.ndarray, per_step: bool) -> np.ndarray:
-    """The weight w in ``SHRINKAGE_GRID`` of the correction that minimises the MAE of ``base + w * correction``.
-
-    Args:
-        truth, base, correction: shape [windows, horizon, targets], in user units; forecasts of
-            windows the correction did not train on.
-        per_step: one weight per horizon step and target; else one per target.
-
-    Returns:
-        Weights of shape [horizon, targets] (the smallest of tied weights).
-    """
-    errors = np.stack([np.abs(truth - base - w * correction).mean(axis=0) for w in SHRINKAGE_GRID])
-    if not per_step:  # [weights, horizon, targets]: one weight per target, the same at every step
-        errors = np.broadcast_to(errors.mean(axis=1, keepdims=True), errors.shape)
-    return SHRINKAGE_GRID[np.argmin(errors, axis=0)]
-
-
-def interval_levels(coverage: float) -> tuple[float, float]:
-    """The lower and upper quantile levels of a central interval (0.8 -> 0.1, 0.9)."""
-    return round((1 - coverage) / 2, 6), round((1 + coverage) / 2, 6)
 
 
 def quantile_name(target: str, level: float) -> str:
@@ -321,23 +259,10 @@ class LoadConfig(ForecastingConfig):
     }
 
 
-def _batch_predictor(model: keras.Model) -> Callable[[Any], Any]:
-    """``model(inputs, training=False)`` compiled once, for scoring many batches.
 
-    ``model.predict_on_batch`` does not split a batch across a ``tf.distribute`` strategy's
-    replicas (Keras 3.15: with two mirrored replicas it returns the batch's outputs twice),
-    and ``model.predict`` over a whole split would hold every output at once; a plain
-    call in a ``tf.function`` reads the (mirrored) variables and computes each batch once.
-    One function per model, kept as long as the model lives, so it is traced once.
-    """
-    if model not in _PREDICTORS:
-        own = weakref.ref(model)  # the function must not keep its model alive
-        _PREDICTORS[model] = tf.function(lambda inputs: own()(inputs, training=False), reduce_retracing=True)
-    return _PREDICTORS[model]
-
-
-_PREDICTORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
+def window_scale(interval: dict[str, Any], targets: Sequence[str], inputs: dict[str, Any]) -> Any:
+    """Each window's local scale per target, [batch, 1, targets], as ``interval`` (the saved state's) sets it."""
+    return intervals.local_scales([inputs[name] for name in targets], interval["scale_lag"], interval["scale_floor"])
 
 class Forecasting(Pipeline):
     """Shared implementation; subclasses name the default data and defaults."""
@@ -365,7 +290,11 @@ class Forecasting(Pipeline):
 
     def _fold_splits(self, config: ForecastingConfig, frame: pd.DataFrame, state: dict[str, Any] | None,
                      fold: int) -> Splits:
-        """The splits of backtest fold ``fold`` (see ``fold_bounds``; the last fold is the whole series)."""
+        """The splits of backtest fold ``fold`` (see ``fold_bounds``; the last fold is the whole series).
+
+        With ``ridge_lags`` the ridge baseline is fitted here, on the fold's training and validation
+        windows (``_fit_ridge``): the model starts from it and the later stages read it.
+        """
         source = frame.attrs.get("source", "data")
         if state is not None:
             input_cols, targets = state["input_cols"], state["target_cols"]
@@ -374,7 +303,9 @@ class Forecasting(Pipeline):
             state = {**state, "csv_names": csv_names}
         else:
             targets = list(config.target_cols)
-            input_cols = read_cols = targets + [c for c in self._feature_columns(frame, config) if c not in targets]
+            features = (list(config.feature_cols) if config.feature_cols is not None
+                        else numeric_columns(frame, [config.timestamp_col, *targets]))
+            input_cols = read_cols = targets + [c for c in features if c not in targets]
         series = to_time_series(frame, config.timestamp_col, read_cols, config.fill_gaps, config.timezone)
         series.frame.columns = input_cols  # the model's names
         step_seconds = int(series.step.total_seconds())
@@ -392,10 +323,9 @@ class Forecasting(Pipeline):
         values = series.frame.to_numpy(dtype="float64")[:n]
         where = f" (backtest fold {fold + 1} of {folds}: its first {n} rows)" if folds > 1 else ""
         lookback, horizon = steps["lookback"], steps["horizon"]
-        history = max(lookback, steps["weekly_lag"])
-        origins = {name: self._origins(start, stop, lookback, horizon) for name, (start, stop) in bounds.items()}
+        origins = {name: window_origins(start, stop, lookback, horizon) for name, (start, stop) in bounds.items()}
         for name, found in origins.items():
-            if len(found) == 0 or (name == "test" and found[0] < history - 1):
+            if len(found) == 0 or (name == "test" and found[0] < max(lookback, steps["weekly_lag"]) - 1):
                 raise DataError(
                     f"{source}: series of {rows} rows{where} is too short: the {name} split "
                     f"({bounds[name][1] - bounds[name][0]} rows) must hold a {horizon}-step horizon after "
@@ -409,7 +339,6 @@ class Forecasting(Pipeline):
                 "std": np.maximum(train_values.std(axis=0), 1e-6).tolist(),
                 "timezone": series.timezone, "utc_offsets": series.utc_offsets, "decimal": config.decimal,
             }
-        times = series.frame.index.to_numpy().astype("datetime64[s]").astype("int64")[:n]
         target_index = [input_cols.index(c) for c in targets]
         report = {"source": source, "rows": n, "step": format_duration(series.step), "input_cols": input_cols,
                   "target_cols": targets, "filled_values": series.filled, "timezone": series.timezone,
@@ -419,45 +348,29 @@ class Forecasting(Pipeline):
         report[SPLIT_COUNTS] = split_rule.split_counts("windows", report["windows"])
         # Windows are never materialised: training, the ridge fit, the calibration and evaluation
         # cut them from the series as they read them (see docs/results.md, memory).
-        arrays = {"values": values[:, target_index], "series": values.astype("float32"), "times": times,
-                  "origins": origins, "fit_end": bounds["val"][1], "seasonal_baseline": seasonal,
-                  "interval": config.interval, "interval_out_of_fold": config.interval_cross_fit > 1,
-                  "ridge_folds": cross_fit_blocks(config, len(origins["train"]) + len(origins["val"]), horizon),
+        arrays = {"values": values[:, target_index], "series": values.astype("float32"), "origins": origins,
+                  "times": series.frame.index.to_numpy().astype("datetime64[s]").astype("int64")[:n],
+                  "fit_end": bounds["val"][1], "seasonal_baseline": seasonal,
                   "mase_scale": forecast_metrics_lib.mase_scale(train_values[:, target_index], steps["daily_lag"])}
         data = Splits(None, None, None, state=state, report=report, arrays=arrays)
-        # With cross-fitting, the training and validation targets are shifted to the ridge's out-of-fold residuals.
-        # The shift is computed batch by batch from each window's features and cross-fitting block.
-        blocks = None
-        if config.ridge_lags and config.ridge_cross_fit > 1:
-            blocks = self._ridge(data).blocks(np.arange(len(origins["train"]) + len(origins["val"])))
+        fitted = len(origins["train"]) + len(origins["val"])
+        if state["ridge_lags"]:
+            self._fit_ridge(data, cross_fit_blocks(config, fitted, horizon))
+        # With ridge_cross_fit, the training and validation targets are shifted to the ridge's out-of-fold
+        # residuals, batch by batch from each window's features and cross-fitting block.
+        blocks = (arrays["ridge"].blocks(np.arange(fitted)) if state["ridge_lags"] and config.ridge_cross_fit > 1
+                  else None)
         n_train = len(origins["train"])
         train = (origins["train"], None if blocks is None else blocks[:n_train])
         val = (origins["val"], None if blocks is None else blocks[n_train:])
         if config.fit_on_val:  # the protocol's final fit on train + val; validation then only paces training
             if self._holdout_fit(config):  # a first fit on train alone, scored on validation (see ``fit``)
-                arrays["train_alone"] = self._windows(
-                    arrays, train[0], state, shift=None if blocks is None else (train[1], arrays["ridge_target_shift"])
-                ).map(lambda inputs, targets: (inputs, targets[None]))
+                arrays["train_alone"] = self._windows(data, *train).map(lambda inputs, y: (inputs, y[None]))
             train = (np.concatenate([origins["train"], origins["val"]]), blocks)
         # Targets get a members axis of 1, against which every member's forecast is scored.
-        data.train, data.val, data.test = (
-            self._windows(arrays, found, state, shift=None if block is None else (block, arrays["ridge_target_shift"])
-                          ).map(lambda inputs, targets: (inputs, targets[None]))
-            for found, block in (train, val, (origins["test"], None)))
+        data.train, data.val, data.test = (self._windows(data, *split).map(lambda inputs, y: (inputs, y[None]))
+                                           for split in (train, val, (origins["test"], None)))
         return data
-
-    @staticmethod
-    def _feature_columns(frame: pd.DataFrame, config: ForecastingConfig) -> list[str]:
-        if config.feature_cols is not None:
-            return list(config.feature_cols)
-        candidates = [c for c in frame.columns if c != config.timestamp_col and c not in config.target_cols]
-        numeric = []
-        for column in candidates:
-            parsed = pd.to_numeric(frame[column], errors="coerce")
-            present = frame[column].notna()
-            if present.any() and parsed[present].notna().mean() >= 0.5:  # mostly numbers: validate every cell
-                numeric.append(column)
-        return numeric
 
     @staticmethod
     def _steps(config: ForecastingConfig, step: pd.Timedelta) -> dict[str, int | None]:
@@ -477,76 +390,38 @@ class Forecasting(Pipeline):
                 "daily_lag": day, "weekly_lag": 7 * day}
 
     @staticmethod
-    def _origins(start: int, stop: int, lookback: int, horizon: int) -> np.ndarray:
-        """Indices t of the last observed step of windows whose targets t+1..t+horizon lie in [start, stop)."""
-        first = max(start - 1, lookback - 1)
-        return np.arange(first, stop - horizon, dtype="int64")
-
-    @staticmethod
-    def _windows(arrays: dict[str, Any], origins: np.ndarray, state: dict[str, Any],
-                 batch_size: int | None = None,
-                 shift: tuple[np.ndarray, Callable[[dict[str, tf.Tensor], tf.Tensor], tf.Tensor]] | None = None
-                 ) -> tf.data.Dataset:
-        """Windows ``(inputs, targets)`` cut from the series as they are read.
-
-        Only the series and the window origins are held, so memory grows with the
-        series, not with the number of windows times the lookback.
-
-        Args:
-            arrays: ``Splits.arrays``: the float32 series and the Unix times of its rows.
-            origins: the index of each window's last observed step.
-            state: the pipeline state (lookback, horizon, columns).
-            batch_size: cut batches of this many windows; None: single windows (of known cardinality).
-            shift: each window's cross-fitting block, shape [windows], and a function of a batch's
-                inputs and blocks that gives what to add to its targets, [batch, horizon, targets]
-                float64 (the targets then take its dtype); None: the series' values.
-
-        Returns:
-            A dataset of ``({column: [lookback], end_time: []}, [horizon, targets])``, batched if asked.
-        """
-        series, stamps = tf.constant(arrays["series"]), tf.constant(arrays["times"])
-        past = tf.range(1 - state["lookback"], 1, dtype=tf.int64)
-        future = tf.range(1, state["horizon"] + 1, dtype=tf.int64)
-        target_index = [state["input_cols"].index(c) for c in state["target_cols"]]
-
-        def cut(origin: tf.Tensor, block: tf.Tensor | None = None) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
-            window = tf.gather(series, origin[:, None] + past)  # [batch, lookback, columns]
-            inputs = {name: window[:, :, i] for i, name in enumerate(state["input_cols"])}
-            inputs[END_TIME] = tf.gather(stamps, origin)
-            targets = tf.gather(tf.gather(series, origin[:, None] + future), target_index, axis=2)
-            if block is None:
-                return inputs, targets
-            offset = shift[1](inputs, block)
-            return inputs, tf.cast(targets, offset.dtype) + offset
-
-        windows = tf.data.Dataset.from_tensor_slices(origins if shift is None else (origins, shift[0]))
-        windows = windows.batch(batch_size or 1024).map(cut, num_parallel_calls=tf.data.AUTOTUNE)
-        if batch_size is None:
-            windows = windows.unbatch().apply(tf.data.experimental.assert_cardinality(len(origins)))
-        return windows
+    def _windows(data: Splits, origins: np.ndarray, blocks: np.ndarray | None = None,
+                 batch_size: int | None = None) -> tf.data.Dataset:
+        """The windows at ``origins`` (``seqapps.data.tables.cut_windows``); with each window's cross-fitting
+        block, the targets are shifted to the ridge's out-of-fold residuals (``ridge_target_shift``)."""
+        state, arrays = data.state, data.arrays
+        return cut_windows(arrays["series"], arrays["times"], origins, state["input_cols"],
+                           [state["input_cols"].index(c) for c in state["target_cols"]], state["lookback"],
+                           state["horizon"], batch_size, None if blocks is None else
+                           (blocks, arrays["ridge_target_shift"]), time_key=END_TIME)
 
     def _split_windows(self, data: Splits, split: str, batch_size: int) -> tf.data.Dataset:
         """A split's window inputs (without targets), in batches of ``batch_size``, for ``predict``."""
-        return self._windows(data.arrays, data.arrays["origins"][split], data.state, batch_size).map(
-            lambda inputs, targets: inputs)
+        return self._windows(data, data.arrays["origins"][split], batch_size=batch_size).map(lambda x, y: x)
 
-    def _forecast_batches(self, model: keras.Model, data: Splits, origins: np.ndarray, batch_size: int = 256,
-                          shift: tuple[np.ndarray, Callable[..., tf.Tensor]] | None = None
+    def _forecast_batches(self, model: keras.Model, data: Splits, origins: np.ndarray, interval: dict[str, Any],
+                          blocks: np.ndarray | None = None
                           ) -> Iterator[tuple[slice, np.ndarray, np.ndarray, np.ndarray]]:
         """The model's forecasts of the windows at ``origins``, batch by batch, with what scores them.
 
         Args:
-            shift: as in ``_windows``: added to the true values.
+            interval: the interval's state (its local scale).
+            blocks: as in ``_windows``: the true values are shifted.
 
         Yields:
             ``(rows, forecast, scale, targets)``: the batch's rows in ``origins``, the ensemble's
             forecast (the mean of its members) [batch, horizon, targets], each window's local
             scale [batch, 1, targets] and the true values [batch, horizon, targets].
         """
-        start, predict = 0, _batch_predictor(model)
-        for inputs, targets in self._windows(data.arrays, origins, data.state, batch_size, shift=shift):
+        start, predict = 0, compat.batch_predictor(model)
+        for inputs, targets in self._windows(data, origins, blocks, batch_size=256):
             forecast = predict(inputs).numpy().mean(axis=1)  # over the members axis
-            scale = keras.ops.convert_to_numpy(self._interval_scale(data.state, inputs))
+            scale = keras.ops.convert_to_numpy(window_scale(interval, data.state["target_cols"], inputs))
             yield slice(start, start + len(forecast)), forecast, scale, targets.numpy()
             start += len(forecast)
 
@@ -585,84 +460,40 @@ class Forecasting(Pipeline):
         return keras.layers.Concatenate(name="ridge_features")(
             [keras.layers.Flatten()(recent), keras.layers.Flatten()(calendar)])
 
-    def _ridge(self, data: Splits) -> baselines.RidgeFit:
-        """Fits the ridge baseline on the residual to the seasonal-naive base (in scaled units); cached.
+    def _fit_ridge(self, data: Splits, folds: int) -> None:
+        """Fits the ridge baseline on the residual to the seasonal-naive base (``baselines.BaseRidge``).
 
-        It is solved from moments accumulated batch by batch over the training and validation
-        windows (see ``baselines.fit_ridge``), so no [windows, features] array is held. With
-        cross-fitting blocks (``cross_fit_blocks``) it also stores ``ridge_target_shift``, a function
-        of a batch's inputs and blocks: what ``load_data`` adds to the RNN's targets with
-        ``ridge_cross_fit``, and ``_calibrate`` to the calibration targets.
+        It stores in ``data.arrays``: ``ridge`` (the fit), ``ridge_forecast`` (the test windows'
+        forecasts), ``ridge_val_shift`` (what the training-only fit adds on the validation windows)
+        and, with ``folds`` > 1 cross-fitting blocks, ``ridge_target_shift``: a function of a batch's
+        inputs and blocks that gives the full fit's forecast minus the block's fit's (user units).
         """
-        if "ridge" not in data.arrays:
-            state, arrays = data.state, data.arrays
-            inputs = self._inputs(state)
-            scaled = self._scaled_window(state, inputs)
-            base = self._base(state, scaled)
-            outputs = [self._ridge_features(state, inputs, scaled)]
-            if base is not None:
-                outputs.append(keras.layers.Flatten()(base))
-            extractor = keras.Model(inputs, outputs)
-            target_index = [state["input_cols"].index(c) for c in state["target_cols"]]
-            mean, std = np.array(state["mean"])[target_index], np.array(state["std"])[target_index]
-            origins = np.concatenate([arrays["origins"]["train"], arrays["origins"]["val"]])
-            n_train, folds = len(arrays["origins"]["train"]), arrays["ridge_folds"]
+        state, arrays = data.state, data.arrays
+        inputs = self._inputs(state)
+        scaled = self._scaled_window(state, inputs)
+        base = self._base(state, scaled)
+        extractor = keras.Model(inputs, [self._ridge_features(state, inputs, scaled)]
+                                + ([] if base is None else [keras.layers.Flatten()(base)]))
+        predict = compat.batch_predictor(extractor)
 
-            def batches(first: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-                for features, base_values, targets in self._ridge_batches(data, extractor, origins[first:]):
-                    yield features, ((targets - mean) / std).reshape(len(features), -1) - base_values
+        def extract(batch: dict[str, tf.Tensor]) -> tuple[np.ndarray, np.ndarray | float]:
+            features, *base_values = [part.numpy() for part in tf.nest.flatten(predict(batch))]
+            return features, base_values[0] if base_values else 0.0
 
-            fit = baselines.fit_ridge(batches, n_train, len(origins) - n_train, folds=folds if folds > 1 else 0,
-                                      gap=state["horizon"])
+        def windows(origins: np.ndarray) -> Iterator[tuple[dict[str, tf.Tensor], np.ndarray]]:
+            return ((batch, truth.numpy()) for batch, truth in self._windows(data, origins, batch_size=1024))
+
+        target_index = [state["input_cols"].index(c) for c in state["target_cols"]]
+        mean, std = np.array(state["mean"])[target_index], np.array(state["std"])[target_index]
+        origins = arrays["origins"]
+        ridge = baselines.BaseRidge.fitted(extract, windows, np.concatenate([origins["train"], origins["val"]]),
+                                           len(origins["train"]), mean, std, folds=folds, gap=state["horizon"])
+        arrays.update(ridge=ridge.fit, ridge_forecast=ridge.forecast(origins["test"]),
+                      ridge_val_shift=ridge.train_only_shift(origins["val"]))
+        if folds > 1:
             shape = (-1, state["horizon"], len(target_index))
-            # What the ridge part of the model would forecast on the validation split had it not seen it.
-            arrays["ridge_val_shift"] = self._ridge_outputs(data, extractor, "val", lambda features, _: (
-                fit.train.predict(features) - fit.predict(features)).reshape(shape) * std)
-            arrays["ridge_forecast"] = self._ridge_outputs(data, extractor, "test", lambda features, base_values: (
-                fit.predict(features) + base_values).reshape(shape) * std + mean)
-            arrays["ridge"] = fit
-            if folds > 1:  # the full fit's forecast minus one that did not see the window's block (user units)
-                coef = np.stack([fit.coef - fold.coef for fold in fit.folds], axis=1)  # [features, folds, outputs]
-                coef = tf.constant(coef.reshape(len(coef), -1))
-                intercept = tf.constant(np.concatenate([fit.intercept - fold.intercept for fold in fit.folds]))
-
-                def target_shift(batch: dict[str, tf.Tensor], blocks: tf.Tensor) -> tf.Tensor:
-                    features = tf.cast(tf.nest.flatten(extractor(batch, training=False))[0], tf.float64)
-                    every = tf.reshape(tf.matmul(features, coef) + intercept, (-1, folds, *shape[1:]))  # per fold
-                    return tf.gather(every, blocks, batch_dims=1) * std
-
-                arrays["ridge_target_shift"] = target_shift
-        return data.arrays["ridge"]
-
-    def _ridge_batches(self, data: Splits, extractor: keras.Model, origins: np.ndarray
-                       ) -> Iterator[tuple[np.ndarray, np.ndarray | float, np.ndarray]]:
-        """The ridge's inputs for the windows at ``origins``, batch by batch.
-
-        Yields:
-            ``(features, base, targets)``: the features [batch, F] (float32, as the model computes
-            them), the seasonal-naive base [batch, horizon x targets] in scaled units (0 without a
-            residual period) and the true values [batch, horizon, targets] (float32).
-        """
-        predict = _batch_predictor(extractor)
-        for inputs, targets in self._windows(data.arrays, origins, data.state, 1024):
-            features, *base = [part.numpy() for part in tf.nest.flatten(predict(inputs))]
-            yield features, base[0] if base else 0.0, targets.numpy()
-
-    def _ridge_outputs(self, data: Splits, extractor: keras.Model, split: str,
-                       output: Callable[[np.ndarray, np.ndarray | float], np.ndarray]) -> np.ndarray:
-        """``output(features, base)`` ([batch, horizon, targets]) of each window of ``split``.
-
-        Returns:
-            Shape [windows, horizon, targets], float32 like the model's forecasts: a long
-            series' test split holds millions of values.
-        """
-        origins, state = data.arrays["origins"][split], data.state
-        found = np.empty((len(origins), state["horizon"], len(state["target_cols"])), "float32")
-        first = 0
-        for features, base, _ in self._ridge_batches(data, extractor, origins):
-            found[first: first + len(features)] = output(features, base)
-            first += len(features)
-        return found
+            arrays["ridge_target_shift"] = lambda batch, blocks: tf.reshape(ridge.fit.out_of_fold_shift(
+                tf.nest.flatten(extractor(batch, training=False))[0], blocks), shape) * std
 
     def build_model(self, config: ForecastingConfig, data: Splits) -> keras.Model:
         state = data.state
@@ -700,7 +531,7 @@ class Forecasting(Pipeline):
                                               name="unscale_forecast")(scaled_forecast)
         model = keras.Model(inputs, forecast, name=self.name)  # [batch, members, horizon, targets]
         if state["ridge_lags"]:
-            fit = self._ridge(data)
+            fit = data.arrays["ridge"]
             model.get_layer("ridge").set_weights([fit.coef.astype("float32"), fit.intercept.astype("float32")])
         return model
 
@@ -773,16 +604,17 @@ class Forecasting(Pipeline):
             report["holdout"] = holdout
         return report
 
+
     def _shrinkage(self, model: keras.Model, data: Splits, per_step: bool) -> tuple[np.ndarray, dict[str, float]]:
         """The shrinkage weights chosen on the validation windows, and the validation MAE with each choice.
 
         The base forecast is the model's with the weights at zero and, with a ridge part, the
         ridge fitted on the training split alone (``ridge_val_shift``), so that both are out of sample.
         """
-        layer, predict = model.get_layer("shrinkage"), _batch_predictor(model)
+        layer, predict = model.get_layer("shrinkage"), compat.batch_predictor(model)
         ones = np.ones(layer.weight.shape, "float32")
         whole, base, truth = [], [], []
-        for inputs, targets in self._windows(data.arrays, data.arrays["origins"]["val"], data.state, 256):
+        for inputs, targets in self._windows(data, data.arrays["origins"]["val"], batch_size=256):
             for weights, found in ((ones, whole), (0 * ones, base)):
                 layer.set_weights([weights])
                 found.append(predict(inputs).numpy().mean(axis=1))  # over the members axis
@@ -790,24 +622,56 @@ class Forecasting(Pipeline):
         layer.set_weights([ones])
         whole, base, truth = (np.concatenate(found).astype("float64") for found in (whole, base, truth))
         correction = whole - base
-        if data.state.get("ridge_lags"):
-            self._ridge(data)
+        if data.state["ridge_lags"]:
             base = base + data.arrays["ridge_val_shift"]
-        weights = shrinkage_weights(truth, base, correction, per_step)
+        weights = intervals.shrinkage_weights(truth, base, correction, per_step)
         scores = {"base": float(np.abs(truth - base).mean()),
                   "correction": float(np.abs(truth - base - correction).mean()),
                   "shrunk": float(np.abs(truth - base - weights * correction).mean())}
         return weights, scores
 
-    # --- evaluation -----------------------------------------------------------------------
+    # --- calibration and evaluation -------------------------------------------------------
 
-    def evaluate(self, model: keras.Model, data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
-        """Scores the model, its interval and the baselines on the test split (and calibrates the interval)."""
+    def calibrate(self, model: keras.Model, config: ForecastingConfig, data: Splits) -> dict[str, Any]:
+        """The interval's state: per-step offsets of locally weighted split conformal, never from the test split.
+
+        The residuals of the training and validation windows, each divided by its window's local
+        scale, give per-step quantiles. With ``interval_cross_fit`` and cross-fitting blocks the
+        ridge part of each forecast is the fit that left the window's block out; else the
+        validation forecasts use the ridge fitted on the training split alone. Either way the
+        ridge part is out of sample where it can be, as on the test split.
+
+        Returns:
+            ``{"interval": {"levels", "scale_lag", "scale_floor", "offsets"}}``: the quantile levels,
+            the local scale's lag and floor per target, and the offsets [levels, horizon, targets].
+        """
         arrays, state = data.arrays, data.state
-        self._calibrate(model, data)
-        levels = state["interval"]["levels"]
-        offsets = np.array(state["interval"]["offsets"], "float32")  # as the export serves them
-        batches = list(self._forecast_batches(model, data, arrays["origins"]["test"]))
+        shift = arrays["ridge_val_shift"] if state["ridge_lags"] else None
+        levels = intervals.interval_levels(config.interval)
+        interval = {"levels": list(levels), "scale_lag": min(state["daily_lag"], state["lookback"] - 1),
+                    "scale_floor": [1e-3 * state["std"][state["input_cols"].index(c)] for c in state["target_cols"]]}
+        origins, n_train = arrays["origins"], len(arrays["origins"]["train"])
+        shape = (n_train + len(origins["val"]), state["horizon"], len(state["target_cols"]))
+        if config.interval_cross_fit > 1 and "ridge_target_shift" in arrays:
+            # Out of fold: the truth plus the full fit's forecast minus the fit's that left the block out.
+            batches = self._forecast_batches(model, data, np.concatenate([origins["train"], origins["val"]]),
+                                             interval, arrays["ridge"].blocks(np.arange(shape[0])))
+        else:  # the validation windows' ridge part from the ridge fitted on the training split alone
+            val = self._forecast_batches(model, data, origins["val"], interval)
+            batches = itertools.chain(self._forecast_batches(model, data, origins["train"], interval), (
+                (slice(n_train + rows.start, n_train + rows.stop), forecast + (0 if shift is None else shift[rows]),
+                 scale, truth) for rows, forecast, scale, truth in val))
+        dtype = "float32" if shift is None else np.result_type("float32", shift)
+        offsets = intervals.scaled_conformal_offsets(batches, shape, levels, dtype)
+        return {"interval": {**interval, "offsets": offsets.tolist()}}
+
+    def evaluate(self, model: keras.Model, config: ForecastingConfig,
+                 data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+        """Scores the model, its interval as calibrated (``data.state``) and the baselines on the test split."""
+        arrays, state = data.arrays, data.state
+        interval = state["interval"]
+        offsets = np.array(interval["offsets"], "float32")  # as the export serves them
+        batches = list(self._forecast_batches(model, data, arrays["origins"]["test"], interval))
         predicted, scale, truth = (np.concatenate([batch[i] for batch in batches]) for i in (1, 2, 3))
         del batches
         origins, horizon = arrays["origins"]["test"], state["horizon"]
@@ -816,7 +680,7 @@ class Forecasting(Pipeline):
         for label, lag in {"naive_daily": state["daily_lag"], "naive_weekly": state["weekly_lag"]}.items():
             forecasts[label] = functools.partial(forecast_metrics_lib.seasonal_naive, arrays["values"], origins,
                                                  horizon, lag)
-        if state.get("ridge_lags"):
+        if state["ridge_lags"]:
             forecasts["ridge"] = lambda: arrays["ridge_forecast"]
         if arrays["seasonal_baseline"]:
             forecasts["holt_winters"] = lambda: np.stack(
@@ -826,53 +690,10 @@ class Forecasting(Pipeline):
                  for name, forecast in forecasts.items()}
         metrics = score.pop("model")
         lower, upper = (predicted + offset * scale for offset in offsets)
+        levels = interval["levels"]
         metrics["interval_coverage"] = intervals.coverage(truth, lower, upper)
         metrics["pinball"] = intervals.pinball_loss(truth, (lower, predicted, upper), (levels[0], 0.5, levels[1]))
         return metrics, score
-
-    def _calibrate(self, model: keras.Model, data: Splits) -> None:
-        """Stores the interval's offsets in ``data.state["interval"]`` (locally weighted split conformal).
-
-        The residuals of the training and validation windows, each divided by its
-        window's local scale, give per-step quantiles. With cross-fitting blocks the ridge
-        part of each forecast is the fit that left the window's block out; without, the
-        validation forecasts use the ridge fitted on the training split alone. Either way the
-        ridge part is out of sample where it can be, as on the test split.
-        """
-        arrays, state = data.arrays, data.state
-        shift = None
-        if state.get("ridge_lags"):
-            self._ridge(data)
-            shift = arrays["ridge_val_shift"]
-        levels = interval_levels(arrays["interval"])
-        floors = [1e-3 * state["std"][state["input_cols"].index(c)] for c in state["target_cols"]]
-        state["interval"] = {"levels": list(levels), "scale_lag": min(state["daily_lag"], state["lookback"] - 1),
-                             "scale_floor": floors}
-        sizes = [len(arrays["origins"][split]) for split in ("train", "val")]
-        shape = (sum(sizes), state["horizon"], len(state["target_cols"]))
-        residuals = np.empty(shape, "float32" if shift is None else np.result_type("float32", shift))
-        if arrays["interval_out_of_fold"] and "ridge_target_shift" in arrays:
-            # Out of fold: the truth plus the full fit's forecast minus the fit's that left the block out.
-            origins = np.concatenate([arrays["origins"]["train"], arrays["origins"]["val"]])
-            blocks = (arrays["ridge"].blocks(np.arange(len(origins))), arrays["ridge_target_shift"])
-            for rows, forecast, scale, truth in self._forecast_batches(model, data, origins, shift=blocks):
-                np.subtract(truth / scale, forecast / scale, out=residuals[rows], dtype=residuals.dtype)
-        else:
-            for split, first in zip(("train", "val"), (0, sizes[0])):
-                for rows, forecast, scale, truth in self._forecast_batches(model, data, arrays["origins"][split]):
-                    if split == "val" and shift is not None:  # the out-of-sample ridge on the validation windows
-                        forecast = forecast + shift[rows]
-                    np.subtract(truth / scale, forecast / scale,
-                                out=residuals[first + rows.start: first + rows.stop], dtype=residuals.dtype)
-        state["interval"]["offsets"] = intervals.conformal_offsets(residuals, levels).tolist()
-
-    @staticmethod
-    def _interval_scale(state: dict[str, Any], inputs: dict[str, Any]) -> Any:
-        """Each window's local scale per target: a tensor [batch, 1, targets]."""
-        interval = state["interval"]
-        scales = [intervals.local_scale(inputs[name], interval["scale_lag"], floor)
-                  for name, floor in zip(state["target_cols"], interval["scale_floor"])]
-        return keras.ops.stack(scales, axis=-1)[:, None, :]
 
     @staticmethod
     def _score(truth: np.ndarray, forecast: np.ndarray, scale: np.ndarray, targets: list[str]) -> dict[str, float]:
@@ -883,56 +704,43 @@ class Forecasting(Pipeline):
             result.update({f"{t}/{k}": v for t, m in zip(targets, per_target) for k, v in m.items()})
         return result
 
+
     # --- serving --------------------------------------------------------------------------
 
-    def signatures(self, model: keras.Model, data: Splits) -> dict[str, Signature]:
+    def serving_module(self, model: keras.Model, config: ForecastingConfig, data: Splits) -> ServingModule:
+        """``serving_default``: the forecast in user units, its interval's quantiles and the forecast times."""
         state = data.state
-        if "interval" not in state:  # evaluate() calibrates; a model signed without it is calibrated here
-            self._calibrate(model, data)
-        lookback, step = state["lookback"], state["step_seconds"]
-        future_offsets = tf.constant(np.arange(1, state["horizon"] + 1) * step, tf.int64)
-        levels = state["interval"]["levels"]
-        offsets = tf.constant(np.array(state["interval"]["offsets"], "float32"))  # [levels, horizon, targets]
-        inputs = {name: tf.TensorSpec([None, lookback], tf.float32) for name in state["input_cols"]}
+        interval = state["interval"]
+        future_offsets = tf.constant(np.arange(1, state["horizon"] + 1) * state["step_seconds"], tf.int64)
+        offsets = tf.constant(np.array(interval["offsets"], "float32"))  # [levels, horizon, targets]
+        inputs = {name: tf.TensorSpec([None, state["lookback"]], tf.float32) for name in state["input_cols"]}
         inputs[END_TIME] = tf.TensorSpec([None], tf.int64)
 
         def readable(forecast: tf.Tensor, raw: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            spread = self._interval_scale(state, raw)  # [batch, 1, targets]
+            spread = window_scale(interval, state["target_cols"], raw)  # [batch, 1, targets]
             outputs = {}
             for i, name in enumerate(state["target_cols"]):
                 outputs[name] = forecast[:, :, i]
-                for j, level in enumerate(levels):
+                for j, level in enumerate(interval["levels"]):
                     outputs[quantile_name(name, level)] = forecast[:, :, i] + offsets[j, :, i] * spread[:, :, i]
             outputs[FORECAST_TIME] = raw[END_TIME][:, None] + future_offsets[None, :]
             return outputs
 
         example = {name: value.numpy() for name, value in next(iter(self._split_windows(data, "test", 2))).items()}
-        return {"serving_default": Signature(inputs, example, postprocess=readable,
-                                             run=lambda x: tf.reduce_mean(model(x, training=False), axis=1))}
+        return ServingModule(model, {"serving_default": Signature(
+            inputs, example, postprocess=readable, run=lambda x: tf.reduce_mean(model(x, training=False), axis=1))})
 
     def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
+        timestamp_col, read_cols = csv_columns(state)
         if len(inputs) != 1:
-            timestamp_col, read_cols = csv_columns(state)
             raise DataError(f"expected one INPUT, a CSV file with the last {state['lookback']} rows or more "
                             f"of columns {', '.join([timestamp_col, *read_cols])}")
-        frame = read_csv(inputs[0], decimal=state.get("decimal", "."))
         zone = state.get("timezone")
-        timestamp_col, read_cols = csv_columns(state)
-        series = to_time_series(frame, timestamp_col, read_cols, timezone=None if zone in (None, "file offsets") else zone)
-        series.frame.columns = state["input_cols"]
-        if (series.utc_offsets is None) != (state.get("utc_offsets") is None):
-            raise DataError(f"{inputs[0]}: timestamps {'have' if series.utc_offsets else 'lack'} UTC offsets; "
-                            f"the model was trained on timestamps {'with' if state.get('utc_offsets') else 'without'} "
-                            "them")
-        if int(series.step.total_seconds()) != state["step_seconds"]:
-            raise DataError(f"{inputs[0]}: sampling interval is {format_duration(series.step)}, the model expects "
-                            f"{format_duration(pd.Timedelta(seconds=state['step_seconds']))}")
-        if len(series.frame) < state["lookback"]:
-            raise DataError(f"{inputs[0]}: has {len(series.frame)} rows, the model needs the last "
-                            f"{state['lookback']} rows "
-                            f"({format_duration(pd.Timedelta(seconds=state['step_seconds'] * state['lookback']))})")
-        window = series.frame.iloc[-state["lookback"]:]
-        features = {name: window[name].to_numpy("float32")[None, :] for name in state["input_cols"]}
+        window = read_recent(inputs[0], timestamp_col, read_cols, state["lookback"], state["step_seconds"],
+                             timezone=None if zone in (None, "file offsets") else zone,
+                             with_offsets=state.get("utc_offsets") is not None, decimal=state.get("decimal", "."))
+        features = {name: window[column].to_numpy("float32")[None, :] for name, column in zip(state["input_cols"],
+                                                                                                read_cols)}
         features[END_TIME] = window.index.to_numpy().astype("datetime64[s]").astype("int64")[-1:]
         return features
 

@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import operator
 import warnings
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -66,6 +66,28 @@ class RidgeFit(LinearFit):
     def blocks(self, rows: np.ndarray) -> np.ndarray:
         """The cross-fitting block of each row index, shape [N]."""
         return np.searchsorted(self.edges, rows, side="right") - 1
+
+    def out_of_fold_shift(self, features: Any, blocks: Any) -> Any:
+        """This fit's forecast minus the forecast of the fit that left each row's block out, in float64.
+
+        Works on NumPy arrays and on tensors in a graph (Keras ops): a ``tf.data`` map shifts
+        training targets by it, so that they are the out-of-fold residuals.
+
+        Args:
+            features: shape [N, F].
+            blocks: each row's cross-fitting block (see ``blocks``), integers [N].
+
+        Returns:
+            Shape [N, outputs].
+        """
+        from keras import ops
+
+        coef = np.stack([self.coef - fold.coef for fold in self.folds], axis=1)  # [F, folds, outputs]
+        intercept = np.stack([self.intercept - fold.intercept for fold in self.folds])  # [folds, outputs]
+        every = ops.matmul(ops.cast(features, "float64"), coef.reshape(len(coef), -1))
+        every = ops.reshape(every, (-1, *intercept.shape)) + intercept  # [N, folds, outputs]
+        chosen = ops.one_hot(ops.cast(blocks, "int32"), len(self.folds), dtype="float64")[:, :, None]
+        return ops.sum(every * chosen, axis=1)  # exact: the other folds' terms are zeros
 
 
 @dataclasses.dataclass
@@ -197,6 +219,73 @@ def fit_ridge(batches: Batches, n_train: int, n_val: int, alphas: Sequence[float
         fold_fits.append((total - moments(start, stop)).solve([alpha])[0])
     return RidgeFit(final.coef, final.intercept, float(alpha), float(errors[best] / (n_val * intercept.shape[1])),
                     candidates[best], edges, fold_fits)
+
+
+Windows = Callable[[np.ndarray], Iterable[tuple[Any, np.ndarray]]]
+"""``windows(origins)``: a new iterator of ``(inputs, truth [B, horizon, targets])`` batches of the windows at
+``origins``, in order."""
+
+
+@dataclasses.dataclass
+class BaseRidge:
+    """A ridge forecast on top of a base forecast, fitted and applied batch by batch over windows.
+
+    It forecasts ``(ridge(features) + base) * std + mean``: ``extract`` gives each batch's features
+    and its base forecast in standardised units, and the ridge is fitted on the standardised truth
+    minus the base. No [windows, features] array is held.
+
+    Attributes:
+        fit: the ridge (``fit_ridge``) of the flattened [horizon x targets] outputs.
+        extract: a batch's inputs -> ``(features [B, F], base [B, horizon x targets] or 0.0)``.
+        windows: see ``Windows``.
+        mean, std: the targets' standardisation, [targets].
+    """
+
+    fit: RidgeFit
+    extract: Callable[[Any], tuple[np.ndarray, np.ndarray | float]]
+    windows: Windows
+    mean: np.ndarray
+    std: np.ndarray
+
+    @classmethod
+    def fitted(cls, extract: Callable[[Any], tuple[np.ndarray, np.ndarray | float]], windows: Windows,
+               origins: np.ndarray, n_train: int, mean: np.ndarray, std: np.ndarray, folds: int = 0,
+               gap: int = 0) -> "BaseRidge":
+        """Fits the ridge on the windows at ``origins``: the first ``n_train`` train, the rest validate.
+
+        Args:
+            extract, windows, mean, std: as the attributes.
+            origins: the training then the validation windows.
+            n_train: how many of them are training windows.
+            folds, gap: cross-fitting, as in ``fit_ridge``.
+        """
+        def batches(first: int) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+            for inputs, truth in windows(origins[first:]):
+                features, base = extract(inputs)
+                yield features, ((truth - mean) / std).reshape(len(features), -1) - base
+
+        fit = fit_ridge(batches, n_train, len(origins) - n_train, folds=folds, gap=gap)
+        return cls(fit, extract, windows, np.asarray(mean), np.asarray(std))
+
+    def forecast(self, origins: np.ndarray) -> np.ndarray:
+        """The forecasts of the windows at ``origins`` in user units, float32 [N, horizon, targets]."""
+        return self._outputs(origins, lambda features, base: (self.fit.predict(features) + base, self.mean))
+
+    def train_only_shift(self, origins: np.ndarray) -> np.ndarray:
+        """What the fit on the training windows alone adds to ``forecast`` (user units, float32 [N, horizon, targets]):
+        the validation windows' out-of-sample forecast is their ``forecast`` plus it."""
+        fit = self.fit
+        return self._outputs(origins, lambda features, _: (fit.train.predict(features) - fit.predict(features), 0.0))
+
+    def _outputs(self, origins: np.ndarray, output: Callable[[np.ndarray, Any], tuple[np.ndarray, Any]]) -> np.ndarray:
+        """``scaled * std + offset`` for ``(scaled, offset) = output(features, base)`` of each batch, written
+        into one float32 array (a long series' test split holds millions of values)."""
+        found, first = np.empty((len(origins), self.fit.coef.shape[1] // len(self.std), len(self.std)), "float32"), 0
+        for inputs, truth in self.windows(origins):
+            scaled, offset = output(*self.extract(inputs))
+            found[first: first + len(truth)] = scaled.reshape(truth.shape) * self.std + offset
+            first += len(truth)
+        return found
 
 
 def holt_winters(series: np.ndarray, fit_end: int, origins: np.ndarray, horizon: int, period: int) -> np.ndarray:

@@ -6,7 +6,8 @@ so an upgrade that breaks one fails there first.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+import weakref
+from typing import Any, Callable, Iterator
 
 import keras
 import tensorflow as tf
@@ -41,6 +42,31 @@ def build_once_from_batch(model: keras.Model, batch: Any) -> None:
     with model.distribute_strategy.scope():
         model._symbolic_build(data_batch=batch)  # noqa: SLF001
     model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None  # noqa: SLF001
+
+
+def batch_predictor(model: keras.Model) -> Callable[[Any], Any]:
+    """``model(inputs, training=False)`` compiled once, for scoring many batches under any strategy.
+
+    ``model.predict_on_batch`` does not split a batch across a ``tf.distribute`` strategy's
+    replicas (Keras 3.15: with two mirrored replicas it returns the batch's outputs twice),
+    and ``model.predict`` over a whole split would hold every output at once; a plain
+    call in a ``tf.function`` reads the (mirrored) variables and computes each batch once.
+    One function per model, kept as long as the model lives, so it is traced once. Drop it
+    when ``predict_on_batch`` returns one output per row under a strategy with several replicas.
+
+    Args:
+        model: a built Keras model (under any strategy).
+
+    Returns:
+        A function of one batch of inputs that returns the model's outputs as tensors.
+    """
+    if model not in _PREDICTORS:
+        own = weakref.ref(model)  # the function must not keep its model alive
+        _PREDICTORS[model] = tf.function(lambda inputs: own()(inputs, training=False), reduce_retracing=True)
+    return _PREDICTORS[model]
+
+
+_PREDICTORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def make_logs_reducible_across_workers(model: keras.Model) -> None:

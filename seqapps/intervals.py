@@ -1,4 +1,5 @@
-"""Prediction intervals from calibration residuals (split conformal), and their scores.
+"""What is calibrated on held-out forecasts: prediction intervals (split conformal) and their scores, and the
+shrinkage of a correction to a base forecast.
 
 Forecast errors are larger in volatile weeks (winter weather, holidays) than in calm
 ones, so the intervals are locally weighted: the calibration residuals are divided
@@ -7,11 +8,25 @@ is the forecast plus the calibrated offsets times the window's own scale.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 CHUNK_ROWS = 8192  # rows per work array of the pinball loss: a long test split holds millions of values
+#: the shrinkage weights tried, from the base forecast alone (0) to the whole correction (1).
+SHRINKAGE_GRID = np.linspace(0.0, 1.0, 21)
+
+
+def interval_levels(coverage: float) -> tuple[float, float]:
+    """The lower and upper quantile levels of a central interval.
+
+    Args:
+        coverage: the interval's coverage in (0, 1).
+
+    Returns:
+        ``(lower, upper)``, rounded to 6 digits: 0.8 gives (0.1, 0.9).
+    """
+    return round((1 - coverage) / 2, 6), round((1 + coverage) / 2, 6)
 
 
 def conformal_offsets(residuals: np.ndarray, quantiles: tuple[float, ...]) -> np.ndarray:
@@ -36,6 +51,30 @@ def conformal_offsets(residuals: np.ndarray, quantiles: tuple[float, ...]) -> np
     return residuals[ranks]
 
 
+def scaled_conformal_offsets(batches: Iterable[tuple[slice, np.ndarray, np.ndarray, np.ndarray]],
+                             shape: tuple[int, ...], quantiles: tuple[float, ...],
+                             dtype: Any = "float32") -> np.ndarray:
+    """``conformal_offsets`` of locally weighted residuals, ``(truth - forecast) / scale``, gathered batch by batch.
+
+    The residuals are written into one array as the batches come, so a long calibration split
+    is held once, in ``dtype``.
+
+    Args:
+        batches: ``(rows, forecast, scale, truth)``: the rows of the calibration set a batch fills, its
+            forecasts and true values [batch, ...] and the scale of each row (broadcast against them).
+        shape: the calibration set's residuals' shape, [N, ...]; every row must be filled.
+        quantiles: levels in (0, 1).
+        dtype: the residuals' dtype.
+
+    Returns:
+        Offsets of shape [len(quantiles), ...]: the served interval is forecast + offset * scale.
+    """
+    residuals = np.empty(shape, dtype)
+    for rows, forecast, scale, truth in batches:
+        np.subtract(truth / scale, forecast / scale, out=residuals[rows], dtype=residuals.dtype)
+    return conformal_offsets(residuals, quantiles)
+
+
 def local_scale(window: Any, lag: int, floor: float) -> Any:
     """The mean absolute change over ``lag`` steps within each window, plus a floor.
 
@@ -53,6 +92,38 @@ def local_scale(window: Any, lag: int, floor: float) -> Any:
 
     window = ops.convert_to_tensor(window, "float32")
     return ops.mean(ops.abs(window[:, lag:] - window[:, :-lag]), axis=1) + floor
+
+
+def local_scales(windows: Sequence[Any], lag: int, floors: Sequence[float]) -> Any:
+    """``local_scale`` of several columns' windows, stacked to broadcast over a forecast's horizon.
+
+    Args:
+        windows: one window per column, each [batch, lookback] (NumPy or tensors).
+        lag, floors: as in ``local_scale``, one floor per column.
+
+    Returns:
+        Shape [batch, 1, columns].
+    """
+    from keras import ops
+
+    return ops.stack([local_scale(window, lag, floor) for window, floor in zip(windows, floors)], axis=-1)[:, None, :]
+
+
+def shrinkage_weights(truth: np.ndarray, base: np.ndarray, correction: np.ndarray, per_step: bool) -> np.ndarray:
+    """The weight w in ``SHRINKAGE_GRID`` of the correction that minimises the MAE of ``base + w * correction``.
+
+    Args:
+        truth, base, correction: shape [windows, horizon, targets], in user units; forecasts of
+            windows the correction did not train on.
+        per_step: one weight per horizon step and target; else one per target.
+
+    Returns:
+        Weights of shape [horizon, targets] (the smallest of tied weights).
+    """
+    errors = np.stack([np.abs(truth - base - w * correction).mean(axis=0) for w in SHRINKAGE_GRID])
+    if not per_step:  # [weights, horizon, targets]: one weight per target, the same at every step
+        errors = np.broadcast_to(errors.mean(axis=1, keepdims=True), errors.shape)
+    return SHRINKAGE_GRID[np.argmin(errors, axis=0)]
 
 
 def pinball_loss(truth: np.ndarray, quantile_forecasts: Sequence[np.ndarray], quantiles: tuple[float, ...]) -> float:

@@ -19,6 +19,22 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 CHUNK = 1 << 20  # values per work array of the forecast metrics
+#: Why a metric defined here can be NaN, by its key (``nan_reason`` reads it): ``forecast_metrics`` returns
+#: NaN for MASE exactly when its scale is 0.
+NAN_REASONS = {"mase": "undefined: the seasonal-naive forecast has zero error on the training split (a perfectly "
+                       "periodic series), and MASE divides by that error"}
+
+
+def nan_reason(path: str) -> str | None:
+    """Why a metric is NaN, where its definition here says so.
+
+    Args:
+        path: the metric's dotted path in a result (``metrics.mase``, ``baseline.ridge.temp_air/mase``).
+
+    Returns:
+        The reason for the metric its last key names (after any ``target/``), or None.
+    """
+    return NAN_REASONS.get(path.rpartition(".")[2].rpartition("/")[2])
 
 
 def seasonal_naive(series: np.ndarray, origins: np.ndarray, horizon: int, period: int) -> np.ndarray:

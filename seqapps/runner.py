@@ -16,6 +16,7 @@ from typing import Any, Iterable
 from seqapps.config import TrainingConfig, check_names, dump_config, resolve_config
 from seqapps.errors import DataError, ExportError
 from seqapps.export_format import read_export
+from seqapps.metrics import nan_reason
 from seqapps.pipeline import REGISTRY, Pipeline, Splits
 
 TFDS_PREFIX = "tfds:"
@@ -39,17 +40,13 @@ def _check_config_names(name: str, preset: str | None, config_file: str | None,
         check_names(outline.class_name, outline.fields, outline.presets, preset, config_file, overrides)
 
 
-# seqapps.metrics.forecast_metrics returns NaN for MASE exactly when its scale is 0.
-MASE_UNDEFINED = ("undefined: the seasonal-naive forecast has zero error on the training split (a perfectly "
-                  "periodic series), and MASE divides by that error")
-
-
 def json_safe(value: Any, nulls: dict[str, str], path: str = "") -> Any:
     """Returns ``value`` with every NaN or infinite float replaced by None, so that it is valid JSON.
 
     Args:
         value: a JSON-able structure (NumPy scalars are converted).
-        nulls: filled with ``{dotted.path: reason}`` for each value replaced.
+        nulls: filled with ``{dotted.path: reason}`` for each value replaced: the reason the metric's
+            definition gives (``seqapps.metrics.nan_reason``), else the value.
         path: the dotted path of ``value`` (for the reasons).
     """
     if isinstance(value, dict):
@@ -59,7 +56,7 @@ def json_safe(value: Any, nulls: dict[str, str], path: str = "") -> Any:
     if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", None) == 0:
         value = value.item()  # a NumPy scalar
     if isinstance(value, float) and not math.isfinite(value):
-        nulls[path] = (MASE_UNDEFINED if path.endswith("mase") else f"could not be computed ({value})")
+        nulls[path] = nan_reason(path) or f"could not be computed ({value})"
         return None
     return value
 

@@ -3,10 +3,11 @@ import random
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from sklearn.linear_model import Ridge
 from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
-from seqapps.baselines import NULL, LexicalTranslator, Moments, fit_ridge, holt_winters
+from seqapps.baselines import NULL, RIDGE_ALPHAS, BaseRidge, LexicalTranslator, Moments, fit_ridge, holt_winters
 from seqapps.data.text import Vocabulary
 
 # The moments path (float64 x'x, an eigendecomposition) and scikit-learn's (float64 Cholesky on the
@@ -154,3 +155,42 @@ def test_ibm1_matches_the_nested_loop_reference_on_random_pairs():
     sources = [[f"s{rng.randrange(12)}" for _ in range(rng.randint(1, 6))] for _ in range(60)]
     targets = [[f"t{rng.randrange(15)}" for _ in range(rng.randint(1, 6))] for _ in range(60)]
     assert LexicalTranslator.fit(sources, targets, iterations=4).table == _ibm1_reference(sources, targets, 4)
+
+
+def test_the_out_of_fold_shift_is_the_full_fit_minus_the_fit_that_left_each_row_s_block_out():
+    x, y = problem(np.random.default_rng(5), 50, 4, 2)
+    fit = fit_ridge(batches_of(x, y, 8), 40, 10, alphas=(0.5,), folds=3, gap=2)
+    blocks = fit.blocks(np.arange(50))
+    expected = np.stack([fit.predict(x[i: i + 1])[0] - fit.folds[k].predict(x[i: i + 1])[0]
+                         for i, k in enumerate(blocks)])
+    np.testing.assert_allclose(fit.out_of_fold_shift(x, blocks), expected, **TOLERANCE)
+    graph = tf.function(lambda features, keys: fit.out_of_fold_shift(features, keys))  # as a tf.data map runs it
+    np.testing.assert_allclose(graph(tf.constant(x, tf.float32), tf.constant(blocks)).numpy(),
+                               fit.out_of_fold_shift(x.astype("float32"), blocks), **TOLERANCE)
+
+
+def test_base_ridge_fits_the_standardised_truth_minus_the_base_and_forecasts_in_user_units():
+    rng = np.random.default_rng(6)
+    rows, horizon, targets = 90, 3, 2
+    features, base = rng.normal(size=(rows, 4)), rng.normal(size=(rows, horizon * targets))
+    mean, std = np.array([100.0, 90.0]), np.array([5.0, 4.0])
+    scaled = features @ rng.normal(size=(4, horizon * targets)) + rng.normal(scale=0.5, size=base.shape)
+    truth = (scaled + base).reshape(rows, horizon, targets) * std + mean  # what the ridge should find again
+
+    def windows(origins):  # batches of 16 windows; a window's "inputs" are its index
+        return ((origins[i: i + 16], truth[origins[i: i + 16]]) for i in range(0, len(origins), 16))
+
+    ridge = BaseRidge.fitted(lambda index: (features[index], base[index]), windows, np.arange(80), 60, mean, std)
+    # Brute force with scikit-learn: the penalty by validation MAE of fits on the 60 training windows, then
+    # the fit on all 80 of the standardised truth minus the base.
+    residual = ((truth - mean) / std).reshape(rows, -1) - base
+    val_mae = {a: np.abs(Ridge(alpha=a).fit(features[:60], residual[:60]).predict(features[60:80])
+                         - residual[60:80]).mean() for a in RIDGE_ALPHAS}
+    assert ridge.fit.alpha == min(val_mae, key=val_mae.get)
+    full, train_only = (Ridge(alpha=ridge.fit.alpha).fit(features[:n], residual[:n]) for n in (80, 60))
+    test = np.arange(80, 90)
+    expected = (full.predict(features[test]) + base[test]).reshape(-1, horizon, targets) * std + mean
+    # float32 results (a long test split holds millions of values): 1e-6 relative of values near 100.
+    np.testing.assert_allclose(ridge.forecast(test), expected, rtol=1e-6)
+    shift = (train_only.predict(features[test]) - full.predict(features[test])).reshape(-1, horizon, targets) * std
+    np.testing.assert_allclose(ridge.train_only_shift(test), shift, rtol=1e-6, atol=1e-6)

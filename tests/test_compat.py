@@ -3,6 +3,12 @@
 When one of these fails after a Keras upgrade, read the workaround's docstring: the
 private API it relies on changed, or the bug it works around may be fixed.
 """
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -56,3 +62,32 @@ def test_own_gradient_clipping_decides_the_applied_gradients():
     variable.assign(np.zeros(3, "float32"))
     DoublingSGD(learning_rate=1.0, clipnorm=1.0).apply_gradients([(gradient, variable)])
     np.testing.assert_allclose(np.linalg.norm(variable.numpy()), 1.0, rtol=1e-6)  # clipped to norm 1
+
+
+def test_batch_predictor_computes_each_row_once_under_two_mirrored_replicas():
+    # Two logical CPUs must be set before TensorFlow starts, hence a fresh process.
+    code = textwrap.dedent("""
+        import json
+        import numpy as np
+        import tensorflow as tf
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        import keras
+        from seqapps import compat
+        strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        x = np.arange(12, dtype="float32").reshape(4, 3)
+        predict = compat.batch_predictor(model)
+        print(json.dumps({"replicas": strategy.num_replicas_in_sync, "same": predict is compat.batch_predictor(model),
+                          "found": predict(x).numpy().tolist(), "expected": model(x).numpy().tolist(),
+                          "predict_on_batch_rows": len(model.predict_on_batch(x))}))
+    """)
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                               env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    answer = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert answer["replicas"] == 2 and answer["same"]  # one traced function per model
+    np.testing.assert_allclose(answer["found"], answer["expected"], rtol=1e-6)
+    # The Keras bug it works around: when predict_on_batch returns one row per input row, drop batch_predictor.
+    assert answer["predict_on_batch_rows"] == 8

@@ -1,7 +1,7 @@
 """The forecasting probes behind docs/results.md: what else could beat the ridge, measured outside the pipeline.
 
 Each probe rebuilds the pipelines' ridge baseline in NumPy on the same backtest folds
-(``pipelines.forecasting.fold_bounds``, 3 folds: the last is the default split) and tries one
+(``seqapps.data.tables.fold_bounds``, 3 folds: the last is the default split) and tries one
 idea beside it. These are prototypes for deciding what to build, not library code: the
 pipeline's ridge (``seqapps.baselines.fit_ridge``) is the tested one. This one solves with the same
 ``baselines.Moments`` and the same ``CalendarFeatures``, in float64 from the raw values; it gives the
@@ -29,9 +29,9 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pipelines.forecasting import fold_bounds
 from seqapps import baselines, intervals
 from seqapps.data import datasets
+from seqapps.data.tables import fold_bounds
 
 ALPHAS = np.logspace(-4, 3, 15)
 FOLDS = 3

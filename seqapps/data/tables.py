@@ -1,4 +1,5 @@
-"""CSV tables and regular time series, validated with errors that name file, line and column.
+"""CSV tables and regular time series, validated with errors that name file, line and column, and the windows
+of a series that a forecaster reads (chronological backtest splits, window origins, windows cut as they are read).
 
 Time zones: timestamps with UTC offsets (``2024-03-31T02:00:00+01:00``) are read as
 instants and the series lives on the UTC axis, so an hourly local series stays hourly
@@ -17,7 +18,7 @@ import io
 import re
 import zoneinfo
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -387,3 +388,146 @@ def parse_duration(value: int | str, step: pd.Timedelta, field: str) -> int:
     if steps < 1:
         raise DataError(f"config field {field!r}: {value!r} is less than one {format_duration(step)} step")
     return steps
+
+
+# --- Windows of a series: chronological splits, window origins, windows cut as they are read ----------------------
+
+
+def numeric_columns(frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]:
+    """The columns of a table that hold mostly numbers (at least half of their non-empty cells).
+
+    Args:
+        frame: a table of text cells (``read_csv``) or of typed values.
+        exclude: columns not to consider (the timestamp, the targets).
+
+    Returns:
+        Their names, in the table's order; ``to_time_series`` then validates every cell of them.
+    """
+    found = []
+    for column in frame.columns:
+        if column in exclude:
+            continue
+        present = frame[column].notna()
+        if present.any() and pd.to_numeric(frame[column], errors="coerce")[present].notna().mean() >= 0.5:
+            found.append(column)
+    return found
+
+
+def fold_bounds(rows: int, val_fraction: float, test_fraction: float,
+                folds: int) -> list[dict[str, tuple[int, int]]]:
+    """The row ranges ``[start, stop)`` of each backtest fold's splits, oldest fold first.
+
+    The last fold is the ordinary chronological split of all rows. Each earlier fold
+    ends one test split sooner: its series is cut there and split with the same
+    validation and test lengths, so the folds' test splits tile the series' end.
+
+    Args:
+        rows: the length of the series.
+        val_fraction, test_fraction: the split sizes, as fractions of ``rows``.
+        folds: how many cut points.
+
+    Returns:
+        ``folds`` dicts mapping "train", "val", "test" to row ranges (train may be empty
+        or negative for a short series: the caller checks).
+    """
+    n_test, n_val = int(round(rows * test_fraction)), int(round(rows * val_fraction))
+    ends = [rows - (folds - 1 - k) * n_test for k in range(folds)]
+    return [{"train": (0, end - n_val - n_test), "val": (end - n_val - n_test, end - n_test),
+             "test": (end - n_test, end)} for end in ends]
+
+
+def window_origins(start: int, stop: int, lookback: int, horizon: int) -> np.ndarray:
+    """The windows whose targets lie in rows ``[start, stop)``.
+
+    Args:
+        start, stop: the split's rows.
+        lookback: the steps each window reads, up to and including its origin.
+        horizon: the steps after the origin it forecasts.
+
+    Returns:
+        The index t of each window's last observed step (its targets are rows t+1..t+horizon), int64.
+    """
+    first = max(start - 1, lookback - 1)
+    return np.arange(first, stop - horizon, dtype="int64")
+
+
+def cut_windows(series: np.ndarray, times: np.ndarray, origins: np.ndarray, columns: Sequence[str],
+                targets: Sequence[int], lookback: int, horizon: int, batch_size: int | None = None,
+                shift: tuple[np.ndarray, Callable[[dict[str, Any], Any], Any]] | None = None,
+                time_key: str = "end_time") -> Any:
+    """Windows ``(inputs, targets)`` of a series, cut as they are read (a ``tf.data.Dataset``).
+
+    Only the series and the window origins are held, so memory grows with the
+    series, not with the number of windows times the lookback.
+
+    Args:
+        series: float32 values, shape [rows, columns].
+        times: the Unix time of each row, int64 [rows].
+        origins: the index of each window's last observed step (``window_origins``).
+        columns: the name of each column of ``series``: the inputs' keys.
+        targets: the indices of the target columns.
+        lookback, horizon: the steps each window reads and forecasts.
+        batch_size: cut batches of this many windows; None: single windows (of known cardinality).
+        shift: a key per window, shape [windows], and a function of a batch's inputs and keys that gives
+            what to add to its targets, [batch, horizon, targets] (the targets then take its dtype);
+            None: the series' values.
+        time_key: the inputs' key of the window's last time.
+
+    Returns:
+        A dataset of ``({column: [lookback], time_key: []}, [horizon, targets])``, batched if asked.
+    """
+    import tensorflow as tf
+
+    values, stamps = tf.constant(series), tf.constant(times)
+    past = tf.range(1 - lookback, 1, dtype=tf.int64)
+    future = tf.range(1, horizon + 1, dtype=tf.int64)
+
+    def cut(origin: tf.Tensor, key: tf.Tensor | None = None) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+        window = tf.gather(values, origin[:, None] + past)  # [batch, lookback, columns]
+        inputs = {name: window[:, :, i] for i, name in enumerate(columns)}
+        inputs[time_key] = tf.gather(stamps, origin)
+        found = tf.gather(tf.gather(values, origin[:, None] + future), list(targets), axis=2)
+        if key is None:
+            return inputs, found
+        offset = shift[1](inputs, key)
+        return inputs, tf.cast(found, offset.dtype) + offset
+
+    windows = tf.data.Dataset.from_tensor_slices(origins if shift is None else (origins, shift[0]))
+    windows = windows.batch(batch_size or 1024).map(cut, num_parallel_calls=tf.data.AUTOTUNE)
+    if batch_size is None:
+        windows = windows.unbatch().apply(tf.data.experimental.assert_cardinality(len(origins)))
+    return windows
+
+
+def read_recent(path: str, timestamp_col: str, columns: Sequence[str], rows: int, step_seconds: int, *,
+                timezone: str | None = None, with_offsets: bool = False, decimal: str = ".") -> pd.DataFrame:
+    """The last ``rows`` rows of a series CSV that must match a series read before (``seqapps predict``).
+
+    Args:
+        path: the CSV file.
+        timestamp_col, columns: its timestamp column and the value columns to keep, in order.
+        rows: how many of its last rows are needed.
+        step_seconds: the sampling interval it must have.
+        timezone: as in ``to_time_series``.
+        with_offsets: whether its timestamps must carry UTC offsets (or must not).
+        decimal: its decimal mark.
+
+    Returns:
+        The last ``rows`` rows of ``columns``, indexed by time (as ``TimeSeries.frame``).
+
+    Raises:
+        DataError: a bad table, another sampling interval, timestamps with offsets where none are
+            expected (or the reverse), or too few rows.
+    """
+    series = to_time_series(read_csv(path, decimal=decimal), timestamp_col, list(columns), timezone=timezone)
+    step = pd.Timedelta(seconds=step_seconds)
+    if (series.utc_offsets is not None) != with_offsets:
+        raise DataError(f"{path}: timestamps {'have' if series.utc_offsets else 'lack'} UTC offsets; expected "
+                        f"timestamps {'with' if with_offsets else 'without'} them, as the series trained on")
+    if series.step != step:
+        raise DataError(f"{path}: sampling interval is {format_duration(series.step)}, expected "
+                        f"{format_duration(step)}")
+    if len(series.frame) < rows:
+        raise DataError(f"{path}: has {len(series.frame)} rows, expected the last {rows} rows or more "
+                        f"({format_duration(step * rows)})")
+    return series.frame.iloc[-rows:]

@@ -1,8 +1,10 @@
 import numpy as np
 import pandas as pd
 import pytest
+import tensorflow as tf
 
-from seqapps.data.tables import format_duration, parse_duration, read_csv, to_time_series
+from seqapps.data.tables import (cut_windows, fold_bounds, format_duration, numeric_columns, parse_duration, read_csv,
+                                 read_recent, to_time_series, window_origins)
 from seqapps.errors import ConfigError, DataError
 
 GOOD = "timestamp,load,temp\n2024-01-01 00:00,1,10\n2024-01-01 00:30,2,11\n2024-01-01 01:00,3,12\n"
@@ -137,3 +139,68 @@ def test_european_csv_semicolons_are_detected_and_decimal_commas_read_when_asked
     comma.write_text("time,mw\n2024-01-01 00:00,12\n")
     with pytest.raises(DataError, match="separator and the decimal mark are both ','"):
         read_csv(comma, decimal=",")
+
+
+@pytest.mark.parametrize("rows, folds", [(4032, 1), (4032, 3), (1001, 4), (17, 2)])
+def test_backtest_folds_tile_the_series_end_with_the_default_split_last(rows, folds):
+    n_val, n_test = round(rows * 0.1), round(rows * 0.2)
+    for k, bounds in enumerate(fold_bounds(rows, 0.1, 0.2, folds)):
+        # Brute force: fold k keeps all but the last (folds - 1 - k) test blocks, then splits it as usual.
+        kept = rows - (folds - 1 - k) * n_test
+        expected = ["train"] * (kept - n_val - n_test) + ["val"] * n_val + ["test"] * n_test
+        labels = [next((name for name, (start, stop) in bounds.items() if start <= i < stop), None)
+                  for i in range(rows)]
+        assert labels == expected + [None] * (rows - kept)
+    default = fold_bounds(rows, 0.1, 0.2, 1)[0]
+    assert fold_bounds(rows, 0.1, 0.2, folds)[-1] == default == {
+        "train": (0, rows - n_val - n_test), "val": (rows - n_val - n_test, rows - n_test),
+        "test": (rows - n_test, rows)}
+
+
+def test_window_origins_are_the_windows_whose_whole_horizon_lies_in_the_split():
+    # Brute force: origin t reads rows t-3..t and forecasts t+1, t+2; every row it forecasts is in [start, stop).
+    for start, stop in ((0, 20), (5, 20), (12, 15), (12, 13)):
+        expected = [t for t in range(30) if t >= 3 and all(start <= t + h < stop for h in (1, 2))]
+        assert window_origins(start, stop, lookback=4, horizon=2).tolist() == expected
+
+
+def test_cut_windows_match_windows_sliced_from_the_series_and_shift_targets_by_their_key():
+    series = np.arange(40, dtype="float32").reshape(20, 2) * [1, 10]  # columns a (0, 1, ...) and b (0, 10, ...)
+    times = np.arange(20, dtype="int64") * 3600
+    origins = np.array([3, 4, 9, 17])
+    for batch_size in (None, 3):
+        windows = cut_windows(series, times, origins, ["a", "b"], [1], lookback=4, horizon=2, batch_size=batch_size)
+        found = list(windows.as_numpy_iterator()) if batch_size else list(windows.batch(4).as_numpy_iterator())
+        inputs = {key: np.concatenate([batch[0][key] for batch in found]) for key in ("a", "b", "end_time")}
+        targets = np.concatenate([batch[1] for batch in found])
+        for row, t in enumerate(origins):
+            np.testing.assert_array_equal(inputs["a"][row], series[t - 3: t + 1, 0])
+            np.testing.assert_array_equal(inputs["b"][row], series[t - 3: t + 1, 1])
+            np.testing.assert_array_equal(targets[row], series[t + 1: t + 3, 1:])
+        np.testing.assert_array_equal(inputs["end_time"], times[origins])
+    keys = np.array([0, 1, 1, 2])
+    shifted = cut_windows(series, times, origins, ["a", "b"], [1], 4, 2, batch_size=4,
+                          shift=(keys, lambda inputs, key: 1000.0 * tf.cast(key, tf.float64)[:, None, None]
+                                 + tf.zeros((1, 2, 1), tf.float64)))
+    (_, targets), = list(shifted.as_numpy_iterator())
+    assert targets.dtype == np.float64
+    np.testing.assert_array_equal(targets[:, :, 0], series[origins[:, None] + [1, 2], 1] + 1000.0 * keys[:, None])
+
+
+def test_numeric_columns_are_those_mostly_holding_numbers():
+    frame = pd.DataFrame({"timestamp": ["2024-01-01", "2024-01-02", "2024-01-03"], "load": ["1", "2", "x"],
+                          "label": ["a", "b", "3"], "empty": [None, None, None], "temp": ["1.5", None, "2"]})
+    assert numeric_columns(frame, ["timestamp"]) == ["load", "temp"]
+    assert numeric_columns(frame, ["timestamp", "load"]) == ["temp"]
+
+
+def test_read_recent_returns_the_last_rows_or_names_what_does_not_match(tmp_path):
+    path = tmp_path / "data.csv"
+    path.write_text(GOOD)
+    window = read_recent(str(path), "timestamp", ["temp"], 2, 1800)
+    assert window["temp"].tolist() == [11, 12] and str(window.index[-1]) == "2024-01-01 01:00:00"
+    for kwargs, message in (({"rows": 4}, r"has 3 rows, expected the last 4 rows or more \(2 h\)"),
+                            ({"step_seconds": 3600}, r"sampling interval is 30 min, expected 1 h"),
+                            ({"with_offsets": True}, r"timestamps lack UTC offsets; expected timestamps with them")):
+        with pytest.raises(DataError, match=message):
+            read_recent(str(path), "timestamp", ["temp"], **{"rows": 2, "step_seconds": 1800, **kwargs})

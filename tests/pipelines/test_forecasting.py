@@ -1,4 +1,5 @@
 """End-to-end checks of the forecasting pipelines on their tiny presets, through the CLI."""
+import dataclasses
 import json
 import re
 
@@ -8,7 +9,7 @@ import pandas as pd
 import pytest
 from sklearn.linear_model import Ridge
 
-from seqapps import baselines, cli, runner, serializable, training
+from seqapps import baselines, cli, intervals, runner, serializable, training
 from seqapps.data import datasets
 from seqapps.pipeline import REGISTRY
 
@@ -245,24 +246,6 @@ def test_killed_training_resumes_from_its_checkpoint(tmp_path):
     assert list(tmp_path.iterdir()) == []  # the backup and its empty parent are gone
 
 
-@pytest.mark.parametrize("rows, folds", [(4032, 1), (4032, 3), (1001, 4), (17, 2)])
-def test_backtest_folds_tile_the_series_end_with_the_default_split_last(rows, folds):
-    from pipelines.forecasting import fold_bounds
-
-    n_val, n_test = round(rows * 0.1), round(rows * 0.2)
-    for k, bounds in enumerate(fold_bounds(rows, 0.1, 0.2, folds)):
-        # Brute force: fold k keeps all but the last (folds - 1 - k) test blocks, then splits it as usual.
-        kept = rows - (folds - 1 - k) * n_test
-        expected = ["train"] * (kept - n_val - n_test) + ["val"] * n_val + ["test"] * n_test
-        labels = [next((name for name, (start, stop) in bounds.items() if start <= i < stop), None)
-                  for i in range(rows)]
-        assert labels == expected + [None] * (rows - kept)
-    default = fold_bounds(rows, 0.1, 0.2, 1)[0]
-    assert fold_bounds(rows, 0.1, 0.2, folds)[-1] == default == {
-        "train": (0, rows - n_val - n_test), "val": (rows - n_val - n_test, rows - n_test),
-        "test": (rows - n_test, rows)}
-
-
 @pytest.mark.parametrize("ridge_cross_fit, interval_cross_fit, windows, expected", [
     (0, 5, 2000, 5),    # the interval's blocks: 400 windows and 2 x 24 of gaps leave 1,552 of 2,000 to fit on
     (0, 5, 150, 0),     # 30 + 48 windows left out of 150 would keep fewer than half: no cross-fitting
@@ -309,7 +292,7 @@ def test_windows_cut_from_the_series_give_the_numbers_of_materialised_windows(na
     """The reference is the implementation that held every window as NumPy arrays (before issue 16, item 6)."""
     from numpy.lib.stride_tricks import sliding_window_view
 
-    from seqapps import intervals
+    from pipelines.forecasting import window_scale
     from seqapps.config import resolve_config
 
     pipeline = REGISTRY.get(name)()
@@ -328,7 +311,7 @@ def test_windows_cut_from_the_series_give_the_numbers_of_materialised_windows(na
 
     reference = {split: materialised(split) for split in ("train", "val", "test")}
     for split, (inputs, targets) in reference.items():
-        batches = list(pipeline._windows(data.arrays, data.arrays["origins"][split], state, 500).as_numpy_iterator())
+        batches = list(pipeline._windows(data, data.arrays["origins"][split], batch_size=500).as_numpy_iterator())
         for column, expected in inputs.items():
             np.testing.assert_array_equal(np.concatenate([b[0][column] for b in batches]), expected)
         np.testing.assert_array_equal(np.concatenate([b[1] for b in batches]), targets)
@@ -337,7 +320,7 @@ def test_windows_cut_from_the_series_give_the_numbers_of_materialised_windows(na
     rng = np.random.default_rng(1)
     for weight in model.trainable_weights:  # a non-zero correction on the frozen ridge
         weight.assign(rng.normal(0, 0.05, weight.shape).astype("float32"))
-    pipeline.evaluate(model, data)
+    calibrated = pipeline.calibrate(model, config, data)["interval"]
     # The ridge, fitted by scikit-learn on features of the materialised windows, as before issue 16 (item 6)
     # but in float64 (scikit-learn fitted the float32 features in float32). The pipeline solves the same
     # equations from float64 moments; TOLERANCE says how closely the two agree.
@@ -387,21 +370,20 @@ def test_windows_cut_from_the_series_give_the_numbers_of_materialised_windows(na
     # (interval_cross_fit) the ridge part is out of fold: the residual is the shifted target minus the forecast.
     forecast = {split: model.predict(reference[split][0], batch_size=256, verbose=0).mean(axis=1)
                 for split in ("train", "val")}
-    scale = {split: keras.ops.convert_to_numpy(pipeline._interval_scale(state, reference[split][0]))
+    scale = {split: keras.ops.convert_to_numpy(window_scale(calibrated, state["target_cols"], reference[split][0]))
              for split in ("train", "val")}
     scales = np.concatenate([scale[s] for s in ("train", "val")])
     forecasts = np.concatenate([forecast[s] for s in ("train", "val")])
-    offsets = intervals.conformal_offsets(shifted / scales - forecasts / scales, state["interval"]["levels"])
+    offsets = intervals.conformal_offsets(shifted / scales - forecasts / scales, calibrated["levels"])
     # The pipeline keeps the residuals in float32 (a long series has millions): a relative 1e-6.
-    np.testing.assert_allclose(np.array(state["interval"]["offsets"]), offsets, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.array(calibrated["offsets"]), offsets, rtol=1e-6, atol=1e-6)
     # With interval_cross_fit=0: the training residuals in sample, the validation ones of the training-only ridge.
-    data.arrays["interval_out_of_fold"] = False
-    pipeline._calibrate(model, data)
+    calibrated = pipeline.calibrate(model, dataclasses.replace(config, interval_cross_fit=0), data)["interval"]
     forecast["val"] = forecast["val"] + data.arrays["ridge_val_shift"]
     offsets = intervals.conformal_offsets(
         np.concatenate([reference[s][1] / scale[s] for s in ("train", "val")])
-        - np.concatenate([forecast[s] / scale[s] for s in ("train", "val")]), state["interval"]["levels"])
-    np.testing.assert_array_equal(np.array(state["interval"]["offsets"]), offsets)
+        - np.concatenate([forecast[s] / scale[s] for s in ("train", "val")]), calibrated["levels"])
+    np.testing.assert_array_equal(np.array(calibrated["offsets"]), offsets)
     np.testing.assert_array_equal(model.predict(pipeline._split_windows(data, "test", 256), verbose=0),
                                   model.predict(reference["test"][0], batch_size=256, verbose=0))
 
@@ -437,29 +419,6 @@ def test_a_european_csv_with_semicolons_and_decimal_commas_runs_with_decimal_set
     code, _, err = run_cli(capsys, "run", "load_forecasting", "--preset", "tiny", "--data", str(tmp_path / "eu.csv"),
                            *sets)
     assert code == 2 and "pass --set decimal=," in err
-
-
-def test_shrinkage_weights_minimise_the_mae_of_each_step_as_a_brute_force_search_does():
-    from pipelines.forecasting import SHRINKAGE_GRID, shrinkage_weights
-
-    rng = np.random.default_rng(3)
-    truth, base = rng.normal(size=(200, 6, 2)), rng.normal(size=(200, 6, 2))
-    # Step h of target t: a correction that closes a share h/5 of the base's error, plus noise; at step 0 it
-    # points the wrong way.
-    share = np.arange(6)[:, None] / 5 * np.ones(2)
-    correction = np.where(share > 0, (truth - base) / np.maximum(share, 1e-9) + rng.normal(0, 0.01, truth.shape),
-                          base - truth)
-    found = shrinkage_weights(truth, base, correction, per_step=True)
-    for h in range(6):
-        for t in range(2):
-            errors = [np.abs(truth[:, h, t] - base[:, h, t] - w * correction[:, h, t]).mean() for w in SHRINKAGE_GRID]
-            assert found[h, t] == SHRINKAGE_GRID[int(np.argmin(errors))]
-    np.testing.assert_allclose(found[1:], share[1:], atol=0.05)  # on the grid: w = share closes the error
-    assert found[0].tolist() == [0.0, 0.0]  # the base alone
-    overall = shrinkage_weights(truth, base, correction, per_step=False)
-    for t in range(2):
-        errors = [np.abs(truth[..., t] - base[..., t] - w * correction[..., t]).mean() for w in SHRINKAGE_GRID]
-        assert (overall[:, t] == SHRINKAGE_GRID[int(np.argmin(errors))]).all()
 
 
 def test_a_zero_shrinkage_weight_gives_the_ridge_forecast_exactly():
@@ -504,17 +463,15 @@ def test_shrinkage_is_chosen_on_a_first_fit_that_did_not_train_on_validation_and
 
     config = resolve_config(pipeline.Config, "tiny", overrides=["shrinkage=step"])
     data = pipeline.load_data(config, None)
-    pipeline.build_model(config, data)  # fits the ridge
     val = pipeline._split_windows(data, "val", 256)
     whole = first.predict(val, verbose=0).mean(axis=1).astype("float64")
     layer = first.get_layer("shrinkage")
     layer.set_weights([np.zeros_like(layer.get_weights()[0])])
     base = first.predict(val, verbose=0).mean(axis=1).astype("float64")
-    truth = np.concatenate([t for _, t in pipeline._windows(data.arrays, data.arrays["origins"]["val"], data.state,
-                                                              256).as_numpy_iterator()])
-    from pipelines.forecasting import shrinkage_weights
+    truth = np.concatenate([t for _, t in pipeline._windows(data, data.arrays["origins"]["val"],
+                                                              batch_size=256).as_numpy_iterator()])
 
-    expected = shrinkage_weights(truth, base + data.arrays["ridge_val_shift"], whole - base, per_step=True)
+    expected = intervals.shrinkage_weights(truth, base + data.arrays["ridge_val_shift"], whole - base, per_step=True)
     weights = np.array(result["training"]["shrinkage"]["weights"])
     np.testing.assert_array_equal(weights, expected)
     np.testing.assert_array_equal(final.get_layer("shrinkage").get_weights()[0], weights.astype("float32"))
