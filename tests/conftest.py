@@ -1,7 +1,10 @@
 """Test configuration: size markers (as keras-hub does) and quiet TensorFlow logs."""
 import contextlib
 import io
+import json
 import os
+import shutil
+from typing import Callable
 
 import pytest
 
@@ -44,3 +47,24 @@ def tiny_exports(tmp_path_factory: pytest.TempPathFactory) -> dict:
             code = cli.main(["run", name, "--preset", "tiny", "--out", str(root)])
         found[name] = {"export": str(root / name / "1"), "code": code, "out": out.getvalue(), "err": err.getvalue()}
     return found
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tiny_exports: dict, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict]:
+    """A private copy of a pipeline's tiny export from ``tiny_exports``, with the run's result.
+
+    A test that fine-tunes from the copy, or writes next to it, leaves the shared exports alone;
+    no pipeline is trained twice on its tiny preset in one session.
+
+    Returns:
+        ``copy(name)`` -> the result ``runner.run(name, "tiny")`` returned (as the export's
+        ``metrics.json`` holds it), its ``export`` the copy's folder ``<tmp>/<name>/1``.
+    """
+    def copy(name: str) -> dict:
+        assert tiny_exports[name]["code"] == 0, tiny_exports[name]["err"]
+        folder = tmp_path_factory.mktemp(f"{name}_copy") / name / "1"
+        shutil.copytree(tiny_exports[name]["export"], folder)
+        result = json.loads((folder / "assets.extra" / "metrics.json").read_text(encoding="utf-8"))
+        return {"pipeline": name, "preset": "tiny", **result, "export": str(folder)}
+
+    return copy

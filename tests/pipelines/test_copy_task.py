@@ -1,5 +1,6 @@
 """End-to-end checks of the copy_task pipeline (decoupled HRNN) on its tiny preset, through the CLI."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -7,15 +8,15 @@ import pytest
 from pipelines.copy_task import BLANK, CopyTaskConfig, copy_sequences
 from seqapps.config import resolve_config
 from tests.export_harness import call_in_tensorflow_only_process, decoded
-from tests.pipelines.cli_runner import assert_rejected_in_one_line, run_cli, run_tiny
+from tests.pipelines.cli_runner import assert_rejected_in_one_line, run_cli
 
 pytestmark = pytest.mark.large
 
 
 @pytest.fixture(scope="module")
-def copy_run(tmp_path_factory):
-    """Runs the tiny preset once (through the CLI) for the tests that read its export."""
-    return run_tiny(tmp_path_factory.mktemp("exports"), "copy_task")
+def copy_run(tiny_run):
+    """The session's tiny run (a private copy of its export), for the tests that read its export."""
+    return Path(tiny_run("copy_task")["export"])
 
 
 def test_sequences_hold_the_string_then_blanks_and_score_only_the_copy():

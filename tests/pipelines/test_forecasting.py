@@ -2,6 +2,7 @@
 import dataclasses
 import json
 import re
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -20,11 +21,10 @@ pytestmark = pytest.mark.large
 
 
 @pytest.fixture(scope="module")
-def weather_export(tmp_path_factory):
-    """Runs the weather pipeline's tiny preset once for the tests that read its export."""
-    out = tmp_path_factory.mktemp("exports")
-    result = runner.run("weather_forecasting", "tiny", out=out)
-    return out, result
+def weather_export(tiny_run):
+    """The weather pipeline's tiny run of the session (a private copy), for the tests that read its export."""
+    result = tiny_run("weather_forecasting")
+    return Path(result["export"]).parents[1], result
 
 
 POINT_METRICS = {"mae", "rmse", "smape", "mase"}

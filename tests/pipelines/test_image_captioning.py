@@ -20,9 +20,9 @@ def test_most_frequent_and_nearest_neighbour_baselines():
 
 
 @pytest.fixture(scope="module")
-def tiny_export(tmp_path_factory):
-    """Runs the tiny preset once: a two-block convnet and a 16-unit LSTM on 120 generated scenes."""
-    return runner.run("image_captioning", "tiny", out=tmp_path_factory.mktemp("exports"))
+def tiny_export(tiny_run):
+    """The session's tiny run (a two-block convnet and a 16-unit LSTM on 120 generated scenes), a private copy."""
+    return tiny_run("image_captioning")
 
 
 @pytest.mark.large

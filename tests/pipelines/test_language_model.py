@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pipelines import language_model
-from seqapps import cli, runner, serializable
+from seqapps import cli, serializable
 from seqapps.config import resolve_config
 from seqapps.data import samples
 from seqapps.data import text as text_data
@@ -21,10 +21,9 @@ pytestmark = pytest.mark.large
 
 
 @pytest.fixture(scope="module")
-def lm_export(tmp_path_factory):
-    """Runs the tiny preset (LSTM + ReLU bottleneck, B-NCE, pydoc topics) once."""
-    out = tmp_path_factory.mktemp("exports")
-    return runner.run("language_model", "tiny", out=out)
+def lm_export(tiny_run):
+    """The session's tiny run (LSTM + ReLU bottleneck, B-NCE, pydoc topics), a private copy."""
+    return tiny_run("language_model")
 
 
 def test_tiny_run_reports_both_perplexities_speed_and_a_unigram_baseline(lm_export):

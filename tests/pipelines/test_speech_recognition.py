@@ -17,16 +17,16 @@ from seqapps.data import speech
 from seqapps.errors import DataError
 from seqapps.export_format import read_export
 from seqapps.pipeline import VOCABULARIES
-from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli, run_tiny
+from tests.pipelines.cli_runner import assert_rejected_in_one_line, run_cli
 
 pytestmark = pytest.mark.large
 
 
 @pytest.fixture(scope="module")
-def speech_run(tmp_path_factory):
-    """Runs the tiny preset once, for the tests that read its export."""
-    export = run_tiny(tmp_path_factory.mktemp("exports"), "speech_recognition")
-    return export, export_metrics(export)
+def speech_run(tiny_run):
+    """The session's tiny run (a private copy), for the tests that read its export."""
+    result = tiny_run("speech_recognition")
+    return Path(result["export"]), result
 
 
 @pytest.fixture(scope="module")

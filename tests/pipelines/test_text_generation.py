@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from pipelines import text_generation
-from seqapps import cli, runner, serializable
+from seqapps import cli, serializable
 from seqapps.config import resolve_config
 from seqapps.data import text as text_data
 from seqapps.export_format import read_export, read_limits
@@ -20,10 +20,9 @@ pytestmark = pytest.mark.large
 
 
 @pytest.fixture(scope="module")
-def char_export(tmp_path_factory):
-    """Runs the tiny preset (one small LSTM on pydoc topics) once."""
-    out = tmp_path_factory.mktemp("exports")
-    return runner.run("text_generation", "tiny", out=out)
+def char_export(tiny_run):
+    """The session's tiny run (one small LSTM on pydoc topics), a private copy."""
+    return tiny_run("text_generation")
 
 
 def test_tiny_run_reports_bits_per_char_and_a_unigram_baseline(char_export):

@@ -18,9 +18,9 @@ from tests.pipelines.cli_runner import assert_rejected_in_one_line
 
 
 @pytest.fixture(scope="module")
-def tiny_export(tmp_path_factory):
-    """Runs the tiny preset once: a 32-unit BiLSTM/attention model on 600 number phrases."""
-    return runner.run("translation", "tiny", out=tmp_path_factory.mktemp("exports"))
+def tiny_export(tiny_run):
+    """The session's tiny run (a 32-unit BiLSTM/attention model on 600 number phrases), a private copy."""
+    return tiny_run("translation")
 
 
 @pytest.mark.large
