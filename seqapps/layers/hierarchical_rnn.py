@@ -658,7 +658,9 @@ class DecoupledHRNN(keras.layers.Layer):
         )
         if compute_aux:
             self.add_loss(self._aux_total(aux_sums, aux_counts))
-        return tf.transpose(outputs, [1, 0, 2])[:, : tf.shape(x)[1]]
+        outputs = tf.transpose(outputs, [1, 0, 2])[:, : tf.shape(x)[1]]
+        outputs.set_shape(self.compute_output_shape(tuple(x.shape)))  # the slice hides the static time steps
+        return outputs
 
     def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
         if isinstance(mask, (list, tuple)):
