@@ -26,7 +26,9 @@ def test_every_registered_layer_is_covered():
 
 def test_ngram_context_concatenates_windows_of_order_minus_one_words():
     embeddings = np.arange(2 * 5 * 3, dtype="float32").reshape(2, 5, 3)
-    layer = run_layer_test(NGramContext, {"order": 3}, embeddings, expected_output_shape=(2, 4, 6))
+    layer = run_layer_test(NGramContext, {"order": 3}, embeddings, expected_output_shape=(2, 4, 6),
+                           expected_num_trainable_weights=0, expected_num_non_trainable_weights=0,
+                           other_input_data=embeddings[:1, :3], not_applicable={"fit": "the layer has no weights"})
     out = keras.ops.convert_to_numpy(layer(embeddings))
     expected = np.concatenate([embeddings[:, :4], embeddings[:, 1:5]], axis=-1)  # words t and t+1
     np.testing.assert_array_equal(out, expected)
@@ -34,7 +36,9 @@ def test_ngram_context_concatenates_windows_of_order_minus_one_words():
 
 def test_seasonal_difference_is_values_beside_their_change_over_one_period():
     window = np.random.default_rng(0).normal(size=(3, 7, 2)).astype("float32")
-    layer = run_layer_test(SeasonalDifference, {"period": 3}, window, expected_output_shape=(3, 4, 4))
+    layer = run_layer_test(SeasonalDifference, {"period": 3}, window, expected_output_shape=(3, 4, 4),
+                           expected_num_trainable_weights=0, expected_num_non_trainable_weights=0,
+                           other_input_data=window[:2, :5], not_applicable={"fit": "the layer has no weights"})
     out = keras.ops.convert_to_numpy(layer(window))
     np.testing.assert_allclose(out, np.concatenate([window[:, 3:], window[:, 3:] - window[:, :4]], axis=-1),
                                atol=1e-6)
