@@ -5,23 +5,10 @@ import keras
 import numpy as np
 import pytest
 
-from seqapps import serializable
 from seqapps.layers.ngram_context import NGramContext
 from seqapps.layers.time_features import SeasonalDifference
 from seqapps.losses import ScaledMeanAbsoluteError
 from tests.layers.harness import run_layer_test
-
-#: Layers whose harness run lives in their own test module (with their NumPy references).
-TESTED_ELSEWHERE = {"BatchNCE", "DecoupledHRNN", "CalendarFeatures", "SeasonalNaive",
-                    "LogMelSpectrogram",  # tests/data/test_audio.py
-                    "AttentionDecoder", "PaddingMask",  # tests/layers/test_attention_decoder.py
-                    "SpecAugment", "TimeStatistics",  # tests/layers/test_spectrogram.py
-                    "LexiconBias"}  # tests/layers/test_lexicon.py
-
-
-def test_every_registered_layer_is_covered():
-    covered = TESTED_ELSEWHERE | {"NGramContext", "SeasonalDifference"}
-    assert {layer.__name__ for layer in serializable.LAYERS} == covered
 
 
 def test_ngram_context_concatenates_windows_of_order_minus_one_words():
