@@ -77,7 +77,9 @@ def run_layer_test(
     layer = _new(layer_cls, init_kwargs)
     outputs = keras.tree.flatten(layer(input_data, **call_kwargs))
     _check_weight_counts(layer, expected_num_trainable_weights, expected_num_non_trainable_weights)
-    _check_outputs(layer, outputs, expected_output_shape)
+    expected = expected_output_shape if isinstance(expected_output_shape, list) else [expected_output_shape]
+    assert [tuple(o.shape) for o in outputs] == [tuple(s) for s in expected], "unexpected output shapes"
+    _check_float_outputs(layer, outputs)
     specs, eager = [(tuple(s.shape), _dtype(s)) for s in symbolic], [(tuple(o.shape), _dtype(o)) for o in outputs]
     assert specs == eager, f"the symbolic call's output spec {specs} differs from the eager output's {eager}"
     _check_restored_layer(layer, input_data, outputs, call_kwargs, atol)
@@ -154,10 +156,8 @@ def _check_weight_counts(layer: keras.layers.Layer, trainable: int, non_trainabl
     assert len(layer.non_trainable_weights) == non_trainable, [w.path for w in layer.non_trainable_weights]
 
 
-def _check_outputs(layer: keras.layers.Layer, outputs: list, expected_output_shape: Any) -> None:
-    """Shapes as expected, floating outputs finite and in the layer's compute dtype."""
-    expected = expected_output_shape if isinstance(expected_output_shape, list) else [expected_output_shape]
-    assert [tuple(o.shape) for o in outputs] == [tuple(s) for s in expected], "unexpected output shapes"
+def _check_float_outputs(layer: keras.layers.Layer, outputs: list) -> None:
+    """Floating outputs are finite and in the layer's compute dtype."""
     for output in outputs:
         if keras.backend.is_float_dtype(output.dtype):
             assert _dtype(output) == layer.compute_dtype, f"a {_dtype(output)} output of a {layer.compute_dtype} layer"
@@ -246,4 +246,4 @@ def _check_mixed_precision(layer_cls: type[keras.layers.Layer], init_kwargs: dic
     for weight in layer.weights:
         if keras.backend.is_float_dtype(weight.dtype):
             assert _dtype(weight) == "float32", f"{weight.path} is {_dtype(weight)}"
-    _check_outputs(layer, outputs, [tuple(o.shape) for o in outputs])
+    _check_float_outputs(layer, outputs)
