@@ -25,7 +25,7 @@ REGISTERED = {
     "seqapps.layers.lexicon": ("LexiconBias",),
     "seqapps.layers.ngram_context": ("NGramContext",),
     "seqapps.layers.spectrogram": ("LogMelSpectrogram", "SpecAugment", "TimeStatistics"),
-    "seqapps.layers.time_features": ("CalendarFeatures", "SeasonalDifference", "SeasonalNaive"),
+    "seqapps.layers.time_features": ("CalendarFeatures", "SeasonalDifference", "SeasonalNaive", "Shrinkage"),
     "seqapps.losses": ("ScaledMeanAbsoluteError", "per_token_training_loss"),
     "seqapps.training": ("SGD", "Adam"),
 }

@@ -249,13 +249,13 @@ class CTCSpeechModel(keras.Model):
         """Normalised, subsampled features [batch, T, F] and their mask [batch, T] (no weights but the conv)."""
         waveform = tf.cast(inputs["waveform"], tf.float32)
         length = tf.minimum(tf.cast(tf.reshape(inputs["length"], [-1]), tf.int32), tf.shape(waveform)[1])
-        mel = self.frontend(waveform, lengths=length)
+        mel = tf.cast(self.frontend(waveform, lengths=length), tf.float32)  # statistics in float32 under any policy
         frames = self.frontend.frame_lengths(length)
         mask = tf.sequence_mask(frames, tf.shape(mel)[1], dtype=tf.float32)[..., None]
         count = tf.maximum(tf.reduce_sum(mask, axis=1, keepdims=True), 1.0)
         mean = tf.reduce_sum(mel * mask, axis=1, keepdims=True) / count
         variance = tf.reduce_sum(tf.square(mel - mean) * mask, axis=1, keepdims=True) / count
-        x = (mel - mean) * tf.math.rsqrt(variance + 1e-5) * mask
+        x = tf.cast((mel - mean) * tf.math.rsqrt(variance + 1e-5) * mask, self.compute_dtype)
         if self.conv is None:
             pad = (-tf.shape(x)[1]) % self.stride
             x = tf.pad(x, [[0, 0], [0, pad], [0, 0]])

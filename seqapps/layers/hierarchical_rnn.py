@@ -139,7 +139,8 @@ class DecoupledHRNN(keras.layers.Layer):
         cells: Keras RNN cells, lowest level first, at least two
             (``LSTMCell``, ``GRUCell``, ``SimpleRNNCell`` or any cell whose
             first state is its output). The layer holds copies made from
-            their configs.
+            their configs, under the layer's dtype policy (the cells' states
+            live in the layer's loops, in its compute dtype).
         periods: ticks of level ``j - 1`` per tick of level ``j``: an int for
             every level, or one int per level above the first. With a
             boundary input ``periods[0]`` is the largest index the level-1
@@ -227,12 +228,7 @@ class DecoupledHRNN(keras.layers.Layer):
             raise ValueError(f"aux_hidden_units must be >= 1, got aux_hidden_units={aux_hidden_units}")
         if output_units is not None and output_units < 1:
             raise ValueError(f"output_units must be None or >= 1, got output_units={output_units}")
-        self.cells = [
-            keras.saving.deserialize_keras_object(
-                cell if isinstance(cell, dict) else keras.saving.serialize_keras_object(cell)
-            )
-            for cell in cells
-        ]
+        self.cells = [self._copy_cell(cell) for cell in cells]
         self.periods = periods
         self.mode = mode
         self.beta = beta
@@ -246,6 +242,12 @@ class DecoupledHRNN(keras.layers.Layer):
         self._decoders = mode == "decoupled" or (mode == "hrnn" and any(b > 0 for b in self._betas))
         self._seed_generator = keras.random.SeedGenerator(seed)
         self.supports_masking = True
+
+    def _copy_cell(self, cell: keras.layers.Layer | dict) -> keras.layers.Layer:
+        """A copy of ``cell`` (or its serialised config) under this layer's dtype policy."""
+        serialized = cell if isinstance(cell, dict) else keras.saving.serialize_keras_object(cell)
+        config = {**serialized["config"], "dtype": keras.dtype_policies.serialize(self.dtype_policy)}
+        return keras.saving.deserialize_keras_object({**serialized, "config": config})
 
     @property
     def levels(self) -> int:
@@ -657,7 +659,9 @@ class DecoupledHRNN(keras.layers.Layer):
         )
         if compute_aux:
             self.add_loss(self._aux_total(aux_sums, aux_counts))
-        return tf.transpose(outputs, [1, 0, 2])[:, : tf.shape(x)[1]]
+        outputs = tf.transpose(outputs, [1, 0, 2])[:, : tf.shape(x)[1]]
+        outputs.set_shape(self.compute_output_shape(tuple(x.shape)))  # the slice hides the static time steps
+        return outputs
 
     def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
         if isinstance(mask, (list, tuple)):

@@ -39,7 +39,7 @@ class CalendarFeatures(keras.layers.Layer):
             (a UTC instant with ``utc_offsets``, else the data's wall-clock time read as UTC).
 
     Returns:
-        ``(past, future)``: float32 tensors [batch, lookback, 4] and [batch, horizon, 4]:
+        ``(past, future)``: tensors [batch, lookback, 4] and [batch, horizon, 4] of the compute dtype:
         sin and cos of the time of day, then of the day of the week.
 
     Example:
@@ -69,7 +69,8 @@ class CalendarFeatures(keras.layers.Layer):
         days = ops.floor_divide(times, SECONDS_PER_DAY)
         weekday = ops.cast(ops.mod(days + _THURSDAY, 7), "float32")
         angles = ops.stack([day_seconds * (2 * math.pi / SECONDS_PER_DAY), weekday * (2 * math.pi / 7)], axis=-1)
-        return ops.concatenate([ops.sin(angles), ops.cos(angles)], axis=-1)
+        # float32 above (a day's seconds overflow float16), the layer's compute dtype out
+        return ops.cast(ops.concatenate([ops.sin(angles), ops.cos(angles)], axis=-1), self.compute_dtype)
 
     def call(self, end_time: Any) -> tuple[Any, Any]:
         end_time = ops.cast(end_time, "int64")

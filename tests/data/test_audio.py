@@ -178,12 +178,14 @@ def test_log_mel_of_a_padded_batch_equals_each_waveform_alone():
 
 
 def test_log_mel_layer_harness_and_mixed_precision():
-    # The layer has no trainable weights (Keras warns in the fit step); the filterbank is a non-trainable weight
-    # that the .keras round trip restores.
+    # No trainable weights; the filterbank is a non-trainable weight that the .keras round trip restores.
     options = {"sample_rate": 8000, "n_fft": 256, "hop_length": 80, "win_length": 200, "n_mels": 20,
                "fmin": 50.0, "fmax": 3800.0, "log_floor": 1e-5, "center": True}
     waveform = np.random.default_rng(0).normal(size=(2, 800)).astype("float32")
-    layer = run_layer_test(LogMelSpectrogram, options, waveform, expected_output_shape=(2, 11, 20), atol=1e-5)
+    layer = run_layer_test(LogMelSpectrogram, options, waveform, expected_output_shape=(2, 11, 20),
+                           expected_num_trainable_weights=0, expected_num_non_trainable_weights=1,
+                           other_input_data=waveform[:1, :400],
+                           not_applicable={"fit": "the layer has no trainable weights"}, atol=1e-5)
     assert [w.name for w in layer.weights] == ["mel_filterbank"] and not layer.trainable_weights
     # Under mixed precision the STFT still runs in float32 (FFTs need it); only the output is float16.
     half = LogMelSpectrogram(dtype="mixed_float16", **options)(waveform)

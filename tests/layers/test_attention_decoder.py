@@ -18,11 +18,21 @@ def _inputs(cell: str, seed: int = 0) -> dict:
             "state": [rng.normal(size=(BATCH, UNITS)).astype("float32") for _ in range(2 if cell == "lstm" else 1)]}
 
 
-@pytest.mark.parametrize("cell, attention", [("lstm", "bahdanau"), ("gru", "luong"), ("lstm", "none")])
-def test_attention_decoder_passes_the_layer_harness(cell, attention):
+def _fewer(inputs: dict, batch: int = 2, steps: int = 3, source: int = 3) -> dict:
+    """``inputs`` cut to another batch size, target length and memory length."""
+    return {"ids": inputs["ids"][:batch, :steps], "memory": inputs["memory"][:batch, :source],
+            "memory_mask": inputs["memory_mask"][:batch, :source], "state": [s[:batch] for s in inputs["state"]]}
+
+
+# Weights: the embedding 1, the LSTM/GRU 3 (kernel, recurrent kernel, bias), the attention's scale 1, the Dense 2.
+@pytest.mark.parametrize("cell, attention, weights",
+                         [("lstm", "bahdanau", 7), ("gru", "luong", 7), ("lstm", "none", 6)])
+def test_attention_decoder_passes_the_layer_harness(cell, attention, weights):
+    inputs = _inputs(cell)
     run_layer_test(AttentionDecoder, {"vocab_size": VOCAB, "embedding_dim": 6, "units": UNITS, "cell": cell,
                                       "attention": attention, "dropout": 0.1},
-                   _inputs(cell), expected_output_shape=(BATCH, STEPS, UNITS), atol=1e-5)
+                   inputs, expected_output_shape=(BATCH, STEPS, UNITS), expected_num_trainable_weights=weights,
+                   expected_num_non_trainable_weights=0, other_input_data=_fewer(inputs), atol=1e-5)
 
 
 @pytest.mark.parametrize("cell, attention", [("lstm", "bahdanau"), ("gru", "luong"), ("gru", "none")])
@@ -58,7 +68,9 @@ def test_bad_cell_or_attention_is_a_value_error():
 
 def test_padding_mask_marks_real_ids():
     ids = np.array([[5, 7, 1, 1], [1, 2, 3, 1]], "int32")
-    layer = run_layer_test(PaddingMask, {"pad_id": 1}, ids, expected_output_shape=(2, 4), run_training_check=False)
+    layer = run_layer_test(PaddingMask, {"pad_id": 1}, ids, expected_output_shape=(2, 4),
+                           expected_num_trainable_weights=0, expected_num_non_trainable_weights=0,
+                           other_input_data=ids[:1, :3], not_applicable={"fit": "the layer has no weights"})
     np.testing.assert_array_equal(np.asarray(layer(ids)), ids != 1)
 
 

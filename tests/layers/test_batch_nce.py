@@ -210,6 +210,9 @@ def test_layer_harness(init_kwargs):
         {"vocab_size": V, "noise_distribution": noise, "seed": 7, **init_kwargs},
         [problem["hidden"], targets],
         expected_output_shape=(6,),
+        expected_num_trainable_weights=2,  # the output embedding and the bias
+        expected_num_non_trainable_weights=2,  # the noise distribution and its CDF
+        other_input_data=[problem["hidden"][:4], targets[:4]],
         training_loss=identity_loss,
         atol=1e-5,
     )

@@ -167,6 +167,9 @@ def test_harness():
         },
         x,
         expected_output_shape=(BATCH, 10, CLASSES),
+        expected_num_trainable_weights=12,  # GRU 3, LSTM 3, the decoder's two Dense 4, the head 2
+        expected_num_non_trainable_weights=0,
+        other_input_data=x[:2, :6],
         atol=1e-5,
     )
 

@@ -58,7 +58,10 @@ def test_lexicon_bias_is_the_log_of_the_mixture_plus_epsilon_and_survives_save()
     np.testing.assert_allclose(layer(inputs).numpy(), np.log(_numpy_lexical(problem) + 1e-3), atol=1e-5)
     run_layer_test(LexiconBias, {"source_vocab_size": SOURCE_VOCAB, "target_vocab_size": VOCAB, "top_k": TOP_K,
                                  "epsilon": 0.01}, inputs, expected_output_shape=(BATCH, STEPS, VOCAB),
-                   run_training_check=False)
+                   expected_num_trainable_weights=0, expected_num_non_trainable_weights=2,  # the table's ids, probs
+                   other_input_data={"attention": inputs["attention"][:1, :2, :3],
+                                     "source_ids": inputs["source_ids"][:1, :3]},
+                   not_applicable={"fit": "the lexicon is set from data (set_table), not trained"})
 
 
 def test_bad_tables_and_arguments_are_value_errors():

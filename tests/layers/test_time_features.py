@@ -1,8 +1,10 @@
 import numpy as np
 import pandas as pd
 
-from seqapps.layers.time_features import CalendarFeatures, SeasonalNaive
+from seqapps.layers.time_features import CalendarFeatures, SeasonalNaive, Shrinkage
 from tests.layers.harness import run_layer_test
+
+NO_WEIGHTS = {"fit": "the layer has no weights to train"}
 
 
 def test_calendar_features_match_pandas_calendar():
@@ -32,12 +34,16 @@ def test_calendar_features_follow_local_time_across_both_daylight_saving_changes
         # float32 sin of angles below 2*pi: 1e-5 absolute is well above their rounding.
         np.testing.assert_allclose(np.asarray(future)[0, :, 0], np.sin(hour_angle), atol=1e-5)
     run_layer_test(CalendarFeatures, {"step_seconds": 3600, "lookback": 2, "horizon": 2, "utc_offsets": offsets[-3:]},
-                   np.array([0, 4_090_000_000], "int64"), run_training_check=False)
+                   np.array([0, 4_090_000_000], "int64"), expected_output_shape=[(2, 2, 4), (2, 2, 4)],
+                   expected_num_trainable_weights=0, expected_num_non_trainable_weights=0,
+                   other_input_data=np.array([86_400], "int64"), not_applicable=NO_WEIGHTS)
 
 
 def test_calendar_features_layer_harness():
     run_layer_test(CalendarFeatures, {"step_seconds": 1800, "lookback": 4, "horizon": 2},
-                   np.array([0, 86_400], "int64"), run_training_check=False)
+                   np.array([0, 86_400], "int64"), expected_output_shape=[(2, 4, 4), (2, 2, 4)],
+                   expected_num_trainable_weights=0, expected_num_non_trainable_weights=0,
+                   other_input_data=np.array([3_600], "int64"), not_applicable=NO_WEIGHTS)
 
 
 def test_seasonal_naive_takes_the_value_one_period_back():
@@ -46,4 +52,16 @@ def test_seasonal_naive_takes_the_value_one_period_back():
     # Window positions 2,3,4,5 then 2 again (5 steps, period 4), feature 1.
     np.testing.assert_array_equal(output[0, :, 0], window[0, [2, 3, 4, 5, 2], 1])
     run_layer_test(SeasonalNaive, {"period": 4, "horizon": 5, "feature_indices": [1]}, window,
-                   expected_output_shape=(2, 5, 1), run_training_check=False)
+                   expected_output_shape=(2, 5, 1), expected_num_trainable_weights=0,
+                   expected_num_non_trainable_weights=0, other_input_data=window[:1], not_applicable=NO_WEIGHTS)
+
+
+def test_shrinkage_scales_the_correction_by_its_fixed_weights():
+    correction = np.random.default_rng(1).normal(size=(2, 3, 4, 1)).astype("float32")
+    layer = run_layer_test(Shrinkage, {}, correction, expected_output_shape=(2, 3, 4, 1),
+                           expected_num_trainable_weights=0, expected_num_non_trainable_weights=1,
+                           other_input_data=correction[:1, :2],
+                           not_applicable={"fit": "its weights are chosen after training, not trained"})
+    np.testing.assert_array_equal(np.asarray(layer(correction)), correction)  # ones until set
+    layer.set_weights([np.linspace(0, 1, 4, dtype="float32")[:, None]])
+    np.testing.assert_allclose(np.asarray(layer(correction)), correction * np.linspace(0, 1, 4)[:, None], atol=1e-7)
