@@ -519,7 +519,7 @@ class Translator(tf.Module):
     The encoder is the Keras model's source side; decoding runs its ``AttentionDecoder``, output layer and
     ``LexiconBias`` (when the model has one) through ``seqapps.generation.Generator``, which collects the
     attention that ``align`` returns and the ``<unk>`` replacement reads. The vocabularies are asset files
-    read by ``tf.lookup`` tables; the ``<unk>`` replacements are an inline ``StaticHashTable``.
+    read by ``tf.lookup`` tables, and so are the ``<unk>`` replacements (``text_data.word_map_lookup``).
 
     Args:
         model: the training model of ``Translation.build_model``.
@@ -533,9 +533,8 @@ class Translator(tf.Module):
         self.max_length = int(state["max_length"])
         self.max_decode_length = int(state["max_decode_length"])
         self.replace_unknown = bool(state["replace_unknown"])
-        replacements = state.get("unknown_replacements", {})  # none in older exports: the word is copied
-        self.replacements = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
-            tf.constant(["", *replacements], tf.string), tf.constant(["", *replacements.values()], tf.string)), "")
+        # the lexicon's best translation of each source word, an asset file (none in older exports: words are copied)
+        self.replacements = text_data.word_map_lookup(state.get("unknown_replacements", {}), "unknown_replacements")
         bridges = sorted((layer for layer in model.layers if layer.name.startswith("bridge_")),
                          key=lambda layer: int(layer.name.rpartition("_")[2]))
         self.encoder = keras.Model(model.input["source"], [model.get_layer("memory").output,

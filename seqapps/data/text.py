@@ -479,17 +479,25 @@ def unescape(line: str) -> str:
     return line
 
 
+def _tf_escape(tokens: "tf.Tensor") -> "tf.Tensor":
+    """``escape`` in the graph."""
+    import tensorflow as tf
+
+    return tf.strings.regex_replace(tf.strings.regex_replace(tf.strings.regex_replace(
+        tokens, r"\\", r"\\b"), "\n", r"\\n"), "\r", r"\\r")
+
+
+def _tf_unescape(lines: "tf.Tensor") -> "tf.Tensor":
+    """``unescape`` in the graph."""
+    import tensorflow as tf
+
+    return tf.strings.regex_replace(tf.strings.regex_replace(tf.strings.regex_replace(
+        lines, r"\\r", "\r"), r"\\n", "\n"), r"\\b", r"\\")
+
+
 @functools.cache
 def _vocabulary_lookup_class() -> type:
     import tensorflow as tf
-
-    def tf_escape(tokens: tf.Tensor) -> tf.Tensor:
-        return tf.strings.regex_replace(tf.strings.regex_replace(tf.strings.regex_replace(
-            tokens, r"\\", r"\\b"), "\n", r"\\n"), "\r", r"\\r")
-
-    def tf_unescape(lines: tf.Tensor) -> tf.Tensor:
-        return tf.strings.regex_replace(tf.strings.regex_replace(tf.strings.regex_replace(
-            lines, r"\\r", "\r"), r"\\n", "\n"), r"\\b", r"\\")
 
     class VocabularyLookup(tf.Module):
         """Token <-> id tables that read a vocabulary file shipped as a SavedModel asset.
@@ -519,14 +527,56 @@ def _vocabulary_lookup_class() -> type:
         def ids(self, tokens: "tf.Tensor | tf.RaggedTensor") -> "tf.Tensor | tf.RaggedTensor":
             """int32 ids of a (ragged) string tensor of tokens; unknown tokens map to 0."""
             return tf.ragged.map_flat_values(
-                lambda flat: tf.cast(self.token_to_id.lookup(tf_escape(flat)), tf.int32), tokens)
+                lambda flat: tf.cast(self.token_to_id.lookup(_tf_escape(flat)), tf.int32), tokens)
 
         def tokens(self, ids: "tf.Tensor | tf.RaggedTensor") -> "tf.Tensor | tf.RaggedTensor":
             """Tokens of a (ragged) integer tensor of ids; ids outside the vocabulary give ``UNKNOWN``."""
             return tf.ragged.map_flat_values(
-                lambda flat: tf_unescape(self.id_to_token.lookup(tf.cast(flat, tf.int64))), ids)
+                lambda flat: _tf_unescape(self.id_to_token.lookup(tf.cast(flat, tf.int64))), ids)
 
     return VocabularyLookup
+
+
+def word_map_lookup(mapping: Mapping[str, str], name: str) -> "tf.Module":
+    """An in-graph word -> word table read from a two-column asset file (a lexicon's best translations).
+
+    The file (``<name>.tsv``: key, tab, value, both ``escape``d) is written to a fresh temporary folder,
+    removed when the lookup is garbage-collected; a SavedModel that tracks the lookup copies it into
+    ``assets/``. Words have no tabs: they come from a whitespace tokenizer.
+
+    Args:
+        mapping: word -> word; a word outside it maps to ``""``.
+        name: the file's stem.
+
+    Returns:
+        A ``tf.Module`` whose ``lookup(words)`` maps a string tensor of words.
+
+    Raises:
+        ValueError: a key or value holds a tab.
+    """
+    import tensorflow as tf
+
+    if any("\t" in word for pair in mapping.items() for word in pair):
+        raise ValueError(f"{name}: a word holds a tab")
+    folder = Path(tempfile.mkdtemp(prefix="seqapps-word-map-"))
+    path = folder / f"{name}.tsv"
+    lines = [f"{escape(key)}\t{escape(value)}\n" for key, value in {"": "", **mapping}.items()]
+    path.write_bytes("".join(lines).encode("utf-8"))
+
+    class WordMapLookup(tf.Module):
+        def __init__(self) -> None:
+            super().__init__(name=f"{name}_lookup")
+            self.asset = tf.saved_model.Asset(str(path))
+            self.table = tf.lookup.StaticHashTable(tf.lookup.TextFileInitializer(
+                self.asset, tf.string, 0, tf.string, 1, delimiter="\t", vocab_size=len(lines)), default_value="")
+
+        def lookup(self, words: tf.Tensor) -> tf.Tensor:
+            """The value of each word of ``words`` (``""`` for a word outside the map)."""
+            return _tf_unescape(self.table.lookup(_tf_escape(words)))
+
+    found = WordMapLookup()
+    weakref.finalize(found, shutil.rmtree, str(folder), True)
+    return found
 
 
 def __getattr__(name: str) -> Any:

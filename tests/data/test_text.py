@@ -248,6 +248,24 @@ def test_vocabulary_ships_as_an_asset_and_works_after_the_export_moves(tmp_path)
     assert decoded(outputs["text"]) == ["a\nb", "d<unk>\\"]
 
 
+def test_word_map_ships_as_an_asset_and_maps_words_after_the_export_moves(tmp_path):
+    mapping = {"casa": "house", "a\\b": "c\\d", "zorro": "fox"}
+    module = tf.Module()
+    module.words = text.word_map_lookup(mapping, "replacements")
+    module.serve = tf.function(lambda words: {"mapped": module.words.lookup(words)},
+                               input_signature=[tf.TensorSpec([None], tf.string)])
+    tf.saved_model.save(module, str(tmp_path / "first"), signatures={"serving_default": module.serve})
+    assert (tmp_path / "first" / "assets" / "replacements.tsv").is_file()
+    assert b"zorro" not in (tmp_path / "first" / "saved_model.pb").read_bytes()  # in the asset, not the graph
+    del module
+    shutil.move(tmp_path / "first", tmp_path / "moved")
+    answer = call_in_tensorflow_only_process(tmp_path / "moved", [
+        ("serving_default", {"words": np.array(["casa", "a\\b", "perro", ""], dtype=object)})])
+    assert decoded(answer["outputs"][0]["mapped"]) == ["house", "c\\d", "", ""]
+    with pytest.raises(ValueError, match="holds a tab"):
+        text.word_map_lookup({"a\tb": "c"}, "bad")
+
+
 def test_windows_worked_example():
     inputs, targets = text.windows(np.arange(10), 3)
     assert inputs.tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
