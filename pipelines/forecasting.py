@@ -54,7 +54,7 @@ class ForecastingConfig(TrainingConfig):
         target_cols: columns to forecast.
         feature_cols: input covariates besides the targets (None: every other numeric column).
             At ``finetune``, these three name your CSV's columns for the export's, by position
-            (``finetune_csv_names``); the new export reads those names in ``predict`` too.
+            (``seqapps.data.series.finetune_csv_names``); the new export reads those names in ``predict`` too.
         horizon: how far ahead to forecast.
         lookback: how much history the model reads.
         residual_period: forecast a correction to the seasonal-naive forecast of this
@@ -83,7 +83,7 @@ class ForecastingConfig(TrainingConfig):
         interval_cross_fit: with K > 1 (and a ridge part), the interval is calibrated on
             out-of-fold residuals: each training and validation window's forecast takes its ridge
             part from a fit that left the window's block out (the ``ridge_cross_fit`` blocks if
-            set, else K; see ``cross_fit_blocks``). Else, and for a series too short for K blocks,
+            set, else K; see ``seqapps.data.series.cross_fit_blocks``). Else, and for a series too short for K blocks,
             on the full ridge's training residuals and the training-only ridge's validation ones.
         fit_on_val: train the RNN on the training and validation windows (the
             validation loss, then in-sample, still drives early stopping).

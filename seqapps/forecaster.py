@@ -8,7 +8,7 @@ regression frozen in the graph (``ridge_lags``). ``state`` is the splits' (``ser
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import keras
 import numpy as np
@@ -16,6 +16,9 @@ import numpy as np
 from seqapps import compat, intervals
 from seqapps.data.series import END_TIME, series_windows
 from seqapps.layers.time_features import CalendarFeatures, SeasonalDifference, SeasonalNaive, Shrinkage
+
+if TYPE_CHECKING:
+    from seqapps.baselines import LinearFit
 
 
 def target_scale(state: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -97,14 +100,15 @@ def encoder_inputs(state: dict[str, Any], inputs: dict[str, Any], scaled: Any,
 
 
 def forecast_model(state: dict[str, Any], inputs: dict[str, Any], scaled: Any, base: Any | None,
-                   corrections: Sequence[Any], ridge: Any | None, ridge_trainable: bool, name: str) -> keras.Model:
+                   corrections: Sequence[Any], ridge: LinearFit | None, ridge_trainable: bool,
+                   name: str) -> keras.Model:
     """The forecaster: the members' corrections, shrunk, plus the bases, in user units.
 
     Args:
         state, inputs, scaled, base: as in ``encoder_inputs``.
         corrections: each member's correction in scaled units, [batch, 1, horizon, targets].
-        ridge: the ridge fit (``seqapps.baselines.RidgeFit``) set in a ``Dense`` layer "ridge", or None
-            without ``ridge_lags``.
+        ridge: the ridge fit (``seqapps.baselines.fit_window_ridge``'s) set in a ``Dense`` layer "ridge", or
+            None without ``ridge_lags``.
         ridge_trainable: let training adjust the ridge weights (a linear highway, as in LSTNet).
         name: the model's name.
 

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 from sklearn.metrics import mean_pinball_loss
 
-from seqapps.intervals import (CHUNK_ROWS, SHRINKAGE_GRID, choose_shrinkage, conformal_offsets, coverage, interval_levels,
-                               local_scale, local_scales, pinball_loss, scaled_conformal_offsets, shrinkage_weights,
-                               window_scale)
+from seqapps.intervals import (CHUNK_ROWS, SHRINKAGE_GRID, choose_shrinkage, conformal_offsets, coverage,
+                               interval_levels, local_scale, local_scales, pinball_loss, scaled_conformal_offsets,
+                               shrinkage_weights, window_scale)
 
 
 def test_conformal_offsets_take_the_split_conformal_ranks_per_step():

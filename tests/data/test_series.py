@@ -69,7 +69,8 @@ def test_an_earlier_backtest_fold_sees_only_its_rows_and_a_short_fold_is_named()
     frame = hourly_frame(rows=24 * 14)  # test splits of 67 rows, each after a week of history
     data = splits_of(frame, fold=0, folds=2)
     assert len(data.arrays["values"]) == data.report["rows"] == 336 - 67
-    with pytest.raises(DataError, match=r"series of 336 rows \(backtest fold 1 of 4: its first 135 rows\) is too short"):
+    message = r"series of 336 rows \(backtest fold 1 of 4: its first 135 rows\) is too short"
+    with pytest.raises(DataError, match=message):
         splits_of(frame, fold=0, folds=4)
 
 
