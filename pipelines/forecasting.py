@@ -22,80 +22,22 @@ import numpy as np
 import pandas as pd
 import tensorflow as tf
 
-from seqapps import baselines, compat, intervals
+from seqapps import baselines, intervals
 from seqapps import metrics as forecast_metrics_lib
 from seqapps.config import TrainingConfig, require
 from seqapps.data import datasets, samples
-from seqapps.data import splits as split_rule
-from seqapps.data.tables import (DECIMAL_MARKS, FILL_METHODS, check_timezone, cut_windows, fold_bounds,
-                                 format_duration, local_times, numeric_columns, parse_duration, read_csv,
-                                 read_recent, to_time_series, window_origins)
+from seqapps.data.series import (END_TIME, cross_fit_blocks, csv_columns, recent_window, series_splits,
+                                 series_windows, split_inputs, window_datasets)
+from seqapps.data.tables import DECIMAL_MARKS, FILL_METHODS, check_timezone, local_times, read_csv
 from seqapps.errors import DataError
 from seqapps.export import ServingModule, Signature
+from seqapps.forecaster import (encoder_inputs, forecast_batches, forecast_model, recurrent_correction,
+                                ridge_extractor, scaled_window, target_scale, window_inputs)
 from seqapps.losses import ScaledMeanAbsoluteError
-from seqapps.layers.time_features import CalendarFeatures, SeasonalDifference, SeasonalNaive, Shrinkage
-from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits, row_inputs
+from seqapps.pipeline import Headline, Pipeline, Splits, row_inputs
 
-END_TIME = "end_time"
 FORECAST_TIME = "forecast_time"
 SHRINKAGE = ("none", "global", "step")
-
-
-def cross_fit_blocks(config: "ForecastingConfig", windows: int, horizon: int) -> int:
-    """How many cross-fitting blocks the ridge is fitted with (0: none).
-
-    ``ridge_cross_fit`` if set; else ``interval_cross_fit`` when the interval is calibrated on
-    out-of-fold residuals and each block's fit keeps at least half of the ``windows`` training
-    and validation windows (a block and its gaps of a ``horizon`` either side are left out).
-    """
-    if config.ridge_cross_fit > 1:
-        return config.ridge_cross_fit
-    blocks = config.interval_cross_fit
-    return blocks if blocks > 1 and windows / blocks + 2 * horizon <= windows / 2 else 0
-
-
-def csv_columns(state: dict[str, Any]) -> tuple[str, list[str]]:
-    """The CSV names of an export's timestamp and input columns: the model's own names, or the ones a
-    fine-tune mapped them to (``finetune_csv_names``), which ``predict`` and the next fine-tune read.
-
-    Returns:
-        ``(timestamp column, input columns in the model's order)``.
-    """
-    names = state.get("csv_names", {})
-    return names.get(state["timestamp_col"], state["timestamp_col"]), [names.get(c, c) for c in state["input_cols"]]
-
-
-def finetune_csv_names(config: "ForecastingConfig", state: dict[str, Any]) -> dict[str, str]:
-    """The fine-tuning CSV's name of each of the export's columns, mapped by position.
-
-    ``timestamp_col`` names the CSV's timestamp column, ``target_cols`` one CSV column for each of the
-    export's targets in order, and ``feature_cols`` (when set) one for each of its other inputs in order;
-    settings left alone keep the names the export read (they come from its saved config).
-
-    Args:
-        config: the fine-tuning config (the export's, with the user's ``--set`` on top).
-        state: the export's state.
-
-    Returns:
-        ``{export column: CSV column}`` for the timestamp and every input column.
-
-    Raises:
-        ConfigError: a list of another length than the export's, or a CSV column named twice.
-    """
-    _, read_before = csv_columns(state)
-    targets = state["target_cols"]
-    features = [c for c in state["input_cols"] if c not in targets]
-    require(len(config.target_cols) == len(targets), "target_cols", config.target_cols,
-            f"{len(targets)} column name(s), one for each target of the export ({', '.join(targets)})")
-    feature_cols = (list(config.feature_cols) if config.feature_cols is not None
-                    else [read_before[state["input_cols"].index(c)] for c in features])
-    require(len(feature_cols) == len(features), "feature_cols", config.feature_cols,
-            f"{len(features)} column name(s), one for each feature of the export ({', '.join(features) or 'none'})")
-    names = {state["timestamp_col"]: config.timestamp_col, **dict(zip(targets, config.target_cols)),
-             **dict(zip(features, feature_cols))}
-    require(len(set(names.values())) == len(names), "timestamp_col/target_cols/feature_cols",
-            list(names.values()), "each CSV column named once")
-    return names
 
 
 def quantile_name(target: str, level: float) -> str:
@@ -112,7 +54,7 @@ class ForecastingConfig(TrainingConfig):
         target_cols: columns to forecast.
         feature_cols: input covariates besides the targets (None: every other numeric column).
             At ``finetune``, these three name your CSV's columns for the export's, by position
-            (``finetune_csv_names``); the new export reads those names in ``predict`` too.
+            (``seqapps.data.series.finetune_csv_names``); the new export reads those names in ``predict`` too.
         horizon: how far ahead to forecast.
         lookback: how much history the model reads.
         residual_period: forecast a correction to the seasonal-naive forecast of this
@@ -141,7 +83,7 @@ class ForecastingConfig(TrainingConfig):
         interval_cross_fit: with K > 1 (and a ridge part), the interval is calibrated on
             out-of-fold residuals: each training and validation window's forecast takes its ridge
             part from a fit that left the window's block out (the ``ridge_cross_fit`` blocks if
-            set, else K; see ``cross_fit_blocks``). Else, and for a series too short for K blocks,
+            set, else K; see ``seqapps.data.series.cross_fit_blocks``). Else, and for a series too short for K blocks,
             on the full ridge's training residuals and the training-only ridge's validation ones.
         fit_on_val: train the RNN on the training and validation windows (the
             validation loss, then in-sample, still drives early stopping).
@@ -259,11 +201,6 @@ class LoadConfig(ForecastingConfig):
     }
 
 
-
-def window_scale(interval: dict[str, Any], targets: Sequence[str], inputs: dict[str, Any]) -> Any:
-    """Each window's local scale per target, [batch, 1, targets], as ``interval`` (the saved state's) sets it."""
-    return intervals.local_scales([inputs[name] for name in targets], interval["scale_lag"], interval["scale_floor"])
-
 class Forecasting(Pipeline):
     """Shared implementation; subclasses name the default data and defaults."""
 
@@ -290,273 +227,50 @@ class Forecasting(Pipeline):
 
     def _fold_splits(self, config: ForecastingConfig, frame: pd.DataFrame, state: dict[str, Any] | None,
                      fold: int) -> Splits:
-        """The splits of backtest fold ``fold`` (see ``fold_bounds``; the last fold is the whole series).
+        """The splits of backtest fold ``fold`` (``series_splits``; the last fold is the whole series).
 
         With ``ridge_lags`` the ridge baseline is fitted here, on the fold's training and validation
-        windows (``_fit_ridge``): the model starts from it and the later stages read it.
+        windows (``baselines.fit_window_ridge``): the model starts from it and the later stages read it.
         """
-        source = frame.attrs.get("source", "data")
-        if state is not None:
-            input_cols, targets = state["input_cols"], state["target_cols"]
-            csv_names = finetune_csv_names(config, state)
-            read_cols = [csv_names[c] for c in input_cols]
-            state = {**state, "csv_names": csv_names}
-        else:
-            targets = list(config.target_cols)
-            features = (list(config.feature_cols) if config.feature_cols is not None
-                        else numeric_columns(frame, [config.timestamp_col, *targets]))
-            input_cols = read_cols = targets + [c for c in features if c not in targets]
-        series = to_time_series(frame, config.timestamp_col, read_cols, config.fill_gaps, config.timezone)
-        series.frame.columns = input_cols  # the model's names
-        step_seconds = int(series.step.total_seconds())
-        if state is not None and step_seconds != state["step_seconds"]:
-            raise DataError(f"{source}: sampling interval is {format_duration(series.step)}, but the model was "
-                            f"trained on {format_duration(pd.Timedelta(seconds=state['step_seconds']))} data")
-        steps = self._steps(config, series.step) if state is None else {
-            k: state.get(k) for k in ("horizon", "lookback", "residual_period", "ridge_lags", "daily_lag",
-                                      "weekly_lag")}
-        seasonal = None if config.seasonal_baseline is None else parse_duration(
-            config.seasonal_baseline, series.step, "seasonal_baseline")
-        folds, rows = config.backtest_folds, len(series.frame)
-        bounds = fold_bounds(rows, config.val_fraction, config.test_fraction, folds)[fold]
-        n = bounds["test"][1]  # this fold sees the first n rows
-        values = series.frame.to_numpy(dtype="float64")[:n]
-        where = f" (backtest fold {fold + 1} of {folds}: its first {n} rows)" if folds > 1 else ""
-        lookback, horizon = steps["lookback"], steps["horizon"]
-        origins = {name: window_origins(start, stop, lookback, horizon) for name, (start, stop) in bounds.items()}
-        for name, found in origins.items():
-            if len(found) == 0 or (name == "test" and found[0] < max(lookback, steps["weekly_lag"]) - 1):
-                raise DataError(
-                    f"{source}: series of {rows} rows{where} is too short: the {name} split "
-                    f"({bounds[name][1] - bounds[name][0]} rows) must hold a {horizon}-step horizon after "
-                    f"{lookback} steps of lookback and a week of history for the baselines")
-        train_values = values[: bounds["train"][1]]
-        if state is None:
-            state = {
-                "timestamp_col": config.timestamp_col, "target_cols": targets, "input_cols": input_cols,
-                "step_seconds": step_seconds, **steps,
-                "mean": train_values.mean(axis=0).tolist(),
-                "std": np.maximum(train_values.std(axis=0), 1e-6).tolist(),
-                "timezone": series.timezone, "utc_offsets": series.utc_offsets, "decimal": config.decimal,
-            }
-        target_index = [input_cols.index(c) for c in targets]
-        report = {"source": source, "rows": n, "step": format_duration(series.step), "input_cols": input_cols,
-                  "target_cols": targets, "filled_values": series.filled, "timezone": series.timezone,
-                  **({"csv": frame.attrs["csv"]} if "csv" in frame.attrs else {}),
-                  "windows": {name: int(len(found)) for name, found in origins.items()},
-                  "test_period": [str(series.frame.index[i]) for i in (bounds["test"][0], n - 1)]}
-        report[SPLIT_COUNTS] = split_rule.split_counts("windows", report["windows"])
-        # Windows are never materialised: training, the ridge fit, the calibration and evaluation
-        # cut them from the series as they read them (see docs/results.md, memory).
-        arrays = {"values": values[:, target_index], "series": values.astype("float32"), "origins": origins,
-                  "times": series.frame.index.to_numpy().astype("datetime64[s]").astype("int64")[:n],
-                  "fit_end": bounds["val"][1], "seasonal_baseline": seasonal,
-                  "mase_scale": forecast_metrics_lib.mase_scale(train_values[:, target_index], steps["daily_lag"])}
-        data = Splits(None, None, None, state=state, report=report, arrays=arrays)
-        fitted = len(origins["train"]) + len(origins["val"])
+        durations = {key: getattr(config, key) for key in ("horizon", "lookback", "residual_period", "ridge_lags")}
+        data = series_splits(frame, fold, state, timestamp_col=config.timestamp_col, target_cols=config.target_cols,
+                             feature_cols=config.feature_cols, fill_gaps=config.fill_gaps, timezone=config.timezone,
+                             durations=durations, seasonal_baseline=config.seasonal_baseline,
+                             folds=config.backtest_folds, val_fraction=config.val_fraction,
+                             test_fraction=config.test_fraction, decimal=config.decimal)
+        state, origins = data.state, data.arrays["origins"]
         if state["ridge_lags"]:
-            self._fit_ridge(data, cross_fit_blocks(config, fitted, horizon))
-        # With ridge_cross_fit, the training and validation targets are shifted to the ridge's out-of-fold
-        # residuals, batch by batch from each window's features and cross-fitting block.
-        blocks = (arrays["ridge"].blocks(np.arange(fitted)) if state["ridge_lags"] and config.ridge_cross_fit > 1
-                  else None)
-        n_train = len(origins["train"])
-        train = (origins["train"], None if blocks is None else blocks[:n_train])
-        val = (origins["val"], None if blocks is None else blocks[n_train:])
-        if config.fit_on_val:  # the protocol's final fit on train + val; validation then only paces training
-            if self._holdout_fit(config):  # a first fit on train alone, scored on validation (see ``fit``)
-                arrays["train_alone"] = self._windows(data, *train).map(lambda inputs, y: (inputs, y[None]))
-            train = (np.concatenate([origins["train"], origins["val"]]), blocks)
-        # Targets get a members axis of 1, against which every member's forecast is scored.
-        data.train, data.val, data.test = (self._windows(data, *split).map(lambda inputs, y: (inputs, y[None]))
-                                           for split in (train, val, (origins["test"], None)))
+            fitted = len(origins["train"]) + len(origins["val"])
+            blocks = cross_fit_blocks(config.ridge_cross_fit, config.interval_cross_fit, fitted, state["horizon"])
+
+            def windows(at: np.ndarray) -> Iterator[tuple[dict[str, tf.Tensor], np.ndarray]]:
+                return ((batch, truth.numpy()) for batch, truth in
+                        series_windows(state, data.arrays, at, batch_size=1024))
+
+            data.arrays.update(baselines.fit_window_ridge(ridge_extractor(state), windows, origins,
+                                                          *target_scale(state), blocks, state["horizon"]))
+        window_datasets(data, bool(state["ridge_lags"]) and config.ridge_cross_fit > 1, config.fit_on_val,
+                        self._holdout_fit(config))
         return data
-
-    @staticmethod
-    def _steps(config: ForecastingConfig, step: pd.Timedelta) -> dict[str, int | None]:
-        horizon = parse_duration(config.horizon, step, "horizon")
-        lookback = parse_duration(config.lookback, step, "lookback")
-        day = max(1, int(pd.Timedelta("1D") // step))
-        residual = None if config.residual_period is None else parse_duration(config.residual_period, step,
-                                                                               "residual_period")
-        if residual is not None and residual >= lookback:
-            raise DataError(f"config field 'residual_period': {config.residual_period} must be shorter than the "
-                            f"lookback ({config.lookback}): the model reads the last season's change")
-        ridge = None if config.ridge_lags is None else parse_duration(config.ridge_lags, step, "ridge_lags")
-        if ridge is not None and ridge > lookback - (residual or 0):
-            raise DataError(f"config field 'ridge_lags': {config.ridge_lags} is longer than the lookback "
-                            f"({config.lookback}) minus the residual_period ({config.residual_period})")
-        return {"horizon": horizon, "lookback": lookback, "residual_period": residual, "ridge_lags": ridge,
-                "daily_lag": day, "weekly_lag": 7 * day}
-
-    @staticmethod
-    def _windows(data: Splits, origins: np.ndarray, blocks: np.ndarray | None = None,
-                 batch_size: int | None = None) -> tf.data.Dataset:
-        """The windows at ``origins`` (``seqapps.data.tables.cut_windows``); with each window's cross-fitting
-        block, the targets are shifted to the ridge's out-of-fold residuals (``ridge_target_shift``)."""
-        state, arrays = data.state, data.arrays
-        return cut_windows(arrays["series"], arrays["times"], origins, state["input_cols"],
-                           [state["input_cols"].index(c) for c in state["target_cols"]], state["lookback"],
-                           state["horizon"], batch_size, None if blocks is None else
-                           (blocks, arrays["ridge_target_shift"]), time_key=END_TIME)
-
-    def _split_windows(self, data: Splits, split: str, batch_size: int) -> tf.data.Dataset:
-        """A split's window inputs (without targets), in batches of ``batch_size``, for ``predict``."""
-        return self._windows(data, data.arrays["origins"][split], batch_size=batch_size).map(lambda x, y: x)
-
-    def _forecast_batches(self, model: keras.Model, data: Splits, origins: np.ndarray, interval: dict[str, Any],
-                          blocks: np.ndarray | None = None
-                          ) -> Iterator[tuple[slice, np.ndarray, np.ndarray, np.ndarray]]:
-        """The model's forecasts of the windows at ``origins``, batch by batch, with what scores them.
-
-        Args:
-            interval: the interval's state (its local scale).
-            blocks: as in ``_windows``: the true values are shifted.
-
-        Yields:
-            ``(rows, forecast, scale, targets)``: the batch's rows in ``origins``, the ensemble's
-            forecast (the mean of its members) [batch, horizon, targets], each window's local
-            scale [batch, 1, targets] and the true values [batch, horizon, targets].
-        """
-        start, predict = 0, compat.batch_predictor(model)
-        for inputs, targets in self._windows(data, origins, blocks, batch_size=256):
-            forecast = predict(inputs).numpy().mean(axis=1)  # over the members axis
-            scale = keras.ops.convert_to_numpy(window_scale(interval, data.state["target_cols"], inputs))
-            yield slice(start, start + len(forecast)), forecast, scale, targets.numpy()
-            start += len(forecast)
 
     # --- model ----------------------------------------------------------------------------
 
-    @staticmethod
-    def _inputs(state: dict[str, Any]) -> dict[str, keras.KerasTensor]:
-        inputs = {name: keras.Input((state["lookback"],), name=name) for name in state["input_cols"]}
-        inputs[END_TIME] = keras.Input((), dtype="int64", name=END_TIME)
-        return inputs
-
-    @staticmethod
-    def _scaled_window(state: dict[str, Any], inputs: dict[str, Any]) -> Any:
-        """The window [batch, lookback, columns], scaled by the training mean and deviation."""
-        lookback = state["lookback"]
-        stacked = [keras.layers.Reshape((lookback, 1))(inputs[name]) for name in state["input_cols"]]
-        window = keras.layers.Concatenate(name="window")(stacked) if len(stacked) > 1 else stacked[0]
-        return keras.layers.Normalization(axis=-1, mean=state["mean"], variance=np.square(state["std"]),
-                                          name="scale_inputs")(window)
-
-    @staticmethod
-    def _base(state: dict[str, Any], scaled: Any) -> Any | None:
-        """The seasonal-naive forecast in scaled units, or None without a residual period."""
-        if not state["residual_period"]:
-            return None
-        target_index = [state["input_cols"].index(c) for c in state["target_cols"]]
-        return SeasonalNaive(state["residual_period"], state["horizon"], target_index, name="seasonal_naive")(scaled)
-
-    @staticmethod
-    def _ridge_features(state: dict[str, Any], inputs: dict[str, Any], scaled: Any) -> Any:
-        """The ridge regression's inputs: recent scaled values (and their seasonal change) and the calendar."""
-        lags, period = state["ridge_lags"], state["residual_period"]
-        recent = SeasonalDifference(period, name="ridge_seasonal_difference")(scaled) if period else scaled
-        recent = keras.layers.Cropping1D((recent.shape[1] - lags, 0), name="ridge_lags")(recent)
-        calendar, _ = CalendarFeatures(state["step_seconds"], 1, 1, name="ridge_calendar")(inputs[END_TIME])
-        return keras.layers.Concatenate(name="ridge_features")(
-            [keras.layers.Flatten()(recent), keras.layers.Flatten()(calendar)])
-
-    def _fit_ridge(self, data: Splits, folds: int) -> None:
-        """Fits the ridge baseline on the residual to the seasonal-naive base (``baselines.BaseRidge``).
-
-        It stores in ``data.arrays``: ``ridge`` (the fit), ``ridge_forecast`` (the test windows'
-        forecasts), ``ridge_val_shift`` (what the training-only fit adds on the validation windows)
-        and, with ``folds`` > 1 cross-fitting blocks, ``ridge_target_shift``: a function of a batch's
-        inputs and blocks that gives the full fit's forecast minus the block's fit's (user units).
-        """
-        state, arrays = data.state, data.arrays
-        inputs = self._inputs(state)
-        scaled = self._scaled_window(state, inputs)
-        base = self._base(state, scaled)
-        extractor = keras.Model(inputs, [self._ridge_features(state, inputs, scaled)]
-                                + ([] if base is None else [keras.layers.Flatten()(base)]))
-        predict = compat.batch_predictor(extractor)
-
-        def extract(batch: dict[str, tf.Tensor]) -> tuple[np.ndarray, np.ndarray | float]:
-            features, *base_values = [part.numpy() for part in tf.nest.flatten(predict(batch))]
-            return features, base_values[0] if base_values else 0.0
-
-        def windows(origins: np.ndarray) -> Iterator[tuple[dict[str, tf.Tensor], np.ndarray]]:
-            return ((batch, truth.numpy()) for batch, truth in self._windows(data, origins, batch_size=1024))
-
-        target_index = [state["input_cols"].index(c) for c in state["target_cols"]]
-        mean, std = np.array(state["mean"])[target_index], np.array(state["std"])[target_index]
-        origins = arrays["origins"]
-        ridge = baselines.BaseRidge.fitted(extract, windows, np.concatenate([origins["train"], origins["val"]]),
-                                           len(origins["train"]), mean, std, folds=folds, gap=state["horizon"])
-        arrays.update(ridge=ridge.fit, ridge_forecast=ridge.forecast(origins["test"]),
-                      ridge_val_shift=ridge.train_only_shift(origins["val"]))
-        if folds > 1:
-            shape = (-1, state["horizon"], len(target_index))
-            arrays["ridge_target_shift"] = lambda batch, blocks: tf.reshape(ridge.fit.out_of_fold_shift(
-                tf.nest.flatten(extractor(batch, training=False))[0], blocks), shape) * std
-
     def build_model(self, config: ForecastingConfig, data: Splits) -> keras.Model:
+        """The forecaster (``seqapps.forecaster.forecast_model``) whose correction is ``members`` stacked RNNs."""
         state = data.state
-        horizon, targets = state["horizon"], state["target_cols"]
-        inputs = self._inputs(state)
-        scaled = self._scaled_window(state, inputs)
-        period = state["residual_period"]
-        sequence, future = scaled, None
-        if period:
-            sequence = SeasonalDifference(period, name="seasonal_difference")(scaled)
-        if config.calendar_features:
-            past_calendar, future_calendar = CalendarFeatures(state["step_seconds"], sequence.shape[1], horizon,
-                                                              state.get("utc_offsets"),
-                                                              name="calendar")(inputs[END_TIME])
-            sequence = keras.layers.Concatenate()([sequence, past_calendar])
-            future = keras.layers.Flatten()(future_calendar)
-        base = self._base(state, scaled)
-        # The head reads the target hours' calendar and, with a residual period, the seasonal-naive
-        # forecast itself (last week's values at the target hours): a seasonal lookback.
-        extra = ([future] if future is not None else []) + ([keras.layers.Flatten()(base)] if base is not None else [])
-        members = [self._correction(config, sequence, extra, horizon, len(targets), f"member{m + 1}_")
+        inputs = window_inputs(state)
+        scaled = scaled_window(state, inputs)
+        sequence, base, extra = encoder_inputs(state, inputs, scaled, config.calendar_features)
+        members = [recurrent_correction(sequence, extra, state["horizon"], len(state["target_cols"]),
+                                        f"member{m + 1}_", cell=config.cell, units=config.units,
+                                        layers=config.layers, dropout=config.dropout, l2=config.l2)
                    for m in range(config.members)]
-        corrections = keras.layers.Concatenate(axis=1, name="members")(members) if len(members) > 1 else members[0]
-        parts = [Shrinkage(name="shrinkage")(corrections)]
-        if base is not None:
-            parts.append(keras.layers.Reshape((1, horizon, len(targets)))(base))
-        if state["ridge_lags"]:
-            ridge = keras.layers.Dense(horizon * len(targets), trainable=config.ridge_trainable, name="ridge")(
-                self._ridge_features(state, inputs, scaled))
-            parts.append(keras.layers.Reshape((1, horizon, len(targets)))(ridge))
-        scaled_forecast = keras.layers.Add()(parts) if len(parts) > 1 else parts[0]
-        target_index = [state["input_cols"].index(c) for c in targets]
-        mean, std = np.array(state["mean"])[target_index], np.array(state["std"])[target_index]
-        forecast = keras.layers.Normalization(axis=-1, mean=mean, variance=np.square(std), invert=True,
-                                              name="unscale_forecast")(scaled_forecast)
-        model = keras.Model(inputs, forecast, name=self.name)  # [batch, members, horizon, targets]
-        if state["ridge_lags"]:
-            fit = data.arrays["ridge"]
-            model.get_layer("ridge").set_weights([fit.coef.astype("float32"), fit.intercept.astype("float32")])
-        return model
-
-    @staticmethod
-    def _correction(config: ForecastingConfig, sequence: Any, extra: list[Any], horizon: int, targets: int,
-                    prefix: str) -> Any:
-        """One ensemble member's correction, [batch, 1, horizon, targets]: its own RNN and head.
-
-        The last layer starts at zero, so that every member starts at the base forecast.
-        """
-        recurrent = {"gru": keras.layers.GRU, "lstm": keras.layers.LSTM}[config.cell]
-        regularizer = keras.regularizers.L2(config.l2) if config.l2 else None
-        for i in range(config.layers):
-            sequence = recurrent(config.units, return_sequences=i < config.layers - 1, dropout=config.dropout,
-                                 kernel_regularizer=regularizer, name=f"{prefix}{config.cell}_{i + 1}")(sequence)
-        summary = keras.layers.Concatenate()([sequence, *extra]) if extra else sequence
-        summary = keras.layers.Dense(config.units, activation="relu", name=f"{prefix}head")(summary)
-        correction = keras.layers.Dense(horizon * targets, kernel_initializer="zeros", name=f"{prefix}forecast")(
-            summary)
-        return keras.layers.Reshape((1, horizon, targets))(correction)
+        return forecast_model(state, inputs, scaled, base, members, data.arrays.get("ridge"),
+                              config.ridge_trainable, self.name)
 
     def compile_args(self, config: ForecastingConfig, data: Splits) -> dict[str, Any]:
-        target_index = [data.state["input_cols"].index(c) for c in data.state["target_cols"]]
-        std = np.array(data.state["std"], dtype="float32")[target_index]
-        return {"loss": ScaledMeanAbsoluteError(std.tolist()), "metrics": ["mae"]}
+        _, std = target_scale(data.state)
+        return {"loss": ScaledMeanAbsoluteError(std.astype("float32").tolist()), "metrics": ["mae"]}
 
     # --- training -------------------------------------------------------------------------
 
@@ -604,31 +318,13 @@ class Forecasting(Pipeline):
             report["holdout"] = holdout
         return report
 
-
-    def _shrinkage(self, model: keras.Model, data: Splits, per_step: bool) -> tuple[np.ndarray, dict[str, float]]:
-        """The shrinkage weights chosen on the validation windows, and the validation MAE with each choice.
-
-        The base forecast is the model's with the weights at zero and, with a ridge part, the
-        ridge fitted on the training split alone (``ridge_val_shift``), so that both are out of sample.
-        """
-        layer, predict = model.get_layer("shrinkage"), compat.batch_predictor(model)
-        ones = np.ones(layer.weight.shape, "float32")
-        whole, base, truth = [], [], []
-        for inputs, targets in self._windows(data, data.arrays["origins"]["val"], batch_size=256):
-            for weights, found in ((ones, whole), (0 * ones, base)):
-                layer.set_weights([weights])
-                found.append(predict(inputs).numpy().mean(axis=1))  # over the members axis
-            truth.append(targets.numpy())
-        layer.set_weights([ones])
-        whole, base, truth = (np.concatenate(found).astype("float64") for found in (whole, base, truth))
-        correction = whole - base
-        if data.state["ridge_lags"]:
-            base = base + data.arrays["ridge_val_shift"]
-        weights = intervals.shrinkage_weights(truth, base, correction, per_step)
-        scores = {"base": float(np.abs(truth - base).mean()),
-                  "correction": float(np.abs(truth - base - correction).mean()),
-                  "shrunk": float(np.abs(truth - base - weights * correction).mean())}
-        return weights, scores
+    @staticmethod
+    def _shrinkage(model: keras.Model, data: Splits, per_step: bool) -> tuple[np.ndarray, dict[str, float]]:
+        """``intervals.choose_shrinkage`` on the validation windows, the base's ridge part (with one) fitted
+        on the training split alone (``ridge_val_shift``), so that the base is out of sample too."""
+        windows = series_windows(data.state, data.arrays, data.arrays["origins"]["val"], batch_size=256)
+        shift = data.arrays["ridge_val_shift"] if data.state["ridge_lags"] else None
+        return intervals.choose_shrinkage(model, windows, shift, per_step)
 
     # --- calibration and evaluation -------------------------------------------------------
 
@@ -654,11 +350,11 @@ class Forecasting(Pipeline):
         shape = (n_train + len(origins["val"]), state["horizon"], len(state["target_cols"]))
         if config.interval_cross_fit > 1 and "ridge_target_shift" in arrays:
             # Out of fold: the truth plus the full fit's forecast minus the fit's that left the block out.
-            batches = self._forecast_batches(model, data, np.concatenate([origins["train"], origins["val"]]),
-                                             interval, arrays["ridge"].blocks(np.arange(shape[0])))
+            batches = forecast_batches(model, state, arrays, np.concatenate([origins["train"], origins["val"]]),
+                                       interval, arrays["ridge"].blocks(np.arange(shape[0])))
         else:  # the validation windows' ridge part from the ridge fitted on the training split alone
-            val = self._forecast_batches(model, data, origins["val"], interval)
-            batches = itertools.chain(self._forecast_batches(model, data, origins["train"], interval), (
+            val = forecast_batches(model, state, arrays, origins["val"], interval)
+            batches = itertools.chain(forecast_batches(model, state, arrays, origins["train"], interval), (
                 (slice(n_train + rows.start, n_train + rows.stop), forecast + (0 if shift is None else shift[rows]),
                  scale, truth) for rows, forecast, scale, truth in val))
         dtype = "float32" if shift is None else np.result_type("float32", shift)
@@ -671,7 +367,7 @@ class Forecasting(Pipeline):
         arrays, state = data.arrays, data.state
         interval = state["interval"]
         offsets = np.array(interval["offsets"], "float32")  # as the export serves them
-        batches = list(self._forecast_batches(model, data, arrays["origins"]["test"], interval))
+        batches = list(forecast_batches(model, state, arrays, arrays["origins"]["test"], interval))
         predicted, scale, truth = (np.concatenate([batch[i] for batch in batches]) for i in (1, 2, 3))
         del batches
         origins, horizon = arrays["origins"]["test"], state["horizon"]
@@ -704,7 +400,6 @@ class Forecasting(Pipeline):
             result.update({f"{t}/{k}": v for t, m in zip(targets, per_target) for k, v in m.items()})
         return result
 
-
     # --- serving --------------------------------------------------------------------------
 
     def serving_module(self, model: keras.Model, config: ForecastingConfig, data: Splits) -> ServingModule:
@@ -717,7 +412,7 @@ class Forecasting(Pipeline):
         inputs[END_TIME] = tf.TensorSpec([None], tf.int64)
 
         def readable(forecast: tf.Tensor, raw: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            spread = window_scale(interval, state["target_cols"], raw)  # [batch, 1, targets]
+            spread = intervals.window_scale(interval, state["target_cols"], raw)  # [batch, 1, targets]
             outputs = {}
             for i, name in enumerate(state["target_cols"]):
                 outputs[name] = forecast[:, :, i]
@@ -726,7 +421,7 @@ class Forecasting(Pipeline):
             outputs[FORECAST_TIME] = raw[END_TIME][:, None] + future_offsets[None, :]
             return outputs
 
-        example = {name: value.numpy() for name, value in next(iter(self._split_windows(data, "test", 2))).items()}
+        example = {name: value.numpy() for name, value in next(iter(split_inputs(data, "test", 2))).items()}
         return ServingModule(model, {"serving_default": Signature(
             inputs, example, postprocess=readable, run=lambda x: tf.reduce_mean(model(x, training=False), axis=1))})
 
@@ -735,14 +430,7 @@ class Forecasting(Pipeline):
         if len(inputs) != 1:
             raise DataError(f"expected one INPUT, a CSV file with the last {state['lookback']} rows or more "
                             f"of columns {', '.join([timestamp_col, *read_cols])}")
-        zone = state.get("timezone")
-        window = read_recent(inputs[0], timestamp_col, read_cols, state["lookback"], state["step_seconds"],
-                             timezone=None if zone in (None, "file offsets") else zone,
-                             with_offsets=state.get("utc_offsets") is not None, decimal=state.get("decimal", "."))
-        features = {name: window[column].to_numpy("float32")[None, :] for name, column in zip(state["input_cols"],
-                                                                                                read_cols)}
-        features[END_TIME] = window.index.to_numpy().astype("datetime64[s]").astype("int64")[-1:]
-        return features
+        return recent_window(inputs[0], state)
 
     def format_prediction(self, state: dict[str, Any], inputs: dict[str, np.ndarray],
                           outputs: dict[str, np.ndarray], signature: str = "serving_default",

@@ -288,6 +288,46 @@ class BaseRidge:
         return found
 
 
+def fit_window_ridge(extractor: Any, windows: Windows, origins: dict[str, np.ndarray], mean: np.ndarray,
+                     std: np.ndarray, folds: int, horizon: int) -> dict[str, Any]:
+    """Fits the ridge baseline on the residual to the seasonal-naive base (``BaseRidge``) over a series' windows.
+
+    Args:
+        extractor: a Keras model of a batch's inputs to the ridge's features [B, F] and, if it has one, its
+            base [B, horizon x targets] in standardised units (``seqapps.forecaster.ridge_extractor``).
+        windows: see ``Windows``.
+        origins: the "train", "val" and "test" windows' last observed steps; the ridge fits on the first two.
+        mean, std: the targets' standardisation, [targets].
+        folds: cross-fitting blocks (``fit_ridge``; 0 or 1: none), with gaps of a ``horizon`` either side.
+        horizon: the forecast's steps.
+
+    Returns:
+        ``ridge`` (the fit), ``ridge_forecast`` (the test windows' forecasts), ``ridge_val_shift`` (what the
+        training-only fit adds on the validation windows) and, with ``folds`` > 1, ``ridge_target_shift``: a
+        function of a batch's inputs and blocks that gives the full fit's forecast minus the block's fit's
+        (user units, a tensor [B, horizon, targets]).
+    """
+    import tensorflow as tf
+
+    from seqapps import compat
+
+    predict = compat.batch_predictor(extractor)
+
+    def extract(batch: dict[str, Any]) -> tuple[np.ndarray, np.ndarray | float]:
+        features, *base_values = [part.numpy() for part in tf.nest.flatten(predict(batch))]
+        return features, base_values[0] if base_values else 0.0
+
+    ridge = BaseRidge.fitted(extract, windows, np.concatenate([origins["train"], origins["val"]]),
+                             len(origins["train"]), mean, std, folds=folds, gap=horizon)
+    found = {"ridge": ridge.fit, "ridge_forecast": ridge.forecast(origins["test"]),
+             "ridge_val_shift": ridge.train_only_shift(origins["val"])}
+    if folds > 1:
+        shape = (-1, horizon, len(std))
+        found["ridge_target_shift"] = lambda batch, blocks: tf.reshape(ridge.fit.out_of_fold_shift(
+            tf.nest.flatten(extractor(batch, training=False))[0], blocks), shape) * std
+    return found
+
+
 def holt_winters(series: np.ndarray, fit_end: int, origins: np.ndarray, horizon: int, period: int) -> np.ndarray:
     """Additive Holt-Winters (ETS(A,N,A)) forecasts from many origins, with statsmodels.
 

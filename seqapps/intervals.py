@@ -126,6 +126,57 @@ def shrinkage_weights(truth: np.ndarray, base: np.ndarray, correction: np.ndarra
     return SHRINKAGE_GRID[np.argmin(errors, axis=0)]
 
 
+def window_scale(interval: dict[str, Any], targets: Sequence[str], inputs: dict[str, Any]) -> Any:
+    """Each window's local scale per target, [batch, 1, targets], as ``interval`` (a saved state's) sets it.
+
+    Args:
+        interval: ``{"scale_lag", "scale_floor", ...}``: the local scale's lag and floor per target.
+        targets: the target columns, in order.
+        inputs: a batch of window inputs, ``{column: [batch, lookback]}``.
+    """
+    return local_scales([inputs[name] for name in targets], interval["scale_lag"], interval["scale_floor"])
+
+
+def choose_shrinkage(model: Any, windows: Iterable[tuple[Any, Any]], base_shift: np.ndarray | None,
+                     per_step: bool) -> tuple[np.ndarray, dict[str, float]]:
+    """The shrinkage weights chosen on the validation windows, and the validation MAE with each choice.
+
+    The base forecast is the model's with the weights of its ``Shrinkage`` layer "shrinkage" at zero,
+    plus ``base_shift``, so that both the base and the correction are out of sample.
+
+    Args:
+        model: a Keras forecaster of [batch, members, horizon, targets]; its shrinkage weights are left at 1.
+        windows: batches of ``(inputs, targets [B, horizon, targets])`` of the validation windows.
+        base_shift: what to add to the base forecast [windows, horizon, targets] (the ridge fitted
+            on the training split alone minus the full one), or None.
+        per_step: as in ``shrinkage_weights``.
+
+    Returns:
+        The weights [horizon, targets] and ``{"base", "correction", "shrunk"}``: the validation MAE of the
+        base, of the whole correction and of the shrunk one.
+    """
+    from seqapps import compat
+
+    layer, predict = model.get_layer("shrinkage"), compat.batch_predictor(model)
+    ones = np.ones(layer.weight.shape, "float32")
+    whole, base, truth = [], [], []
+    for inputs, targets in windows:
+        for weights, found in ((ones, whole), (0 * ones, base)):
+            layer.set_weights([weights])
+            found.append(predict(inputs).numpy().mean(axis=1))  # over the members axis
+        truth.append(targets.numpy())
+    layer.set_weights([ones])
+    whole, base, truth = (np.concatenate(found).astype("float64") for found in (whole, base, truth))
+    correction = whole - base
+    if base_shift is not None:
+        base = base + base_shift
+    weights = shrinkage_weights(truth, base, correction, per_step)
+    scores = {"base": float(np.abs(truth - base).mean()),
+              "correction": float(np.abs(truth - base - correction).mean()),
+              "shrunk": float(np.abs(truth - base - weights * correction).mean())}
+    return weights, scores
+
+
 def pinball_loss(truth: np.ndarray, quantile_forecasts: Sequence[np.ndarray], quantiles: tuple[float, ...]) -> float:
     """The mean pinball (quantile) loss over quantile levels and values.
 

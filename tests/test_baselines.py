@@ -7,7 +7,8 @@ import tensorflow as tf
 from sklearn.linear_model import Ridge
 from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
-from seqapps.baselines import NULL, RIDGE_ALPHAS, BaseRidge, LexicalTranslator, Moments, fit_ridge, holt_winters
+from seqapps.baselines import (NULL, RIDGE_ALPHAS, BaseRidge, LexicalTranslator, Moments, fit_ridge, fit_window_ridge,
+                               holt_winters)
 from seqapps.data.text import Vocabulary
 
 # The moments path (float64 x'x, an eigendecomposition) and scikit-learn's (float64 Cholesky on the
@@ -194,3 +195,49 @@ def test_base_ridge_fits_the_standardised_truth_minus_the_base_and_forecasts_in_
     np.testing.assert_allclose(ridge.forecast(test), expected, rtol=1e-6)
     shift = (train_only.predict(features[test]) - full.predict(features[test])).reshape(-1, horizon, targets) * std
     np.testing.assert_allclose(ridge.train_only_shift(test), shift, rtol=1e-6, atol=1e-6)
+
+
+def test_fit_window_ridge_fits_the_extractor_s_features_and_shifts_targets_to_out_of_fold_residuals():
+    import keras
+
+    rng = np.random.default_rng(7)
+    rows, horizon, targets, blocks = 100, 2, 1, 3
+    # float32 inputs, as the extractor's graph gives them: the brute force reads the same values in float64.
+    x = rng.normal(size=(rows, 3)).astype("float32")
+    base = rng.normal(size=(rows, horizon * targets)).astype("float32")
+    mean, std = np.array([50.0]), np.array([2.0])
+    scaled = x @ rng.normal(size=(3, horizon * targets)) + rng.normal(scale=0.3, size=base.shape)
+    truth = (scaled + base).reshape(rows, horizon, targets) * std + mean
+    inputs = {"x": keras.Input((3,), name="x"), "base": keras.Input((horizon * targets,), name="base")}
+    extractor = keras.Model(inputs, [keras.layers.Identity()(inputs["x"]), keras.layers.Identity()(inputs["base"])])
+
+    def windows(origins):
+        return (({"x": x[origins[i: i + 16]], "base": base[origins[i: i + 16]]}, truth[origins[i: i + 16]])
+                for i in range(0, len(origins), 16))
+
+    origins = {"train": np.arange(60), "val": np.arange(60, 80), "test": np.arange(80, 100)}
+    found = fit_window_ridge(extractor, windows, origins, mean, std, folds=blocks, horizon=horizon)
+    features, residual = x.astype("float64"), ((truth - mean) / std).reshape(rows, -1) - base
+    alpha = found["ridge"].alpha
+    full, train_only = (Ridge(alpha=alpha).fit(features[:n], residual[:n]) for n in (80, 60))
+    shape = (-1, horizon, targets)
+    test = origins["test"]
+    # float32 outputs (a long test split holds millions of values): 1e-6 relative of values near 50.
+    np.testing.assert_allclose(found["ridge_forecast"],
+                               (full.predict(features[test]) + base[test]).reshape(shape) * std + mean, rtol=1e-6)
+    val = origins["val"]
+    np.testing.assert_allclose(found["ridge_val_shift"],
+                               (train_only.predict(features[val]) - full.predict(features[val])).reshape(shape) * std,
+                               rtol=1e-6, atol=1e-6)
+    # Brute force: each block's fit leaves the block and `horizon` windows either side out.
+    out_of_fold = np.empty((80, horizon * targets))
+    edges = np.linspace(0, 80, blocks + 1).round().astype(int)
+    for start, stop in zip(edges[:-1], edges[1:]):
+        kept = np.r_[0:max(start - horizon, 0), min(stop + horizon, 80):80]
+        out_of_fold[start:stop] = Ridge(alpha=alpha).fit(features[kept], residual[kept]).predict(features[start:stop])
+    batch = {"x": x[:80], "base": base[:80]}
+    shift = found["ridge_target_shift"](batch, found["ridge"].blocks(np.arange(80)))
+    np.testing.assert_allclose(np.asarray(shift), (full.predict(features[:80]) - out_of_fold).reshape(shape) * std,
+                               **TOLERANCE)
+    assert "ridge_target_shift" not in fit_window_ridge(extractor, windows, origins, mean, std, folds=0,
+                                                        horizon=horizon)

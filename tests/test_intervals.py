@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 from sklearn.metrics import mean_pinball_loss
 
-from seqapps.intervals import (CHUNK_ROWS, SHRINKAGE_GRID, conformal_offsets, coverage, interval_levels, local_scale,
-                               local_scales, pinball_loss, scaled_conformal_offsets, shrinkage_weights)
+from seqapps.intervals import (CHUNK_ROWS, SHRINKAGE_GRID, choose_shrinkage, conformal_offsets, coverage,
+                               interval_levels, local_scale, local_scales, pinball_loss, scaled_conformal_offsets,
+                               shrinkage_weights, window_scale)
 
 
 def test_conformal_offsets_take_the_split_conformal_ranks_per_step():
@@ -80,3 +81,40 @@ def test_shrinkage_weights_minimise_the_mae_of_each_step_as_a_brute_force_search
     for t in range(2):
         errors = [np.abs(truth[..., t] - base[..., t] - w * correction[..., t]).mean() for w in SHRINKAGE_GRID]
         assert (overall[:, t] == SHRINKAGE_GRID[int(np.argmin(errors))]).all()
+
+
+def test_window_scale_reads_each_target_s_window_with_the_interval_s_lag_and_floors():
+    rng = np.random.default_rng(4)
+    inputs = {"load": rng.normal(size=(3, 6)), "temp": rng.normal(size=(3, 6)), "end_time": np.zeros(3, "int64")}
+    interval = {"scale_lag": 2, "scale_floor": [0.1, 0.2], "levels": [0.1, 0.9]}
+    found = np.asarray(window_scale(interval, ["temp", "load"], inputs))
+    np.testing.assert_array_equal(found, np.asarray(local_scales([inputs["temp"], inputs["load"]], 2, [0.1, 0.2])))
+
+
+def test_choose_shrinkage_scores_the_model_s_base_and_correction_and_restores_the_whole_correction():
+    import keras
+    import tensorflow as tf
+
+    from seqapps.layers.time_features import Shrinkage
+
+    rng = np.random.default_rng(5)
+    windows, horizon, targets = 90, 4, 2
+    inputs = {"base": keras.Input((horizon, targets), name="base"),
+              "correction": keras.Input((horizon, targets), name="correction")}
+    members = keras.layers.Reshape((1, horizon, targets))(inputs["correction"])  # one member
+    model = keras.Model(inputs, keras.layers.Add()([Shrinkage(name="shrinkage")(members),
+                                                    keras.layers.Reshape((1, horizon, targets))(inputs["base"])]))
+    base, correction = (rng.normal(size=(windows, horizon, targets)).astype("float32") for _ in range(2))
+    truth = base + np.linspace(0, 1, horizon)[:, None] * correction + rng.normal(0, 0.1, base.shape)
+    shift = rng.normal(0, 0.05, base.shape)
+    batches = [({"base": base[i: i + 32], "correction": correction[i: i + 32]}, tf.constant(truth[i: i + 32]))
+               for i in range(0, windows, 32)]
+    weights, scores = choose_shrinkage(model, batches, shift, per_step=True)
+    shifted = base.astype("float64") + shift
+    np.testing.assert_array_equal(weights, shrinkage_weights(truth, shifted, correction.astype("float64"), True))
+    # float32 model outputs of values of O(1), averaged in float64.
+    np.testing.assert_allclose(scores["base"], np.abs(truth - shifted).mean(), rtol=1e-6)
+    np.testing.assert_allclose(scores["correction"], np.abs(truth - shifted - correction).mean(), rtol=1e-6)
+    np.testing.assert_allclose(scores["shrunk"], np.abs(truth - shifted - weights * correction).mean(), rtol=1e-6)
+    assert scores["shrunk"] <= min(scores["base"], scores["correction"])
+    np.testing.assert_array_equal(model.get_layer("shrinkage").get_weights()[0], np.ones((horizon, targets)))

@@ -308,6 +308,7 @@ def probe_pipeline(names: list[str], overrides: list[str]) -> None:
 
     from seqapps import training
     from seqapps.config import resolve_config
+    from seqapps.forecaster import forecast_batches
     from seqapps.pipeline import REGISTRY
 
     for name in names:
@@ -319,7 +320,7 @@ def probe_pipeline(names: list[str], overrides: list[str]) -> None:
             keras.utils.set_random_seed(config.seed)
             model = training.build_and_compile(pipeline, config, data, training.make_strategy("auto"))
             pipeline.fit(model, config, data, tempfile.mkdtemp())
-            pipeline._calibrate(model, data)  # the forecast batches carry the interval's scale
+            interval = pipeline.calibrate(model, config, data)["interval"]  # the forecast batches carry its scale
             layer = model.get_layer("shrinkage")
             weights = layer.get_weights()[0]
             corrections, forecast = {}, None
@@ -327,7 +328,8 @@ def probe_pipeline(names: list[str], overrides: list[str]) -> None:
                 found = {}
                 for label, w in (("model", weights), ("base", 0 * weights)):
                     layer.set_weights([w])
-                    batches = list(pipeline._forecast_batches(model, data, data.arrays["origins"][split]))
+                    batches = list(forecast_batches(model, data.state, data.arrays, data.arrays["origins"][split],
+                                                    interval))
                     found[label] = np.concatenate([b[1] for b in batches])
                 corrections[split] = found["model"] - found["base"]
                 forecast = found["model"]

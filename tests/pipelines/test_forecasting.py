@@ -12,6 +12,7 @@ from sklearn.linear_model import Ridge
 
 from seqapps import baselines, cli, intervals, runner, serializable, training
 from seqapps.data import datasets
+from seqapps.data.series import series_windows, split_inputs
 from seqapps.pipeline import REGISTRY
 
 from tests.export_harness import call_in_tensorflow_only_process
@@ -246,22 +247,6 @@ def test_killed_training_resumes_from_its_checkpoint(tmp_path):
     assert list(tmp_path.iterdir()) == []  # the backup and its empty parent are gone
 
 
-@pytest.mark.parametrize("ridge_cross_fit, interval_cross_fit, windows, expected", [
-    (0, 5, 2000, 5),    # the interval's blocks: 400 windows and 2 x 24 of gaps leave 1,552 of 2,000 to fit on
-    (0, 5, 150, 0),     # 30 + 48 windows left out of 150 would keep fewer than half: no cross-fitting
-    (0, 0, 2000, 0),    # the interval calibrated in sample
-    (3, 5, 2000, 3),    # ridge_cross_fit's blocks serve both
-    (3, 0, 150, 3),     # as the user set them, however short the series
-])
-def test_the_ridge_is_cross_fitted_when_the_rnn_or_the_interval_asks_and_the_series_allows(
-        ridge_cross_fit, interval_cross_fit, windows, expected):
-    from pipelines.forecasting import ForecastingConfig, cross_fit_blocks
-
-    config = ForecastingConfig(target_cols=["y"], ridge_cross_fit=ridge_cross_fit,
-                               interval_cross_fit=interval_cross_fit)
-    assert cross_fit_blocks(config, windows, horizon=24) == expected
-
-
 def test_a_backtest_with_too_many_folds_names_the_fold_that_is_too_short():
     from seqapps.config import resolve_config
     from seqapps.errors import DataError
@@ -281,7 +266,7 @@ def test_untrained_model_is_the_ridge_baseline(name):
     config = resolve_config(pipeline.Config, "tiny")
     data = pipeline.load_data(config, None)
     model = pipeline.build_model(config, data)  # the RNN's correction starts at zero
-    forecast = model.predict(pipeline._split_windows(data, "test", 256), verbose=0).mean(axis=1)  # of the members
+    forecast = model.predict(split_inputs(data, "test", 256), verbose=0).mean(axis=1)  # of the members
     # The frozen layer holds the closed-form fit: float32 graph vs float64 NumPy, on values of O(10)-O(10^4).
     np.testing.assert_allclose(forecast, data.arrays["ridge_forecast"], rtol=1e-4, atol=1e-3)
     assert data.arrays["ridge"].alpha in baselines.RIDGE_ALPHAS
@@ -292,8 +277,8 @@ def test_windows_cut_from_the_series_give_the_numbers_of_materialised_windows(na
     """The reference is the implementation that held every window as NumPy arrays (before issue 16, item 6)."""
     from numpy.lib.stride_tricks import sliding_window_view
 
-    from pipelines.forecasting import window_scale
     from seqapps.config import resolve_config
+    from seqapps.intervals import window_scale
 
     pipeline = REGISTRY.get(name)()
     config = resolve_config(pipeline.Config, "tiny", overrides=["members=2", "ridge_cross_fit=3"])
@@ -311,7 +296,8 @@ def test_windows_cut_from_the_series_give_the_numbers_of_materialised_windows(na
 
     reference = {split: materialised(split) for split in ("train", "val", "test")}
     for split, (inputs, targets) in reference.items():
-        batches = list(pipeline._windows(data, data.arrays["origins"][split], batch_size=500).as_numpy_iterator())
+        windows = series_windows(data.state, data.arrays, data.arrays["origins"][split], batch_size=500)
+        batches = list(windows.as_numpy_iterator())
         for column, expected in inputs.items():
             np.testing.assert_array_equal(np.concatenate([b[0][column] for b in batches]), expected)
         np.testing.assert_array_equal(np.concatenate([b[1] for b in batches]), targets)
@@ -384,7 +370,7 @@ def test_windows_cut_from_the_series_give_the_numbers_of_materialised_windows(na
         np.concatenate([reference[s][1] / scale[s] for s in ("train", "val")])
         - np.concatenate([forecast[s] / scale[s] for s in ("train", "val")]), calibrated["levels"])
     np.testing.assert_array_equal(np.array(calibrated["offsets"]), offsets)
-    np.testing.assert_array_equal(model.predict(pipeline._split_windows(data, "test", 256), verbose=0),
+    np.testing.assert_array_equal(model.predict(split_inputs(data, "test", 256), verbose=0),
                                   model.predict(reference["test"][0], batch_size=256, verbose=0))
 
 
@@ -428,7 +414,7 @@ def test_a_zero_shrinkage_weight_gives_the_ridge_forecast_exactly():
     config = resolve_config(pipeline.Config, "tiny", overrides=["members=2"])
     data = pipeline.load_data(config, None)
     model = pipeline.build_model(config, data)
-    test = pipeline._split_windows(data, "test", 256)
+    test = split_inputs(data, "test", 256)
     untrained = model.predict(test, verbose=0)  # the ridge (test_untrained_model_is_the_ridge_baseline)
     rng = np.random.default_rng(1)
     for weight in model.trainable_weights:
@@ -463,13 +449,13 @@ def test_shrinkage_is_chosen_on_a_first_fit_that_did_not_train_on_validation_and
 
     config = resolve_config(pipeline.Config, "tiny", overrides=["shrinkage=step"])
     data = pipeline.load_data(config, None)
-    val = pipeline._split_windows(data, "val", 256)
+    val = split_inputs(data, "val", 256)
     whole = first.predict(val, verbose=0).mean(axis=1).astype("float64")
     layer = first.get_layer("shrinkage")
     layer.set_weights([np.zeros_like(layer.get_weights()[0])])
     base = first.predict(val, verbose=0).mean(axis=1).astype("float64")
-    truth = np.concatenate([t for _, t in pipeline._windows(data, data.arrays["origins"]["val"],
-                                                              batch_size=256).as_numpy_iterator()])
+    truth = np.concatenate([t for _, t in series_windows(data.state, data.arrays, data.arrays["origins"]["val"],
+                                                         batch_size=256).as_numpy_iterator()])
 
     expected = intervals.shrinkage_weights(truth, base + data.arrays["ridge_val_shift"], whole - base, per_step=True)
     weights = np.array(result["training"]["shrinkage"]["weights"])
