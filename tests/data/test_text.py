@@ -248,16 +248,19 @@ def test_vocabulary_ships_as_an_asset_and_works_after_the_export_moves(tmp_path)
     assert decoded(outputs["text"]) == ["a\nb", "d<unk>\\"]
 
 
-def test_word_map_ships_as_an_asset_and_maps_words_after_the_export_moves(tmp_path):
-    mapping = {"casa": "house", "a\\b": "c\\d", "zorro": "fox"}
-    module = tf.Module()
-    module.words = text.word_map_lookup(mapping, "replacements")
-    module.serve = tf.function(lambda words: {"mapped": module.words.lookup(words)},
+def _save_word_map(mapping: dict, folder) -> None:
+    """Saves a module serving ``text.word_map_lookup(mapping)``; its objects go when this returns."""
+    module, lookup = tf.Module(), text.word_map_lookup(mapping, "replacements")
+    module.words = lookup  # tracked: the export saves its table and asset
+    module.serve = tf.function(lambda words: {"mapped": lookup.lookup(words)},
                                input_signature=[tf.TensorSpec([None], tf.string)])
-    tf.saved_model.save(module, str(tmp_path / "first"), signatures={"serving_default": module.serve})
+    tf.saved_model.save(module, str(folder), signatures={"serving_default": module.serve})
+
+
+def test_word_map_ships_as_an_asset_and_maps_words_after_the_export_moves(tmp_path):
+    _save_word_map({"casa": "house", "a\\b": "c\\d", "zorro": "fox"}, tmp_path / "first")
     assert (tmp_path / "first" / "assets" / "replacements.tsv").is_file()
     assert b"zorro" not in (tmp_path / "first" / "saved_model.pb").read_bytes()  # in the asset, not the graph
-    del module
     shutil.move(tmp_path / "first", tmp_path / "moved")
     answer = call_in_tensorflow_only_process(tmp_path / "moved", [
         ("serving_default", {"words": np.array(["casa", "a\\b", "perro", ""], dtype=object)})])
