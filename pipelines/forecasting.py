@@ -280,12 +280,13 @@ class Forecasting(Pipeline):
         return config.fit_on_val and (config.shrinkage != "none" or config.refit_epochs)
 
     def fit(self, model: keras.Model, config: ForecastingConfig, data: Splits, checkpoint_dir: Any,
-            progress: str = "none") -> dict[str, Any]:
+            progress: str = "none", log_dir: Path | None = None) -> dict[str, Any]:
         """Trains the correction, then sets its shrinkage weights (``shrinkage``) from validation forecasts.
 
         With ``fit_on_val`` the final fit trains on the validation windows, so the weights (and,
         with ``refit_epochs``, the number of epochs) come from a first fit of a copy of the model
-        on the training windows alone, backed up in ``checkpoint_dir/holdout``.
+        on the training windows alone, backed up in ``checkpoint_dir/holdout`` (and logged in
+        ``log_dir/holdout``).
 
         Returns:
             The final fit's training report, with ``shrinkage``: the weights and the validation
@@ -302,13 +303,15 @@ class Forecasting(Pipeline):
             alone = dataclasses.replace(data, train=data.arrays["train_alone"])
             first = training.build_and_compile(self, config, alone, model.distribute_strategy)
             first.set_weights(model.get_weights())  # the same start (a fresh or a fine-tuned model)
-            holdout = training.fit(first, alone, config, Path(checkpoint_dir) / "holdout", progress=progress)
+            holdout = training.fit(first, alone, config, Path(checkpoint_dir) / "holdout", progress=progress,
+                                   log_dir=log_dir and log_dir / "holdout")
             if config.shrinkage != "none":
                 weights, scores = self._shrinkage(first, data, config.shrinkage == "step")
             if config.refit_epochs:
                 losses = holdout["val_loss_history"]
                 config = dataclasses.replace(config, epochs=int(np.argmin(losses)) + 1)
-        report = training.fit(model, data, config, checkpoint_dir, progress=progress)
+        report = training.fit(model, data, config, checkpoint_dir, progress=progress, log_dir=log_dir,
+                              epoch_metrics=lambda trained: self.epoch_metrics(trained, config, data))
         if config.shrinkage != "none" and weights is None:  # the validation windows were not trained on
             weights, scores = self._shrinkage(model, data, config.shrinkage == "step")
         if weights is not None:

@@ -43,6 +43,9 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
                         help="override one config field (repeatable)")
     parser.add_argument("--strategy", default="auto", choices=["auto", "mirrored", "multiworker"],
                         help="tf.distribute strategy (multiworker reads TF_CONFIG)")
+    parser.add_argument("--logdir", default=None, metavar="DIR",
+                        help="where the run folder goes: DIR/NAME/VERSION, TensorBoard logs and report.html "
+                             "(default: runs, beside the export root)")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     parser.add_argument("--verbose", action="store_true",
                         help="show TensorFlow's own start-up and warning messages")
@@ -83,6 +86,12 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
                          help="set one signature input for every row, e.g. temperature=0.5 (repeatable)")
     predict.add_argument("--json", action="store_true")
     predict.add_argument("--verbose", action="store_true", help="show TensorFlow's own messages")
+
+    report = commands.add_parser("report", help="build a run's report.html again from what the run saved")
+    report.add_argument("path", metavar="RUN_DIR_OR_EXPORT", help="runs/NAME/VERSION or saved_models/NAME/VERSION")
+    report.add_argument("--logdir", default=None, metavar="DIR",
+                        help="where an export's run folder is (default: runs, beside the export root)")
+    report.add_argument("--json", action="store_true")
 
     serve = commands.add_parser("serve", help="serve saved_models/NAME/VERSION over TF Serving's REST API")
     serve.add_argument("model_root", nargs="?", default="saved_models", metavar="saved_models",
@@ -266,19 +275,24 @@ def _command(args: argparse.Namespace) -> int:
             from seqapps import runner
 
             result = runner.run(args.name, args.preset, args.data, args.config, args.overrides, args.out,
-                                args.strategy, progress=_progress(args))
+                                args.strategy, progress=_progress(args), logdir=args.logdir)
             _print_result(result if args.json else _summary(result), args.json)
         elif args.command == "finetune":
             from seqapps import runner
 
             result = runner.finetune(args.name, args.from_path, args.data, args.overrides, args.strategy,
-                                     progress=_progress(args))
+                                     progress=_progress(args), logdir=args.logdir)
             _print_result(result if args.json else _summary(result), args.json)
         elif args.command == "predict":
             from seqapps import runner
 
             text, value = runner.predict(args.model, args.inputs, args.signature, args.overrides)
             _print_result(value if args.json else text, args.json)
+        elif args.command == "report":
+            from seqapps.report import run_folder
+
+            path = run_folder.rebuild(args.path, args.logdir)
+            _print_result({"report": str(path)} if args.json else f"report: {path}", args.json)
         elif args.command == "serve":
             from seqapps.serving.app import serve
             from seqapps.serving.runner import ServingOptions

@@ -231,6 +231,24 @@ def call_signature(function: Any, example: dict[str, np.ndarray]) -> dict[str, n
     return {name: value.numpy() for name, value in outputs.items()}
 
 
+class ExportCalls:
+    """Calls the signatures of a written export, loading it on the first call (``Pipeline.report_data``).
+
+    Args:
+        path: the export folder.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._loaded: Any = None
+
+    def __call__(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Runs ``signature`` on NumPy inputs (a leading batch dimension); returns NumPy outputs."""
+        if self._loaded is None:
+            self._loaded = tf.saved_model.load(str(self.path))
+        return call_signature(self._loaded.signatures[signature], inputs)
+
+
 def _check_export(export_dir: Path, examples: dict[str, dict[str, np.ndarray]]) -> None:
     found = cudnn_ops(export_dir)
     if found:

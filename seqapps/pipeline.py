@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     import numpy as np
     import tensorflow as tf
 
-    from seqapps.export import Limits, ServingModule, Signature
+    from seqapps.export import ExportCalls, Limits, ServingModule, Signature
+    from seqapps.report.document import Section
 
 ENTRY_POINT_GROUP = "seqapps.pipelines"
 
@@ -167,7 +168,7 @@ class Pipeline:
         raise NotImplementedError
 
     def fit(self, model: "keras.Model", config: TrainingConfig, data: Splits, checkpoint_dir: "Path",
-            progress: str = "none") -> dict[str, Any]:
+            progress: str = "none", log_dir: "Path | None" = None) -> dict[str, Any]:
         """Trains a compiled model; default: the shared loop, ``seqapps.training.fit``.
 
         Override it to wrap that loop (for example to fit something on a held-out split first).
@@ -179,13 +180,31 @@ class Pipeline:
             checkpoint_dir: the run's backup folder (removed once the export is in place;
                 a wrapper may keep more backups in subfolders of it).
             progress: as for ``seqapps.training.fit``.
+            log_dir: the run's TensorBoard folder (None: no logs, as on a worker that is not the chief).
 
         Returns:
             The JSON-able training report.
         """
         from seqapps import training
 
-        return training.fit(model, data, config, checkpoint_dir, progress=progress)
+        return training.fit(model, data, config, checkpoint_dir, progress=progress, log_dir=log_dir,
+                            epoch_metrics=lambda trained: self.epoch_metrics(trained, config, data))
+
+    def epoch_metrics(self, model: "keras.Model", config: TrainingConfig, data: Splits) -> dict[str, float]:
+        """The pipeline's validation metrics after each epoch; default: none (Keras' own metrics are logged anyway).
+
+        They are logged as ``val_NAME`` beside the loss (TensorBoard, ``training.history`` and the
+        report's training curves). Keep it cheap: it runs on the validation split every epoch.
+
+        Args:
+            model: the model being trained.
+            config: the resolved config.
+            data: the splits (use ``val``, never ``test``).
+
+        Returns:
+            ``{name: value}``, names without the ``val_`` prefix (``ppl_full``, ``accuracy``, ``bpc``).
+        """
+        return {}
 
     def calibrate(self, model: "keras.Model", config: TrainingConfig, data: Splits) -> dict[str, Any]:
         """Fits what the trained model serves with on held-out data; default: nothing.
@@ -232,6 +251,42 @@ class Pipeline:
             data: the splits, their state calibrated (the state the export saves).
         """
         raise NotImplementedError
+
+    def report_data(self, model: "keras.Model", config: TrainingConfig, data: Splits,
+                    export: "ExportCalls") -> dict[str, "np.ndarray"]:
+        """The arrays the pipeline's report figures are drawn from; default: none.
+
+        Called once the export is in place. Take a few test examples through the export's own
+        signatures (``export("align", inputs)``), so that the report shows what the export serves;
+        keep it small (a few examples: the report stays under 10 MB).
+
+        Args:
+            model: the trained model.
+            config: the resolved config.
+            data: the splits, their state calibrated.
+            export: calls a signature of the written export on NumPy inputs.
+
+        Returns:
+            Flat ``{name: array}`` (saved as ``report_data.npz`` in the run folder, without pickles:
+            strings as Unicode arrays; one entry per example where shapes differ, ``attention/0``).
+        """
+        return {}
+
+    def report_sections(self, result: dict[str, Any], arrays: dict[str, "np.ndarray"]) -> "list[Section]":
+        """The pipeline's own report sections, after the shared ones (config, data, training, headlines).
+
+        Drawn from the run's result and ``report_data``'s arrays only (``seqapps report`` rebuilds the
+        report from them without training); an array that is missing (a run from before, or an
+        export without a run folder) leaves its figure out. Each figure is also logged to TensorBoard.
+
+        Args:
+            result: the run's result (``result.json``: metrics, baselines, training, data, config).
+            arrays: the report data (possibly empty).
+
+        Returns:
+            ``seqapps.report.document.Section``s; figures from ``seqapps.report.plots``.
+        """
+        return []
 
     def limits(self, config: TrainingConfig, data: Splits) -> "Limits":
         """Returns the request bounds the export carries and servers enforce (default: batch only)."""

@@ -9,6 +9,8 @@ import dataclasses
 import hashlib
 import json
 import math
+import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any, Iterable
@@ -18,6 +20,7 @@ from seqapps.errors import DataError, ExportError
 from seqapps.export_format import read_export
 from seqapps.metrics import nan_reason
 from seqapps.pipeline import REGISTRY, Pipeline, Splits
+from seqapps.report import run_folder
 
 TFDS_PREFIX = "tfds:"
 
@@ -91,9 +94,9 @@ def backtest_summary(folds: list[tuple[dict[str, Any], dict[str, Any]]],
 
 
 def _fit_calibrate_evaluate(pipeline: Pipeline, config: TrainingConfig, data: Splits, checkpoint_dir: Path,
-                            strategy: Any, progress: str,
-                            load_model: Any = None) -> tuple[Any, Splits, dict[str, Any], Any]:
-    """Builds (or loads) and trains a model, calibrates it and measures it.
+                            strategy: Any, progress: str, load_model: Any = None,
+                            log_dir: Path | None = None) -> tuple[Any, Splits, dict[str, Any], Any]:
+    """Builds (or loads) and trains a model, calibrates it and measures it; ``log_dir`` gets its TensorBoard logs.
 
     Returns:
         ``(model, data, fitted, (metrics, baselines))``: ``data`` with the calibrated state (what
@@ -107,7 +110,7 @@ def _fit_calibrate_evaluate(pipeline: Pipeline, config: TrainingConfig, data: Sp
     keras.utils.set_random_seed(config.seed)
     model = training.build_and_compile(pipeline, config, data, strategy, load_model=load_model)
     before = pipeline.evaluate(model, config, data)[0] if load_model else None
-    report = pipeline.fit(model, config, data, checkpoint_dir, progress=progress)
+    report = pipeline.fit(model, config, data, checkpoint_dir, progress=progress, log_dir=log_dir)
     data = dataclasses.replace(data, state={**data.state, **pipeline.calibrate(model, config, data)})
     fitted = {"training": report, "metrics_before": before}
     return model, data, fitted, pipeline.evaluate(model, config, data)
@@ -115,7 +118,7 @@ def _fit_calibrate_evaluate(pipeline: Pipeline, config: TrainingConfig, data: Sp
 
 def _train_evaluate_export(pipeline: Pipeline, config: TrainingConfig, preset: str, data: Splits,
                            model_root: Path, checkpoint_key: dict[str, Any], strategy: Any,
-                           progress: str, load_model: Any = None,
+                           progress: str, logdir: Path, load_model: Any = None,
                            earlier_folds: Iterable[Splits] = ()) -> dict[str, Any]:
     """Builds (or loads), trains, calibrates, evaluates and, on the chief, exports; returns the result fields.
 
@@ -123,12 +126,20 @@ def _train_evaluate_export(pipeline: Pipeline, config: TrainingConfig, preset: s
     them too, and ``backtest`` summarises them with this run's split as the last fold.
     The training backups are removed only once the export is in place: a run killed
     during evaluation or export resumes after its last epoch instead of training again.
+    On the chief, the run logs into its pending run folder under ``logdir``, and the
+    pipeline's report data is saved there once the export exists (``run_folder``, in
+    the result: ``finish_run_folder`` completes it).
     """
     from seqapps import export, training
 
     checkpoint_dir = _checkpoint_dir(model_root, checkpoint_key)
+    pending = None
+    if training.is_chief(strategy):
+        pending = run_folder.pending_folder(logdir, pipeline.name, checkpoint_dir.name)
+        if not checkpoint_dir.exists():  # a fresh start: logs left by an earlier, finished command are not this run's
+            shutil.rmtree(pending, ignore_errors=True)
     model, data, fitted, (metrics, baseline) = _fit_calibrate_evaluate(pipeline, config, data, checkpoint_dir,
-                                                                      strategy, progress, load_model)
+                                                                      strategy, progress, load_model, pending)
     result: dict[str, Any] = {"metrics": metrics, "baseline": baseline}
     if fitted["metrics_before"] is not None:
         result["metrics_before"] = fitted["metrics_before"]
@@ -152,15 +163,36 @@ def _train_evaluate_export(pipeline: Pipeline, config: TrainingConfig, preset: s
     path = export.write_export(pipeline.serving_module(model, config, data), model_root,
                                dump_config(config, pipeline.name, preset), result, data.state,
                                limits=pipeline.limits(config, data))
+    try:  # the report is never required: a pipeline whose figures fail still exports
+        run_folder.save_report_data(pending, pipeline.report_data(model, config, data, export.ExportCalls(path)))
+    except Exception as error:
+        print(f"seqapps: report data not saved ({type(error).__name__}: {error})", file=sys.stderr)
     for folder in [checkpoint_dir, *fold_dirs]:
         training.remove_backup(folder, strategy)
     result["export"] = str(path)
+    result["run_folder"] = str(pending)
     return result
+
+
+def finish_run_folder(result: dict[str, Any], config: TrainingConfig) -> dict[str, Any]:
+    """Completes the run folder (result, TensorBoard test logs, report) and names it after the export.
+
+    Returns:
+        ``result`` with ``run_folder`` the final folder and ``report`` the report's path (None where
+        it could not be built); unchanged on a worker that exported nothing.
+    """
+    if result.get("export") is None:
+        result.pop("run_folder", None)
+        return result
+    folder = run_folder.finish(Path(result["run_folder"]), {k: v for k, v in result.items() if k != "run_folder"},
+                               config.to_dict())
+    report = folder / run_folder.REPORT_FILE
+    return {**result, "run_folder": str(folder), "report": str(report) if report.is_file() else None}
 
 
 def run(name: str, preset: str = "default", data_path: str | None = None, config_file: str | None = None,
         overrides: tuple[str, ...] | list[str] = (), out: str | Path = "saved_models", strategy: str = "auto",
-        progress: str = "none") -> dict[str, Any]:
+        progress: str = "none", logdir: str | Path | None = None) -> dict[str, Any]:
     """Trains, evaluates and exports a named pipeline.
 
     Args:
@@ -172,9 +204,11 @@ def run(name: str, preset: str = "default", data_path: str | None = None, config
         out: the export root; the export goes to ``out/name/<version>``.
         strategy: "auto", "mirrored" or "multiworker".
         progress: "bar", "lines" or "none" (see ``seqapps.training.fit``).
+        logdir: where the run folder goes (``logdir/name/<version>``: TensorBoard logs and
+            ``report.html``); default: ``runs`` beside ``out``.
 
     Returns:
-        ``{"pipeline", "preset", "metrics", "baseline", "export", "seconds", ...}``.
+        ``{"pipeline", "preset", "metrics", "baseline", "export", "run_folder", "report", "seconds", ...}``.
     """
     start = time.perf_counter()
     REGISTRY.check(name)  # names and files first: they need no TensorFlow
@@ -189,12 +223,14 @@ def run(name: str, preset: str = "default", data_path: str | None = None, config
     data = pipeline.load_data(config, data_path)
     key = {"pipeline": name, "config": config.to_dict(), "data": str(Path(data_path).resolve()) if data_path else None}
     result = _train_evaluate_export(pipeline, config, preset, data, Path(out) / name, key, distribution, progress,
+                                    Path(logdir) if logdir else run_folder.default_logdir(Path(out).parent),
                                     earlier_folds=pipeline.backtest_splits(config, data_path))
-    return {"pipeline": name, "preset": preset, **result, "seconds": round(time.perf_counter() - start, 1)}
+    result = {"pipeline": name, "preset": preset, **result, "seconds": round(time.perf_counter() - start, 1)}
+    return finish_run_folder(result, config)
 
 
 def finetune(name: str, from_path: str | Path, data_path: str, overrides: tuple[str, ...] | list[str] = (),
-             strategy: str = "auto", progress: str = "none") -> dict[str, Any]:
+             strategy: str = "auto", progress: str = "none", logdir: str | Path | None = None) -> dict[str, Any]:
     """Continues training an export's model on new data and exports the next version.
 
     Args:
@@ -204,6 +240,7 @@ def finetune(name: str, from_path: str | Path, data_path: str, overrides: tuple[
         overrides: ``key=value`` config overrides on top of the export's saved config.
         strategy: "auto", "mirrored" or "multiworker".
         progress: "bar", "lines" or "none" (see ``seqapps.training.fit``).
+        logdir: where the run folder goes; default: ``runs`` beside the export root.
 
     Returns:
         The run result with ``metrics_before`` (the loaded model on the new test split),
@@ -234,9 +271,11 @@ def finetune(name: str, from_path: str | Path, data_path: str, overrides: tuple[
     key = {"pipeline": name, "config": config.to_dict(), "data": str(Path(data_path).resolve()),
            "from": str(info.path.resolve())}
     result = _train_evaluate_export(pipeline, config, info.preset, data, info.path.parent, key, distribution, progress,
+                                    Path(logdir) if logdir else run_folder.default_logdir(info.path.parent.parent),
                                     load_model=load_model)
-    return {"pipeline": name, "preset": info.preset, "finetuned_from": str(info.path), **result,
-            "seconds": round(time.perf_counter() - start, 1)}
+    result = {"pipeline": name, "preset": info.preset, "finetuned_from": str(info.path), **result,
+              "seconds": round(time.perf_counter() - start, 1)}
+    return finish_run_folder(result, config)
 
 
 def predict(model_path: str | Path, inputs: list[str], signature_name: str = "serving_default",

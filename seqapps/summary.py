@@ -9,6 +9,7 @@ dict, so it needs neither TensorFlow nor the trained model.
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline
@@ -140,7 +141,7 @@ def run_summary(result: dict[str, Any], declared: Sequence[Headline] = ()) -> st
         declared: the pipeline's ``headline_metrics``.
 
     Returns:
-        The lines to print, the last one ``export: PATH``.
+        The lines to print, the last two ``report: PATH`` (where it was built) and ``export: PATH``.
     """
     headlines = headlines_of(result, declared)
     rows = {"model": result["metrics"], **result.get("baseline", {})}
@@ -160,5 +161,8 @@ def run_summary(result: dict[str, Any], declared: Sequence[Headline] = ()) -> st
     if data.get("source"):
         lines.append(f"data: {data['source']}" + (f" ({'; '.join(read)})" if read else ""))
     lines += _split_counts(data) + _vocabularies(data, finetuned)
+    if result.get("report"):
+        logs = Path(result["run_folder"]).parent.parent
+        lines.append(f"report: {result['report']} (TensorBoard: tensorboard --logdir {logs})")
     lines.append(f"export: {result['export']}")
     return "\n".join(lines)

@@ -491,8 +491,22 @@ class _EpochLines(keras.callbacks.Callback):
 PROGRESS = ("none", "bar", "lines")
 
 
+class _EpochMetrics(keras.callbacks.Callback):
+    """Adds a pipeline's validation metrics to each epoch's logs as ``val_NAME``, before the callbacks that read them."""
+
+    def __init__(self, measure: Callable[[keras.Model], dict[str, float]]) -> None:
+        super().__init__()
+        self.measure = measure
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if logs is not None:
+            logs.update({f"val_{name}": float(value) for name, value in self.measure(self.model).items()})
+
+
 def fit(model: keras.Model, data: TrainingData, config: TrainingConfig, checkpoint_dir: Path,
-        progress: str = "none", extra_callbacks: Sequence[keras.callbacks.Callback] = ()) -> dict[str, Any]:
+        progress: str = "none", extra_callbacks: Sequence[keras.callbacks.Callback] = (),
+        log_dir: Path | None = None,
+        epoch_metrics: Callable[[keras.Model], dict[str, float]] | None = None) -> dict[str, Any]:
     """Trains ``model`` with the shared callbacks; resumes from ``checkpoint_dir`` if a backup is there.
 
     Args:
@@ -505,11 +519,16 @@ def fit(model: keras.Model, data: TrainingData, config: TrainingConfig, checkpoi
         progress: "bar" (Keras' progress bar, for a terminal), "lines" (one line per
             epoch on stdout, for logs) or "none".
         extra_callbacks: more callbacks, run after the backup of each epoch.
+        log_dir: where Keras' TensorBoard callback writes the epoch logs (``train/``,
+            ``validation/``); None for none.
+        epoch_metrics: ``model -> {name: value}``, validation metrics measured after each epoch
+            and logged as ``val_NAME`` (``Pipeline.epoch_metrics``).
 
     Returns:
         A JSON-able report: epochs run (in total, before and after a restart), training
-        and validation loss per epoch, the epoch resumed from, best validation loss, final learning rate
-        and seconds.
+        and validation loss per epoch, ``history`` (every logged value per epoch: loss, learning
+        rate, validation metrics), the epoch resumed from, best validation loss, final learning
+        rate and seconds.
 
     Raises:
         TrainingError: the loss became NaN or infinite, or another worker stopped.
@@ -537,7 +556,9 @@ def fit(model: keras.Model, data: TrainingData, config: TrainingConfig, checkpoi
             raise ConfigError("max_train_minutes does not work with --strategy multiworker; set epochs instead")
         budget.append(_TimeBudget(60 * config.max_train_minutes))
     backup = _Backup(checkpoint_dir, stateful)  # after the callbacks that stop training, so it records the stop
-    callbacks = [_StopOnNonFiniteLoss(), *stateful, *budget, backup, *extra_callbacks]
+    measured = [_EpochMetrics(epoch_metrics)] if epoch_metrics else []  # first: the others read its values
+    logs = [keras.callbacks.TensorBoard(str(log_dir), write_graph=False, profile_batch=0)] if log_dir else []
+    callbacks = [*measured, _StopOnNonFiniteLoss(), *stateful, *budget, backup, *logs, *extra_callbacks]
     if progress == "lines":
         callbacks.append(_EpochLines(epochs))
     start = time.perf_counter()
@@ -551,10 +572,12 @@ def fit(model: keras.Model, data: TrainingData, config: TrainingConfig, checkpoi
         raise TrainingError(f"another worker stopped ({type(error).__name__}; unhealthy: {', '.join(tasks) or '?'}); "
                             "start every worker again with the same command to resume from the last backup") from None
     val_losses = [epoch["val_loss"] for epoch in backup.history if "val_loss" in epoch]
+    logged = list(dict.fromkeys(key for epoch in backup.history for key in epoch))
     return {
         "epochs_run": len(backup.history),
         "loss_history": [epoch["loss"] for epoch in backup.history if "loss" in epoch],
         "val_loss_history": val_losses,
+        "history": {key: [epoch.get(key) for epoch in backup.history] for key in logged},
         "resumed_from_epoch": resumed_from,
         "best_val_loss": min(val_losses) if val_losses else None,
         "final_learning_rate": float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),

@@ -1,0 +1,281 @@
+"""The run folder, ``runs/NAME/VERSION``: TensorBoard logs, what the run saved, and its report.
+
+A run writes its TensorBoard events into a hidden pending folder (``runs/NAME/.run-KEY``, one per
+command, so a resumed run continues the same logs). Once the export is in place, ``finish``
+saves the result and the report data, logs the test metrics and every report figure to
+TensorBoard, builds ``report.html`` and renames the folder after the export's version. The
+folder is never inside the export: TF Serving and ``finetune`` read none of it.
+
+Layout::
+
+    runs/NAME/VERSION/
+        train/, validation/   Keras' TensorBoard callback: loss, learning rate, metrics per epoch
+        test/                 the test metrics (and each baseline's) and the figures, at the last epoch
+        result.json           what ``seqapps run`` returned, with the resolved config
+        report_data.npz       the arrays the pipeline's figures are drawn from (``Pipeline.report_data``)
+        report.html           one self-contained page (``seqapps report`` rebuilds it)
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from seqapps.errors import DataError
+from seqapps.report.document import Figure, Section, Table, Text, figures_of, render_html
+
+RESULT_FILE = "result.json"
+REPORT_DATA_FILE = "report_data.npz"
+REPORT_FILE = "report.html"
+TEST_LOGS = "test"
+PENDING_PREFIX = ".run-"
+
+
+def default_logdir(beside: Path) -> Path:
+    """``runs`` in the folder that holds the export root (``saved_models`` -> ``runs``): ``--logdir``'s default.
+
+    Args:
+        beside: the export root's parent folder.
+    """
+    return Path(beside) / "runs"
+
+
+def pending_folder(logdir: Path, pipeline: str, key: str) -> Path:
+    """The folder a run logs into until its export exists: ``logdir/pipeline/.run-KEY``.
+
+    Args:
+        logdir: ``--logdir`` (``runs``).
+        pipeline: the pipeline's name.
+        key: what names the command (the checkpoint folder's digest), so that a resumed run finds it.
+    """
+    return Path(logdir) / pipeline / f"{PENDING_PREFIX}{key}"
+
+
+def save_report_data(folder: Path, arrays: Mapping[str, Any]) -> None:
+    """Saves ``Pipeline.report_data``'s arrays (flat names; strings as Unicode arrays, no pickles)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / f"{REPORT_DATA_FILE}.partial"
+    with open(partial, "wb") as stream:
+        np.savez_compressed(stream, **{name: np.asarray(value) for name, value in arrays.items()})
+    os.replace(partial, folder / REPORT_DATA_FILE)
+
+
+def load_report_data(folder: Path) -> dict[str, np.ndarray]:
+    """The report data a run saved; empty where it saved none."""
+    path = Path(folder) / REPORT_DATA_FILE
+    if not path.is_file():
+        return {}
+    with np.load(path, allow_pickle=False) as archive:
+        return {name: archive[name] for name in archive.files}
+
+
+def _flat_numbers(value: Any, prefix: str = "") -> list[tuple[str, float]]:
+    """The numbers of a nested dict as ``(dotted key, value)`` pairs, in order."""
+    if isinstance(value, dict):
+        return [pair for key, item in value.items() for pair in _flat_numbers(item, f"{prefix}{key}.")]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [(prefix.rstrip("."), float(value))]
+    return []
+
+
+def _headline_section(result: dict[str, Any], pipeline: Any) -> Section:
+    from seqapps.summary import headlines_of
+
+    headlines = headlines_of(result, pipeline.headline_metrics)
+    baselines = result.get("baseline", {})
+    rows = {"model": result["metrics"], **baselines}
+    if "metrics_before" in result:
+        rows = {"before finetune": result["metrics_before"], **rows}
+    table = Table(["", *(h.title() for h in headlines)],
+                  [[name, *(h.value(values, baseline=name in baselines) for h in headlines)]
+                   for name, values in rows.items()],
+                  caption="the model on the test split, beside every baseline")
+    verb = f"fine-tuned from {result['finetuned_from']}" if "finetuned_from" in result else \
+        f"{result.get('preset', '?')} preset"
+    facts = Text(f"{result['pipeline']} ({verb}), {result.get('seconds', '?')} s; export: {result.get('export')}")
+    return Section("Headline metrics", [facts, table], anchor="headline-metrics")
+
+
+def _config_section(result: dict[str, Any]) -> Section:
+    import yaml
+
+    text = yaml.safe_dump(result.get("config", {}), sort_keys=False) or "(not saved)"
+    return Section("Configuration", [Text(text, preformatted=True)], anchor="configuration")
+
+
+def _data_section(result: dict[str, Any]) -> Section:
+    import yaml
+
+    data = result.get("data", {})
+    blocks: list[Any] = []
+    counts = data.get("split_counts")
+    if counts:
+        blocks.append(Table(["split", counts.get("unit", "items")],
+                            [[split, counts[split]] for split in ("train", "val", "test") if split in counts]))
+    rest = {key: value for key, value in data.items() if key != "split_counts"}
+    if rest:
+        blocks.append(Text(yaml.safe_dump(rest, sort_keys=False, allow_unicode=True, width=100), preformatted=True))
+    return Section("Data", blocks or [Text("(no data report)")], anchor="data")
+
+
+def _training_section(result: dict[str, Any]) -> Section:
+    from seqapps.report import plots
+
+    training = result.get("training") or {}
+    history: dict[str, list[float | None]] = training.get("history") or {}
+    blocks: list[Any] = [Text(f"{training.get('epochs_run', 0)} epochs in {training.get('seconds', '?')} s"
+                              + (f", resumed after epoch {training['resumed_from_epoch']}"
+                                 if training.get("resumed_from_epoch") else "")
+                              + (f"; best validation loss {training['best_val_loss']:.4g}"
+                                 if isinstance(training.get("best_val_loss"), float) else ""))]
+
+    def curve(key: str) -> tuple[list[int], list[float]]:
+        points = [(epoch + 1, value) for epoch, value in enumerate(history.get(key, [])) if value is not None]
+        return [x for x, _ in points], [y for _, y in points]
+
+    if history.get("loss"):
+        blocks.append(plots.line_chart("training_loss", "loss per epoch",
+                                       {name: curve(key) for name, key in (("training", "loss"),
+                                                                           ("validation", "val_loss"))
+                                        if history.get(key)}, "epoch", "loss", markers=True))
+    if history.get("learning_rate"):
+        blocks.append(plots.line_chart("learning_rate", "learning rate per epoch",
+                                       {"learning rate": curve("learning_rate")}, "epoch", "learning rate",
+                                       log_y=True, markers=True))
+    metrics = [key for key in history if key.startswith("val_") and key != "val_loss"]
+    for key in metrics:
+        blocks.append(plots.line_chart(f"epoch_{key}", f"validation {key[4:]} per epoch",
+                                       {key[4:]: curve(key)}, "epoch", key[4:], markers=True))
+    return Section("Training", blocks, anchor="training")
+
+
+def _metrics_section(result: dict[str, Any]) -> Section:
+    rows = [["model", key, value] for key, value in _flat_numbers(result.get("metrics", {}))]
+    for name, values in (result.get("baseline") or {}).items():
+        rows += [[name, key, value] for key, value in _flat_numbers(values)]
+    return Section("All test metrics", [Table(["model or baseline", "metric", "value"], rows)], anchor="metrics")
+
+
+def sections(result: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> list[Section]:
+    """Every section of a run's report: the shared ones, then the pipeline's own.
+
+    Args:
+        result: the run's ``result.json``.
+        arrays: its report data.
+    """
+    from seqapps.pipeline import REGISTRY
+
+    pipeline = REGISTRY.get(result["pipeline"])()
+    own = pipeline.report_sections(result, arrays)
+    return [_headline_section(result, pipeline), _config_section(result), _data_section(result),
+            _training_section(result), *own, _metrics_section(result)]
+
+
+def write_report(folder: Path, built: Sequence[Section], title: str) -> Path:
+    """Writes ``report.html`` into ``folder`` whole (a temporary file renamed); returns its path."""
+    page = render_html(title, built)
+    partial = folder / f"{REPORT_FILE}.partial"
+    partial.write_text(page, encoding="utf-8")
+    os.replace(partial, folder / REPORT_FILE)
+    return folder / REPORT_FILE
+
+
+def log_test_summaries(folder: Path, result: dict[str, Any], figures: Sequence[Figure]) -> None:
+    """Logs the test metrics, each baseline's, and the figures to TensorBoard (``folder/test``).
+
+    Scalars are tagged ``test/KEY`` and ``baseline/NAME/KEY``; images by figure name; all at the
+    last epoch, so TensorBoard shows them beside the training curves.
+    """
+    import tensorflow as tf
+
+    step = int((result.get("training") or {}).get("epochs_run") or 0)
+    writer = tf.summary.create_file_writer(str(folder / TEST_LOGS))
+    with writer.as_default():
+        for key, value in _flat_numbers(result.get("metrics", {})):
+            tf.summary.scalar(f"test/{key}", value, step=step)
+        for name, values in (result.get("baseline") or {}).items():
+            for key, value in _flat_numbers(values):
+                tf.summary.scalar(f"baseline/{name}/{key}", value, step=step)
+        for figure in figures:
+            image = tf.io.decode_png(figure.png, channels=3)
+            tf.summary.image(figure.name, image[tf.newaxis], step=step, description=figure.caption)
+    writer.close()
+
+
+def _title(result: dict[str, Any]) -> str:
+    return f"seqapps {result['pipeline']}: " + (f"fine-tuned from {result['finetuned_from']}"
+                                               if "finetuned_from" in result else f"{result.get('preset')} preset")
+
+
+def finish(pending: Path, result: dict[str, Any], config: dict[str, Any]) -> Path:
+    """Completes a run folder once its export exists, and names it after the export's version.
+
+    Saves ``result.json`` (with ``config``), logs the test metrics and figures to TensorBoard and
+    builds ``report.html``. A report that cannot be built is told in one line on stderr; the
+    logs and the result are kept all the same.
+
+    Args:
+        pending: the folder the run logged into (``pending_folder``), holding its report data.
+        result: the run's result; its ``export`` names the version.
+        config: the resolved config, as a dict.
+
+    Returns:
+        The final folder ``runs/NAME/VERSION``; a folder of that name left by an export that no
+        longer exists is replaced.
+    """
+    pending.mkdir(parents=True, exist_ok=True)
+    saved = {**result, "config": config}
+    (pending / RESULT_FILE).write_text(json.dumps(saved, indent=2, default=str), encoding="utf-8")
+    try:
+        built = sections(saved, load_report_data(pending))
+        log_test_summaries(pending, saved, figures_of(built))
+        write_report(pending, built, _title(saved))
+    except Exception as error:  # the report is never required: the run and its export stand
+        print(f"seqapps: report not built ({type(error).__name__}: {error}); the run and its export are complete",
+              file=sys.stderr)
+    final = pending.parent / Path(result["export"]).name
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(pending, final)
+    return final
+
+
+def rebuild(path: str | Path, logdir: str | Path | None = None) -> Path:
+    """Builds ``report.html`` again from what a run saved (``seqapps report``).
+
+    Args:
+        path: a run folder (``runs/NAME/VERSION``) or an export (``saved_models/NAME/VERSION``);
+            for an export, its run folder under ``logdir``; where there is none, one is made from
+            the export's saved metrics and config (without the pipeline's figures, whose data
+            only the run saved).
+        logdir: where an export's run folder is (default: ``default_logdir`` beside the export root).
+
+    Returns:
+        The report's path.
+
+    Raises:
+        ExportError: ``path`` is neither a run folder nor an export.
+        DataError: the run folder's ``result.json`` is not what a run saves.
+    """
+    from seqapps.export_format import read_export
+
+    folder = Path(path)
+    if not (folder / RESULT_FILE).is_file():
+        info = read_export(folder)  # raises ExportError naming what is missing
+        root = Path(logdir) if logdir else default_logdir(info.path.parent.parent)
+        folder = root / info.pipeline / info.path.name
+        if not (folder / RESULT_FILE).is_file():
+            folder.mkdir(parents=True, exist_ok=True)
+            saved = {"pipeline": info.pipeline, "preset": info.preset, **info.metrics, "export": str(info.path),
+                     "config": info.config}
+            (folder / RESULT_FILE).write_text(json.dumps(saved, indent=2, default=str), encoding="utf-8")
+    try:
+        saved = json.loads((folder / RESULT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise DataError(f"{folder / RESULT_FILE}: expected the JSON a run saves ({error})") from None
+    return write_report(folder, sections(saved, load_report_data(folder)), _title(saved))
