@@ -32,9 +32,13 @@ def tiny_exports(tmp_path_factory: pytest.TempPathFactory) -> dict:
     Each run goes through the command line without ``--json`` (``seqapps run NAME --preset tiny``),
     so ``tests/test_user_paths.py`` can read what a person sees on the terminal.
 
+    The exports go to ``<root>/saved_models`` and, as a person's would, the run folders to the
+    default ``--logdir``, ``<root>/runs`` beside them. Tests only read them.
+
     Returns:
-        ``{name: {"export", "code", "out", "err"}}``: the export folder (``<root>/<name>/1``), the exit
-        code and what the command printed on stdout and stderr.
+        ``{name: {"export", "run_folder", "code", "out", "err"}}``: the export folder
+        (``<root>/saved_models/<name>/1``), the run folder (``<root>/runs/<name>/1``, with
+        ``report.html``), the exit code and what the command printed on stdout and stderr.
     """
     from seqapps import cli
     from seqapps.pipeline import REGISTRY
@@ -44,8 +48,9 @@ def tiny_exports(tmp_path_factory: pytest.TempPathFactory) -> dict:
     for name in REGISTRY.names():
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = cli.main(["run", name, "--preset", "tiny", "--out", str(root)])
-        found[name] = {"export": str(root / name / "1"), "code": code, "out": out.getvalue(), "err": err.getvalue()}
+            code = cli.main(["run", name, "--preset", "tiny", "--out", str(root / "saved_models")])
+        found[name] = {"export": str(root / "saved_models" / name / "1"), "run_folder": str(root / "runs" / name / "1"),
+                       "code": code, "out": out.getvalue(), "err": err.getvalue()}
     return found
 
 

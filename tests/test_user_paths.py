@@ -51,6 +51,7 @@ def test_run_prints_the_headline_metrics_beside_every_baseline_and_the_export(ti
     assert run["code"] == 0, run["err"]
     lines = run["out"].strip().splitlines()
     assert lines[-1] == f"export: {run['export']}"
+    assert lines[-2].startswith(f"report: {run['run_folder']}/report.html (TensorBoard: tensorboard --logdir ")
     result = _exported(run["export"])
     headlines = headlines_of(result, REGISTRY.get(name).headline_metrics)
     assert headlines and all(h.key in result["metrics"] for h in REGISTRY.get(name).headline_metrics), \
