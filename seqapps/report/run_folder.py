@@ -22,12 +22,15 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from seqapps.errors import DataError
 from seqapps.report.document import Figure, Section, Table, Text, figures_of, render_html
+
+if TYPE_CHECKING:
+    from seqapps.export_format import ExportInfo
 
 RESULT_FILE = "result.json"
 REPORT_DATA_FILE = "report_data.npz"
@@ -43,6 +46,12 @@ def default_logdir(beside: Path) -> Path:
         beside: the export root's parent folder.
     """
     return Path(beside) / "runs"
+
+
+def logdir_of_export(export: Path) -> Path:
+    """``default_logdir`` for an export ``ROOT/NAME/VERSION``: ``runs`` beside ``ROOT`` (relative where under the cwd)."""
+    beside = Path(export).absolute().parents[2]
+    return default_logdir(beside.relative_to(Path.cwd()) if beside.is_relative_to(Path.cwd()) else beside)
 
 
 def pending_folder(logdir: Path, pipeline: str, key: str) -> Path:
@@ -245,6 +254,23 @@ def finish(pending: Path, result: dict[str, Any], config: dict[str, Any]) -> Pat
     return final
 
 
+def run_folder_of(info: "ExportInfo", logdir: str | Path | None = None) -> Path:
+    """An export's run folder, ``logdir/NAME/VERSION``; made from the export's metrics and config where it is missing.
+
+    Args:
+        info: the export (``seqapps.export_format.read_export``).
+        logdir: where the run folders are (default: ``logdir_of_export``).
+    """
+    root = Path(logdir) if logdir else logdir_of_export(info.path)
+    folder = root / info.pipeline / info.path.name
+    if not (folder / RESULT_FILE).is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        saved = {"pipeline": info.pipeline, "preset": info.preset, **info.metrics, "export": str(info.path),
+                 "config": info.config}
+        (folder / RESULT_FILE).write_text(json.dumps(saved, indent=2, default=str), encoding="utf-8")
+    return folder
+
+
 def rebuild(path: str | Path, logdir: str | Path | None = None) -> Path:
     """Builds ``report.html`` again from what a run saved (``seqapps report``).
 
@@ -253,7 +279,7 @@ def rebuild(path: str | Path, logdir: str | Path | None = None) -> Path:
             for an export, its run folder under ``logdir``; where there is none, one is made from
             the export's saved metrics and config (without the pipeline's figures, whose data
             only the run saved).
-        logdir: where an export's run folder is (default: ``default_logdir`` beside the export root).
+        logdir: where an export's run folder is (default: ``logdir_of_export``).
 
     Returns:
         The report's path.
@@ -265,15 +291,11 @@ def rebuild(path: str | Path, logdir: str | Path | None = None) -> Path:
     from seqapps.export_format import read_export
 
     folder = Path(path)
+    if not folder.is_dir():
+        raise DataError(f"{folder}: no such folder (expected a run folder runs/NAME/VERSION or an export "
+                        "saved_models/NAME/VERSION)")
     if not (folder / RESULT_FILE).is_file():
-        info = read_export(folder)  # raises ExportError naming what is missing
-        root = Path(logdir) if logdir else default_logdir(info.path.parent.parent)
-        folder = root / info.pipeline / info.path.name
-        if not (folder / RESULT_FILE).is_file():
-            folder.mkdir(parents=True, exist_ok=True)
-            saved = {"pipeline": info.pipeline, "preset": info.preset, **info.metrics, "export": str(info.path),
-                     "config": info.config}
-            (folder / RESULT_FILE).write_text(json.dumps(saved, indent=2, default=str), encoding="utf-8")
+        folder = run_folder_of(read_export(folder), logdir)  # read_export raises ExportError naming what is missing
     try:
         saved = json.loads((folder / RESULT_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
