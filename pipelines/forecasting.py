@@ -37,6 +37,7 @@ from seqapps.losses import ScaledMeanAbsoluteError
 from seqapps.pipeline import Headline, Pipeline, Splits, row_inputs
 from seqapps.report import plots
 from seqapps.report.document import Figure, Section, Table, Text
+from seqapps.summary import number
 
 FORECAST_TIME = "forecast_time"
 SHRINKAGE = ("none", "global", "step")
@@ -547,8 +548,8 @@ class Forecasting(Pipeline):
         periods = [" to ".join(period) if period else "" for period in backtest["periods"]]
         rows = [[fold, period, *(headline.scale * spread["values"][index] for spread in spreads.values())]
                 for index, (fold, period) in enumerate(zip(folds, periods))]
-        rows.append(["mean ± sd", "", *(f"{headline.scale * spread['mean']:.4g} ± {headline.scale * spread['std']:.2g}"
-                                       for spread in spreads.values())])
+        rows.append(["mean ± sd", "", *(f"{number(headline.scale * spread['mean'])} ± "
+                                       f"{number(headline.scale * spread['std'])}" for spread in spreads.values())])
         figure = plots.bar_chart("backtest", f"test {headline.title()} per backtest fold",
                                  {name: dict(zip(folds, np.multiply(headline.scale, spread["values"])))
                                   for name, spread in spreads.items()}, headline.title(),

@@ -592,4 +592,4 @@ def test_report_backtest_section_shows_each_folds_headline_metric_from_the_resul
     assert table.rows[0] == ["fold 1", "2000-07-01 00:00:00 to 2000-07-31 23:30:00", mae[0] + 100,
                              *(value + 50 for value in mae[1:])]
     assert table.rows[1] == ["fold 2", " to ".join(result["data"]["test_period"]), *mae]
-    assert table.rows[2][2] == f"{mae[0] + 50:.4g} ± {np.std([mae[0] + 100, mae[0]], ddof=1):.2g}"
+    assert table.rows[2][2] == f"{mae[0] + 50:.4g} ± {np.std([mae[0] + 100, mae[0]], ddof=1):.4g}"
