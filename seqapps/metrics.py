@@ -1,6 +1,6 @@
 """Task metrics, each a thin, tested wrapper of a well-kept library.
 
-- Forecasting: MAE, RMSE, sMAPE and MASE (plain NumPy, chunk by chunk: a long series' test split holds
+- Forecasting: MAE (also per lead time), RMSE, sMAPE and MASE (plain NumPy, chunk by chunk: a long series' test split holds
   millions of values), and seasonal-naive forecasts.
 - Translation: corpus BLEU and chrF (sacrebleu), with sacrebleu's signature string.
 - Speech recognition: corpus WER and CER (jiwer).
@@ -99,6 +99,24 @@ def forecast_metrics(y_true: np.ndarray, y_pred: np.ndarray, scale: float) -> di
     mae = absolute / len(truth)
     return {"mae": mae, "rmse": math.sqrt(squared / len(truth)), "smape": 200 * relative / len(truth),
             "mase": mae / float(scale) if scale > 0 else float("nan")}
+
+
+def mae_by_lead(y_true: np.ndarray, y_pred: np.ndarray) -> np.ndarray:
+    """The MAE of each lead time (forecast step) of one target: how the error grows with the horizon.
+
+    Args:
+        y_true, y_pred: arrays of the same shape [N, horizon], in the user's units.
+
+    Returns:
+        [horizon] float64: the mean over the N forecasts of the absolute error at each step; their
+        mean is ``forecast_metrics``' MAE.
+    """
+    rows = max(1, CHUNK // y_true.shape[1])  # summed over chunks of rows, as forecast_metrics sums its values
+    total = np.zeros(y_true.shape[1])
+    for first in range(0, len(y_true), rows):
+        error = np.subtract(y_true[first: first + rows], y_pred[first: first + rows], dtype=np.float64)
+        total += np.abs(error, out=error).sum(axis=0)
+    return total / len(y_true)
 
 
 # --- Translation: BLEU and chrF (sacrebleu) -------------------------------------------------------------------------

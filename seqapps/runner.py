@@ -80,14 +80,16 @@ def backtest_summary(folds: list[tuple[dict[str, Any], dict[str, Any]]],
 
     Returns:
         ``{"folds", "periods", "metrics": {metric: {"mean", "std", "values"}}, "baseline":
-        {name: {metric: ...}}}``; ``std`` is the sample standard deviation (ddof 1).
+        {name: {metric: ...}}}``; ``std`` is the sample standard deviation (ddof 1). A metric that is
+        a list (forecasting's ``mae_by_lead``) gets a mean and spread per element.
     """
     import numpy as np
 
-    def spread(scores: list[dict[str, float]]) -> dict[str, dict[str, Any]]:
-        values = {key: [float(score[key]) for score in scores] for key in scores[0]}
-        return {key: {"mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
-                      "values": v} for key, v in values.items()}
+    def spread(scores: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        values = {key: np.array([score[key] for score in scores], "float64") for key in scores[0]}
+        return {key: {"mean": v.mean(axis=0).tolist(),
+                      "std": (v.std(axis=0, ddof=1) if len(v) > 1 else np.zeros_like(v[0])).tolist(),
+                      "values": v.tolist()} for key, v in values.items()}
 
     return {"folds": len(folds), "periods": periods, "metrics": spread([m for m, _ in folds]),
             "baseline": {name: spread([b[name] for _, b in folds]) for name in folds[0][1]}}

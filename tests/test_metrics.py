@@ -10,6 +10,7 @@ from seqapps.metrics import (
     f1_thresholds,
     forecast_metrics,
     group_means,
+    mae_by_lead,
     mase_scale,
     perplexity,
     pr_auc,
@@ -54,6 +55,18 @@ def test_forecast_metrics_of_a_series_longer_than_a_chunk_match_numpy():
     assert result["rmse"] == pytest.approx(np.sqrt(np.mean(error ** 2)), rel=1e-12)
     ratio = np.divide(error, denominator, out=np.zeros_like(error), where=denominator > 0)
     assert result["smape"] == pytest.approx(200 * ratio.mean(), rel=1e-12)
+
+
+def test_mae_by_lead_of_more_rows_than_a_chunk_is_numpys_per_column_mean_and_averages_to_the_mae():
+    rng = np.random.default_rng(1)
+    horizon = 24
+    truth = rng.normal(size=(2 * (CHUNK // horizon) + 7, horizon)).astype("float32")  # 3 chunks of rows, the last short
+    forecast = truth + rng.normal(scale=np.arange(1, horizon + 1) / horizon, size=truth.shape).astype("float32")
+    found = mae_by_lead(truth, forecast)
+    # Chunk sums against NumPy's pairwise mean over ~87k float64 values per step: round-off of ~1e-15 relative.
+    np.testing.assert_allclose(found, np.abs(truth.astype("float64") - forecast).mean(axis=0), rtol=1e-12)
+    assert found.mean() == pytest.approx(forecast_metrics(truth, forecast, scale=1.0)["mae"], rel=1e-12)
+    assert found[-1] > 5 * found[0]  # the error grows with the lead, as drawn
 
 
 # --- Translation -----------------------------------------------------------------------------------------------------
