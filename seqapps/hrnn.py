@@ -76,8 +76,9 @@ def bench_report_data(export_path: Path) -> dict[str, np.ndarray]:
     return {**arrays, f"{BENCH_PREFIX}config": np.array(json.dumps(result.get("config", {})))}
 
 
-def report_sections(result: dict[str, Any], arrays: Mapping[str, np.ndarray], metrics: Sequence[tuple[str, str]],
-                    levels: Mapping[str, float] | None = None) -> list[Section]:
+def mode_and_bench_sections(result: dict[str, Any], arrays: Mapping[str, np.ndarray],
+                            metrics: Sequence[tuple[str, str]],
+                            levels: Mapping[str, float] | None = None) -> list[Section]:
     """The sections of every HRNN pipeline's report: the task metric per epoch under the mode's name, the memory bench.
 
     Args:

@@ -32,7 +32,7 @@ def test_the_bench_writes_its_out_file_and_the_report_reads_it_beside_the_export
     np.testing.assert_array_equal(arrays["bench/T"], [1000, 200, 1000, 200])
     np.testing.assert_array_equal(arrays["bench/decoupled_memory_mb"], [10.5, 2.5, 4.5, 2.0])
     assert json.loads(str(arrays["bench/config"])) == {"units": 8}
-    section = hrnn.report_sections({"config": {"mode": "hrnn"}}, arrays, [("bpc", "bits per char")])[1]
+    section = hrnn.mode_and_bench_sections({"config": {"mode": "hrnn"}}, arrays, [("bpc", "bits per char")])[1]
     figure, table = [block for block in section.blocks if isinstance(block, (Figure, Table))]
     assert section.id() == "memory-bench" and Image.open(io.BytesIO(figure.png)).format == "PNG"
     assert [row[:4] for row in table.rows] == [[200, 10, 10.0, 2.5], [200, 20, 10.0, 2.0], [1000, 10, 50.0, 10.5],
@@ -41,7 +41,7 @@ def test_the_bench_writes_its_out_file_and_the_report_reads_it_beside_the_export
 
 def test_without_a_bench_file_the_section_says_how_to_get_one(tmp_path):
     assert hrnn.bench_report_data(tmp_path / "saved_models" / "copy_task" / "1") == {}
-    section = hrnn.report_sections({}, {}, [("bpc", "bits per char")])[1]
+    section = hrnn.mode_and_bench_sections({}, {}, [("bpc", "bits per char")])[1]
     assert [type(block) for block in section.blocks] == [Text]
     assert "seqapps bench hrnn --out runs/bench/hrnn.json" in section.blocks[0].text
 
