@@ -1,4 +1,4 @@
-"""The HRNN pipelines' shared report parts: the memory bench's result, found beside the export, as a curve and a table."""
+"""The HRNN pipelines' shared report parts: the memory bench's result, found beside the export, as a curve and table."""
 import io
 import json
 import types

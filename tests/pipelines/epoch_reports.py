@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import keras
+import numpy as np
 from PIL import Image
 
 from seqapps import serializable
@@ -34,6 +35,14 @@ def last_epoch_values(result: dict[str, Any], names: Sequence[str]) -> dict[str,
     return {name: history[f"val_{name}"][-1] for name in names}
 
 
+def reference_log_probs(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """``log softmax(logits)[label]`` in float64 NumPy, the max subtracted: the reference for the pipelines' metrics."""
+    logits = np.asarray(logits, np.float64)
+    top = logits.max(-1, keepdims=True)
+    log_norm = (top + np.log(np.exp(logits - top).sum(-1, keepdims=True)))[..., 0]
+    return np.take_along_axis(logits, np.asarray(labels, np.int64)[..., None], -1)[..., 0] - log_norm
+
+
 def trained_model_and_data(tiny_exports: dict, name: str) -> tuple[keras.Model, Splits]:
     """The tiny run's trained model (the export's ``model.keras``) and its splits, loaded again from the tiny preset."""
     pipeline = REGISTRY.get(name)()
@@ -44,7 +53,7 @@ def trained_model_and_data(tiny_exports: dict, name: str) -> tuple[keras.Model, 
 
 def assert_sections(name: str, result: dict[str, Any], arrays: dict[str, Any], anchors: Sequence[str],
                     figures: int) -> None:
-    """Checks the pipeline's sections: their anchors, ``figures`` PNGs that decode; and that they build without arrays."""
+    """Checks the pipeline's sections: their anchors, ``figures`` PNGs that decode; and that they build without data."""
     pipeline: Pipeline = REGISTRY.get(name)()
     for given, expected in ((arrays, figures), ({}, None)):
         sections = pipeline.report_sections(result, given)
