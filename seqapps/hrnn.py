@@ -122,8 +122,8 @@ def _bench_section(arrays: Mapping[str, np.ndarray]) -> Section:
     bench = {field: arrays[f"{BENCH_PREFIX}{field}"] for field in memory_bench.ROW_FIELDS}
     order = np.argsort(bench["T"], kind="stable")
     bench = {field: values[order] for field, values in bench.items()}
-    groups = np.where(bench["k"] == np.round(np.sqrt(2 * bench["T"])), "k = sqrt(2T)",
-                      np.char.add("k = ", bench["k"].astype(int).astype(str)))
+    groups = np.array([f"k = {group}" if group != "sqrt" else "k = sqrt(2T)" for group in (
+        memory_bench.period_group(int(length), int(period)) for length, period in zip(bench["T"], bench["k"]))])
     series = {f"{mode}, {group}": (bench["T"][groups == group], bench[f"{mode}_memory_mb"][groups == group])
               for mode in memory_bench.MODES for group in dict.fromkeys(groups)}
     figure = plots.line_chart("memory_bench", "training memory per step against sequence length", series,

@@ -196,12 +196,16 @@ def read_result(path: Path) -> dict[str, Any] | None:
     return result
 
 
+def period_group(length: int, period: int) -> str:
+    """The group of a row's k: ``"sqrt"`` for k = round(sqrt(2T)), else k itself (one curve per group)."""
+    return "sqrt" if period == round(math.sqrt(2 * length)) else str(period)
+
+
 def _by_period(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Rows grouped by k = 10 versus k = sqrt(2T), each sorted by T."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in sorted(rows, key=lambda r: r["T"]):
-        key = "sqrt" if row["k"] == round(math.sqrt(2 * row["T"])) else str(row["k"])
-        groups.setdefault(key, []).append(row)
+        groups.setdefault(period_group(row["T"], row["k"]), []).append(row)
     return groups
 
 
