@@ -57,7 +57,7 @@ def bench_report_data(export_path: Path) -> dict[str, np.ndarray]:
 
     Args:
         export_path: the run's export (``saved_models/NAME/VERSION``); the file is looked for in the
-            default ``--logdir`` beside its export root (``runs/bench/hrnn.json``).
+            default ``--logdir`` beside its export root (``run_folder.logdir_of_export``: ``runs/bench/hrnn.json``).
 
     Returns:
         ``{"bench/FIELD": float array, one value per row}`` for ``memory_bench.ROW_FIELDS`` and
@@ -66,8 +66,7 @@ def bench_report_data(export_path: Path) -> dict[str, np.ndarray]:
     Raises:
         DataError: the file is there but is not the bench's result.
     """
-    logdir = run_folder.default_logdir(Path(export_path).parents[2])
-    result = memory_bench.read_result(logdir / memory_bench.RESULT_IN_LOGDIR)
+    result = memory_bench.read_result(run_folder.logdir_of_export(export_path) / memory_bench.RESULT_IN_LOGDIR)
     if result is None:
         return {}
     rows = result["results"]
@@ -116,8 +115,9 @@ def _bench_section(arrays: Mapping[str, np.ndarray]) -> Section:
     """The memory per training step against the sequence length per mode, or how to get it."""
     if f"{BENCH_PREFIX}T" not in arrays:
         return Section("Memory bench", [Text(
-            f"Not run before this run: seqapps bench hrnn --out runs/{memory_bench.RESULT_IN_LOGDIR.as_posix()} "
-            "(in the folder that holds saved_models) puts its curve in the reports of the runs after it.")],
+            f"Not run: seqapps bench hrnn --out runs/{memory_bench.RESULT_IN_LOGDIR.as_posix()} (in the folder that "
+            "holds saved_models) puts its curve in the reports of later runs, and in this one with seqapps report "
+            "--refresh.")],
             anchor="memory-bench")
     bench = {field: arrays[f"{BENCH_PREFIX}{field}"] for field in memory_bench.ROW_FIELDS}
     order = np.argsort(bench["T"], kind="stable")
