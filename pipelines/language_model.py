@@ -383,9 +383,8 @@ class LanguageModel(Pipeline):
             blocks.append(plots.line_chart("perplexity", "validation perplexity per epoch", curves, "epoch",
                                            "perplexity", log_y=max(values) > 10 * min(values), markers=True,
                                            caption="PPL^f: full softmax; PPL^n: self-normalised, exp(s - log Z); "
-                                                   "the gap is what self-normalisation loses"))
+                                                   "PPL^n near PPL^f: the scores need no normalisation"))
         blocks.append(run_folder.last_epoch_table(result, PERPLEXITIES))
-        sections = [Section("Perplexity over training", blocks, anchor="perplexity")]
         if "sentences/text" in arrays:
             columns = [arrays[f"sentences/{name}"] for name in ("text", "perplexity", "next_words", "next_log_probs")]
             rows = [[text, float(ppl), ", ".join(f"{word} ({math.exp(log_p):.1%})"
@@ -396,7 +395,8 @@ class LanguageModel(Pipeline):
                                   "from the sentence start")
         else:
             table = Text("(no sentences: the run saved no report data)")
-        return [*sections, Section("Sentences scored by the export", [table], anchor="sentences")]
+        return [Section("Perplexity over training", blocks, anchor="perplexity"),
+                Section("Sentences scored by the export", [table], anchor="sentences")]
 
     def serving_module(self, model: keras.Model, config: LanguageModelConfig, data: Splits) -> ServingModule:
         state = data.state
