@@ -329,6 +329,22 @@ def bits_per_char(log_probs: Any, mask: Any = None) -> float:
     return _mean_negative_log_prob(log_probs, mask) / math.log(2)
 
 
+def label_log_probs(logits: Any, labels: Any) -> np.ndarray:
+    """Natural-log probabilities of ``labels`` under the softmax of ``logits`` (scipy's ``log_softmax``).
+
+    Args:
+        logits: ``[..., classes]`` scores (a model's outputs), any float dtype.
+        labels: int class ids, the shape of ``logits`` without its last axis.
+
+    Returns:
+        float64 log-probabilities of the shape of ``labels``: the input of ``perplexity`` and ``bits_per_char``.
+    """
+    from scipy.special import log_softmax
+
+    log_probs = log_softmax(np.asarray(logits, dtype=np.float64), axis=-1)
+    return np.take_along_axis(log_probs, np.asarray(labels, dtype=np.int64)[..., None], axis=-1)[..., 0]
+
+
 def unigram_log_probs(train_counts: Any, targets: Any, smoothing: float = 1.0) -> np.ndarray:
     """Natural-log probabilities of ``targets`` under the add-``smoothing`` unigram model of the
     training counts: the baseline of every language model.

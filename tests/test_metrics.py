@@ -10,6 +10,7 @@ from seqapps.metrics import (
     f1_thresholds,
     forecast_metrics,
     group_means,
+    label_log_probs,
     mae_by_lead,
     mase_scale,
     perplexity,
@@ -161,6 +162,14 @@ def test_perplexity_and_bits_per_char_of_known_distributions():
     assert perplexity(np.log([0.5, 0.125])) == pytest.approx(4)
     with pytest.raises(ValueError, match="no tokens"):
         perplexity(np.zeros(2), np.zeros(2))
+
+
+def test_label_log_probs_are_the_softmax_of_the_labels_scores():
+    # Scores [0, log 3] give probabilities [1/4, 3/4]; shifted by 1000 (exp would overflow) they give the same.
+    logits = np.array([[[0.0, np.log(3.0)], [1000.0, 1000.0 + np.log(3.0)]]])
+    found = label_log_probs(logits, np.array([[0, 1]]))
+    assert found.shape == (1, 2) and found.dtype == np.float64
+    np.testing.assert_allclose(found, np.log([[0.25, 0.75]]), rtol=1e-6)
 
 
 def test_unigram_log_probs_is_the_add_one_unigram_model():

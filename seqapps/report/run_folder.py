@@ -132,6 +132,31 @@ def _data_section(result: dict[str, Any]) -> Section:
     return Section("Data", blocks or [Text("(no data report)")], anchor="data")
 
 
+def epoch_curve(history: Mapping[str, Sequence[float | None]], key: str) -> tuple[list[int], list[float]]:
+    """One logged value over training: ``(epochs from 1, values)``, epochs without it left out.
+
+    Args:
+        history: ``result["training"]["history"]`` (key -> one value or None per epoch).
+        key: the logged name (``loss``, ``val_loss``, ``val_bpc``).
+    """
+    points = [(epoch + 1, value) for epoch, value in enumerate(history.get(key) or []) if value is not None]
+    return [x for x, _ in points], [y for _, y in points]
+
+
+def last_epoch_table(result: dict[str, Any], metrics: Sequence[tuple[str, str]]) -> Table:
+    """A pipeline's epoch metrics at the last epoch beside the same metrics on the test split.
+
+    Args:
+        result: the run's result (``training.history`` holds ``val_KEY``; ``metrics`` holds ``KEY``).
+        metrics: ``(key, label)`` of each metric, a row each (n/a where the run did not log it).
+    """
+    history = (result.get("training") or {}).get("history") or {}
+    rows = [[label, (epoch_curve(history, f"val_{key}")[1] or [None])[-1], (result.get("metrics") or {}).get(key)]
+            for key, label in metrics]
+    return Table(["metric", "validation, last epoch", "test"], rows,
+                 caption="validation: the first examples of the split, measured after each epoch")
+
+
 def _training_section(result: dict[str, Any]) -> Section:
     from seqapps.report import plots
 
@@ -143,23 +168,19 @@ def _training_section(result: dict[str, Any]) -> Section:
                               + (f"; best validation loss {training['best_val_loss']:.4g}"
                                  if isinstance(training.get("best_val_loss"), float) else ""))]
 
-    def curve(key: str) -> tuple[list[int], list[float]]:
-        points = [(epoch + 1, value) for epoch, value in enumerate(history.get(key, [])) if value is not None]
-        return [x for x, _ in points], [y for _, y in points]
-
     if history.get("loss"):
         blocks.append(plots.line_chart("training_loss", "loss per epoch",
-                                       {name: curve(key) for name, key in (("training", "loss"),
-                                                                           ("validation", "val_loss"))
+                                       {name: epoch_curve(history, key)
+                                        for name, key in (("training", "loss"), ("validation", "val_loss"))
                                         if history.get(key)}, "epoch", "loss", markers=True))
     if history.get("learning_rate"):
         blocks.append(plots.line_chart("learning_rate", "learning rate per epoch",
-                                       {"learning rate": curve("learning_rate")}, "epoch", "learning rate",
-                                       log_y=True, markers=True))
+                                       {"learning rate": epoch_curve(history, "learning_rate")}, "epoch",
+                                       "learning rate", log_y=True, markers=True))
     metrics = [key for key in history if key.startswith("val_") and key != "val_loss"]
     for key in metrics:
         blocks.append(plots.line_chart(f"epoch_{key}", f"validation {key[4:]} per epoch",
-                                       {key[4:]: curve(key)}, "epoch", key[4:], markers=True))
+                                       {key[4:]: epoch_curve(history, key)}, "epoch", key[4:], markers=True))
     return Section("Training", blocks, anchor="training")
 
 
