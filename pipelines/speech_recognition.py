@@ -437,7 +437,7 @@ class SpeechRecognition(Pipeline):
         waveforms = [inputs["waveform"].numpy() for inputs, _ in data.test.take(REPORT_UTTERANCES)]
         rows = audio.signature_rows(waveforms, rate, wav=False)
         timed = export("words", rows)
-        log_mel = model.frontend(rows["waveform"], lengths=rows["length"]).numpy()
+        log_mel = tf.cast(model.frontend(rows["waveform"], lengths=rows["length"]), tf.float32).numpy()
         posteriors = tf.nn.softmax(tf.cast(model(rows, training=False), tf.float32), axis=-1).numpy()
         frames = model.frontend.frame_lengths(rows["length"]).numpy()
         output_frames = model.output_lengths(rows["length"]).numpy()
