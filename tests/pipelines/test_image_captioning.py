@@ -13,6 +13,7 @@ from seqapps.report import run_folder
 from seqapps.report.document import Table, figures_of
 from tests.export_harness import call_in_tensorflow_only_process, decoded
 from tests.pipelines.cli_runner import assert_rejected_in_one_line
+from tests.pipelines.report_checks import assert_attention_sums_to_one, assert_figures_decode, sections_by_anchor
 
 
 def test_most_frequent_and_nearest_neighbour_baselines():
@@ -84,17 +85,14 @@ def test_report_data_holds_the_pixels_the_export_captions_and_its_attention_per_
     assert [image_captioning.TOKENIZER.join([word for word in row if word]) for row in arrays["words"].tolist()] == \
         arrays["greedy"].tolist()
     # Each word's weights over the 8x8 feature-map grid sum to 1; the padding after the caption gets none.
-    words = arrays["words"] != ""
-    assert arrays["attention"].shape == (*words.shape, 8 * 8)
-    np.testing.assert_allclose(arrays["attention"].sum(-1)[words], 1.0, atol=1e-5)
-    assert np.all(arrays["attention"][~words] == 0)
+    assert arrays["attention"].shape == (*arrays["words"].shape, 8 * 8)
+    assert_attention_sums_to_one(arrays["attention"], arrays["words"] != "")
 
 
 @pytest.mark.large
 def test_report_sections_show_captions_attention_and_fact_accuracy_per_split_even_without_report_data(tiny_report):
     folder, result, arrays = tiny_report("image_captioning")
-    pipeline = image_captioning.ImageCaptioning()
-    sections = {section.id(): section for section in pipeline.report_sections(result, arrays)}
+    sections = sections_by_anchor(image_captioning.ImageCaptioning(), result, arrays)
     assert list(sections) == ["captions", "attention", "fact-accuracy"]
     metrics, baselines = result["metrics"], result["baseline"]
     facts = next(block for block in sections["fact-accuracy"].blocks if isinstance(block, Table))
@@ -107,16 +105,13 @@ def test_report_sections_show_captions_attention_and_fact_accuracy_per_split_eve
     captioned = [split for split, caption in zip(arrays["split"], arrays["greedy"]) if caption]
     expected = [f"attention_{split}" for split in ("test", "test_novel") if split in captioned]
     assert [figure.name for figure in figures_of([sections["attention"]])] == expected
-    for figure in figures_of(list(sections.values())):
-        with Image.open(io.BytesIO(figure.png)) as image:
-            image.load()
-            assert image.format == "PNG" and min(image.size) > 100
+    assert_figures_decode(sections.values())
     samples = next(block for block in sections["captions"].blocks if isinstance(block, Table))
     assert len(samples.rows) == len(metrics["samples/test"]) + len(metrics["samples/test_novel"])
     page = (folder / run_folder.REPORT_FILE).read_text(encoding="utf-8")
     assert all(f'id="{anchor}"' in page for anchor in sections) and 'id="figure-test_captions"' in page
     # Rebuilt from an export alone (no report data): no pictures of images, the tables and charts stay.
-    without = {section.id(): section for section in pipeline.report_sections(result, {})}
+    without = sections_by_anchor(image_captioning.ImageCaptioning(), result, {})
     assert list(without) == list(sections)
     assert [figure.name for figure in figures_of(list(without.values()))] == ["splits_fact_accuracy", "splits_bleu4"]
 

@@ -1,12 +1,10 @@
 """Tests of the translation pipeline: a tiny end-to-end run, its report, fine-tuning and bad input."""
-import io
 import json
 from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
-from PIL import Image
 
 from pipelines import translation
 from seqapps import runner
@@ -17,6 +15,7 @@ from seqapps.report import run_folder
 from seqapps.report.document import Table, figures_of
 from tests.export_harness import call_in_tensorflow_only_process, decoded
 from tests.pipelines.cli_runner import assert_rejected_in_one_line
+from tests.pipelines.report_checks import assert_attention_sums_to_one, assert_figures_decode, sections_by_anchor
 
 
 # --- the pipeline, end to end on the tiny preset (num2words pairs: no apt step) -------------------------------
@@ -86,24 +85,13 @@ def test_report_data_is_what_the_export_serves_for_the_first_sample_sentences(ti
         translation.TOKENIZER.tokenize(source) for source in arrays["source"]]
     rows, columns = arrays["target_tokens"].shape[1], arrays["source_tokens"].shape[1]
     assert arrays["attention"].shape == (len(samples), rows, columns)
-    # Each real target word's weights over the real source words sum to 1; padding gets none.
-    target_words = arrays["target_tokens"] != ""
-    real = target_words[:, :, None] & (arrays["source_tokens"] != "")[:, None, :]
-    np.testing.assert_allclose(arrays["attention"].sum(-1)[target_words], 1.0, atol=1e-5)
-    assert np.all(arrays["attention"][~real] == 0)
-
-
-def _decodes(png: bytes) -> bool:
-    with Image.open(io.BytesIO(png)) as image:
-        image.load()
-        return image.format == "PNG" and min(image.size) > 100
+    assert_attention_sums_to_one(arrays["attention"], arrays["target_tokens"] != "", arrays["source_tokens"] != "")
 
 
 @pytest.mark.large
 def test_report_sections_show_scores_attention_per_sentence_and_samples_even_without_report_data(tiny_report):
     folder, result, arrays = tiny_report("translation")
-    pipeline = translation.Translation()
-    sections = {section.id(): section for section in pipeline.report_sections(result, arrays)}
+    sections = sections_by_anchor(translation.Translation(), result, arrays)
     assert list(sections) == ["scores", "attention", "samples"]
     metrics, lexical = result["metrics"], result["baseline"]["lexical_ibm1"]
     scores = next(block for block in sections["scores"].blocks if isinstance(block, Table))
@@ -115,13 +103,13 @@ def test_report_sections_show_scores_attention_per_sentence_and_samples_even_wit
                      if any(source) and any(target))
     assert [figure.name for figure in figures_of([sections["attention"]])] == [
         f"attention_{row + 1}" for row in range(with_words)]
-    assert all(_decodes(figure.png) for figure in figures_of(list(sections.values())))
+    assert_figures_decode(sections.values())
     samples = sections["samples"].blocks[0]
     assert [row[0] for row in samples.rows] == [s["source"] for s in metrics["samples/translations"]]
     page = (folder / run_folder.REPORT_FILE).read_text(encoding="utf-8")
     assert all(f'id="{anchor}"' in page for anchor in sections) and 'id="figure-attention_1"' in page
     # Rebuilt from an export alone (no report data): the attention is left out, the rest is drawn.
-    without = {section.id(): section for section in pipeline.report_sections(result, {})}
+    without = sections_by_anchor(translation.Translation(), result, {})
     assert list(without) == list(sections) and figures_of([without["attention"]]) == []
     assert [figure.name for figure in figures_of(list(without.values()))] == ["translation_scores"]
 
