@@ -1,28 +1,16 @@
 """Checks of a tiny run's epoch metrics and report sections, shared by the sequence pipelines' tests."""
-import io
-import json
 import math
-from pathlib import Path
 from typing import Any, Sequence
 
 import keras
 import numpy as np
-from PIL import Image
 
 from seqapps import serializable
 from seqapps.config import resolve_config
 from seqapps.export_format import read_export
 from seqapps.pipeline import REGISTRY, Pipeline, Splits
-from seqapps.report import run_folder
 from seqapps.report.document import figures_of
-
-
-def saved_run(tiny_exports: dict, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The ``result.json`` and report data of the session's tiny run of ``name``."""
-    run = tiny_exports[name]
-    assert run["code"] == 0, run["err"]
-    folder = Path(run["run_folder"])
-    return json.loads((folder / run_folder.RESULT_FILE).read_text()), run_folder.load_report_data(folder)
+from tests.pipelines.report_checks import assert_figures_decode
 
 
 def last_epoch_values(result: dict[str, Any], names: Sequence[str]) -> dict[str, float]:
@@ -61,7 +49,4 @@ def assert_sections(name: str, result: dict[str, Any], arrays: dict[str, Any], a
         found = figures_of(sections)
         if expected is not None:
             assert len(found) == expected, [figure.name for figure in found]
-        for figure in found:
-            image = Image.open(io.BytesIO(figure.png))
-            image.load()
-            assert image.format == "PNG" and min(image.size) > 100, (figure.name, image.size)
+        assert_figures_decode(sections)

@@ -10,7 +10,7 @@ from seqapps.config import resolve_config
 from seqapps.pipeline import EPOCH_METRIC_EXAMPLES
 from tests.export_harness import call_in_tensorflow_only_process, decoded
 from tests.pipelines.cli_runner import assert_rejected_in_one_line, run_cli
-from tests.pipelines.epoch_reports import assert_sections, last_epoch_values, saved_run, trained_model_and_data
+from tests.pipelines.epoch_reports import assert_sections, last_epoch_values, trained_model_and_data
 
 pytestmark = pytest.mark.large
 
@@ -73,8 +73,8 @@ def test_paper_presets():
     assert resolve_config(CopyTaskConfig, "three_level", overrides=["beta=0.1,0"]).beta == [0.1, 0.0]
 
 
-def test_epoch_metrics_are_the_task_metrics_of_the_first_validation_sequences(tiny_exports):
-    result, _ = saved_run(tiny_exports, "copy_task")
+def test_epoch_metrics_are_the_task_metrics_of_the_first_validation_sequences(tiny_exports, tiny_report):
+    result, _ = tiny_report("copy_task")[1:]
     logged = last_epoch_values(result, ["bpc", "bit_accuracy", "solved"])
     model, data = trained_model_and_data(tiny_exports, "copy_task")
     inputs, targets = (part[:EPOCH_METRIC_EXAMPLES] for part in data.arrays["val"])
@@ -88,8 +88,8 @@ def test_epoch_metrics_are_the_task_metrics_of_the_first_validation_sequences(ti
     assert logged["solved"] == float(bpc < CopyTaskConfig.solved_bpc)
 
 
-def test_report_names_the_mode_beside_the_bits_per_bit_curve(tiny_exports):
-    result, arrays = saved_run(tiny_exports, "copy_task")
+def test_report_names_the_mode_beside_the_bits_per_bit_curve(tiny_exports, tiny_report):
+    result, arrays = tiny_report("copy_task")[1:]
     assert_sections("copy_task", result, arrays, ["task-metric", "memory-bench"], figures=1)  # no bench was run
     mode_section = CopyTask().report_sections(result, arrays)[0]
     assert mode_section.title == "Task metric over training (decoupled)"

@@ -486,24 +486,21 @@ def test_shrinkage_is_chosen_on_a_first_fit_that_did_not_train_on_validation_and
     np.testing.assert_allclose(served["demand"], shrunk[..., 0], rtol=1e-6, atol=1e-3)
 
 
-def tiny_report(tiny_exports, name):
+def saved_report(tiny_report, tiny_exports, name):
     """A forecasting pipeline's tiny run as its run folder keeps it: ``(pipeline, result, report data, export state)``."""
     from seqapps.export_format import read_export
 
-    assert tiny_exports[name]["code"] == 0, tiny_exports[name]["err"]
-    folder = Path(tiny_exports[name]["run_folder"])
-    result = json.loads((folder / run_folder.RESULT_FILE).read_text(encoding="utf-8"))
-    return (REGISTRY.get(name)(), result, run_folder.load_report_data(folder),
-            read_export(tiny_exports[name]["export"]).state)
+    _, result, arrays = tiny_report(name)
+    return REGISTRY.get(name)(), result, arrays, read_export(tiny_exports[name]["export"]).state
 
 
 @pytest.mark.parametrize("name", ["weather_forecasting", "load_forecasting"])
-def test_report_data_holds_test_forecasts_and_the_80_percent_band_the_export_serves(tiny_exports, name):
+def test_report_data_holds_test_forecasts_and_the_80_percent_band_the_export_serves(tiny_exports, name, tiny_report):
     import tensorflow as tf
 
     from seqapps.export import call_signature
 
-    pipeline, result, arrays, state = tiny_report(tiny_exports, name)
+    pipeline, result, arrays, state = saved_report(tiny_report, tiny_exports, name)
     (target,), lookback, horizon = state["target_cols"], state["lookback"], state["horizon"]
     # The windows cut again from the raw table, by the times the report data names.
     frame = pipeline.default_data()
@@ -530,8 +527,8 @@ def test_report_data_holds_test_forecasts_and_the_80_percent_band_the_export_ser
 
 
 @pytest.mark.parametrize("name", ["weather_forecasting", "load_forecasting"])
-def test_mae_by_lead_of_the_model_and_baselines_is_the_brute_force_per_step_error(tiny_exports, name):
-    pipeline, result, _, state = tiny_report(tiny_exports, name)
+def test_mae_by_lead_of_the_model_and_baselines_is_the_brute_force_per_step_error(tiny_exports, name, tiny_report):
+    pipeline, result, _, state = saved_report(tiny_report, tiny_exports, name)
     (target,), horizon, day = state["target_cols"], state["horizon"], state["daily_lag"]
     scores = {"model": result["metrics"], **result["baseline"]}
     for score in scores.values():  # equal weights per step: the mean over leads is the MAE
@@ -556,8 +553,8 @@ def decoded_sizes(sections):
 
 
 @pytest.mark.parametrize("name", ["weather_forecasting", "load_forecasting"])
-def test_report_sections_draw_the_forecasts_and_the_mae_per_lead_and_build_without_report_data(tiny_exports, name):
-    pipeline, result, arrays, state = tiny_report(tiny_exports, name)
+def test_report_sections_draw_the_forecasts_and_the_mae_per_lead_and_build_without_report_data(tiny_exports, name, tiny_report):
+    pipeline, result, arrays, state = saved_report(tiny_report, tiny_exports, name)
     sections = {section.id(): section for section in pipeline.report_sections(result, arrays)}
     assert list(sections) == ["forecast", "mae-by-lead"]  # no backtest in a one-fold run
     assert [block.name for block in sections["forecast"].blocks] == [f"forecast_{state['target_cols'][0]}"]
@@ -573,8 +570,8 @@ def test_report_sections_draw_the_forecasts_and_the_mae_per_lead_and_build_witho
     assert [figure.name for figure in figures_of(bare.values())] == ["mae_by_lead"]
 
 
-def test_report_backtest_section_shows_each_folds_headline_metric_from_the_result(tiny_exports):
-    pipeline, result, _, _ = tiny_report(tiny_exports, "load_forecasting")
+def test_report_backtest_section_shows_each_folds_headline_metric_from_the_result(tiny_exports, tiny_report):
+    pipeline, result, _, _ = saved_report(tiny_report, tiny_exports, "load_forecasting")
     earlier = ({key: np.add(value, 100).tolist() for key, value in result["metrics"].items()},
                {name: {"mae": score["mae"] + 50} for name, score in result["baseline"].items()})
     backtest = runner.backtest_summary([earlier, (result["metrics"], result["baseline"])],

@@ -13,7 +13,7 @@ from seqapps.data import text as text_data
 from seqapps.pipeline import EPOCH_METRIC_EXAMPLES, VOCABULARIES
 from tests.pipelines.cli_runner import (assert_rejected_in_one_line, export_metrics, finetune_on_sample, run_cli,
                                        run_tiny, sample_fine_tuning)
-from tests.pipelines.epoch_reports import (assert_sections, last_epoch_values, reference_log_probs, saved_run,
+from tests.pipelines.epoch_reports import (assert_sections, last_epoch_values, reference_log_probs,
                                            trained_model_and_data)
 
 pytestmark = pytest.mark.large
@@ -114,8 +114,8 @@ def test_a_fine_tuned_export_scores_text_with_a_new_character(lm_run, tmp_path, 
     np.testing.assert_allclose(bpc, expected, rtol=1e-4)
 
 
-def test_epoch_bits_per_char_are_those_of_the_main_output_on_the_first_validation_windows(tiny_exports):
-    result, _ = saved_run(tiny_exports, "hrnn_char_lm")
+def test_epoch_bits_per_char_are_those_of_the_main_output_on_the_first_validation_windows(tiny_exports, tiny_report):
+    result, _ = tiny_report("hrnn_char_lm")[1:]
     logged = last_epoch_values(result, ["bpc"])
     model, data = trained_model_and_data(tiny_exports, "hrnn_char_lm")
     inputs, targets = (part[:EPOCH_METRIC_EXAMPLES] for part in data.arrays["val"])
@@ -124,6 +124,6 @@ def test_epoch_bits_per_char_are_those_of_the_main_output_on_the_first_validatio
     np.testing.assert_allclose(logged["bpc"], -log_probs.mean() / np.log(2), rtol=1e-5)
 
 
-def test_report_names_the_mode_beside_the_bits_per_char_curve(tiny_exports):
-    result, arrays = saved_run(tiny_exports, "hrnn_char_lm")
+def test_report_names_the_mode_beside_the_bits_per_char_curve(tiny_exports, tiny_report):
+    result, arrays = tiny_report("hrnn_char_lm")[1:]
     assert_sections("hrnn_char_lm", result, arrays, ["task-metric", "memory-bench"], figures=1)

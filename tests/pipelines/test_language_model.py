@@ -16,7 +16,7 @@ from seqapps.layers.batch_nce import unigram_distribution
 from seqapps.pipeline import EPOCH_METRIC_EXAMPLES, VOCABULARIES
 from tests.export_harness import call_in_tensorflow_only_process, decoded
 from tests.pipelines.cli_runner import finetune_on_sample, run_cli, sample_fine_tuning, weights_by_path
-from tests.pipelines.epoch_reports import (assert_sections, last_epoch_values, reference_log_probs, saved_run,
+from tests.pipelines.epoch_reports import (assert_sections, last_epoch_values, reference_log_probs,
                                            trained_model_and_data)
 
 pytestmark = pytest.mark.large
@@ -158,8 +158,8 @@ def test_a_fine_tuned_export_scores_the_new_words(lm_export, tmp_path, capsys):
                                                                                  new_word]
 
 
-def test_epoch_perplexities_are_those_of_the_first_validation_windows(tiny_exports):
-    result, _ = saved_run(tiny_exports, "language_model")
+def test_epoch_perplexities_are_those_of_the_first_validation_windows(tiny_exports, tiny_report):
+    result, _ = tiny_report("language_model")[1:]
     logged = last_epoch_values(result, ["ppl_full", "ppl_self_normalized"])
     model, data = trained_model_and_data(tiny_exports, "language_model")
     body = keras.Model(model.inputs[0], model.get_layer("hidden").output)
@@ -176,8 +176,8 @@ def test_epoch_perplexities_are_those_of_the_first_validation_windows(tiny_expor
     np.testing.assert_allclose(logged["ppl_self_normalized"], np.exp(-np.concatenate(normalized).mean()), rtol=1e-4)
 
 
-def test_report_draws_both_perplexities_and_scores_test_sentences_through_the_export(tiny_exports):
-    result, arrays = saved_run(tiny_exports, "language_model")
+def test_report_draws_both_perplexities_and_scores_test_sentences_through_the_export(tiny_exports, tiny_report):
+    result, arrays = tiny_report("language_model")[1:]
     assert_sections("language_model", result, arrays, ["perplexity", "sentences"], figures=1)
     sentences = arrays["sentences/text"]
     assert 1 <= len(sentences) <= language_model.REPORT_SENTENCES

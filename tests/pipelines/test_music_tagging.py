@@ -2,8 +2,6 @@
 import copy
 import csv
 import dataclasses
-import io
-import json
 import shutil
 from pathlib import Path
 
@@ -11,7 +9,6 @@ import numpy as np
 import pytest
 import soundfile
 import tensorflow as tf
-from PIL import Image
 
 from pipelines.music_tagging import MusicTagging, clip_mfccs, mfcc_logistic_scores
 from seqapps import cli
@@ -24,6 +21,7 @@ from seqapps.pipeline import VOCABULARIES
 from seqapps.report import run_folder
 from seqapps.report.document import Table, figures_of
 from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli
+from tests.pipelines.report_checks import assert_figures_decode
 
 RATE = music.SAMPLE_RATE
 
@@ -329,10 +327,9 @@ def test_thirty_user_clips_split_as_requested(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def music_report(tiny_exports):
+def music_report(tiny_report):
     """The tiny run's folder: its result (``result.json``) and report data."""
-    folder = Path(tiny_exports["music_tagging"]["run_folder"])
-    return folder, json.loads((folder / run_folder.RESULT_FILE).read_text()), run_folder.load_report_data(folder)
+    return tiny_report("music_tagging")
 
 
 @pytest.mark.large
@@ -374,9 +371,7 @@ def test_report_sections_draw_rocs_taggrams_and_per_tag_aucs_and_build_without_r
     assert list(sections) == ["roc-curves", "taggram", "per-tag-auc"]
     figures = figures_of(sections.values())
     assert [f.name for f in figures] == ["roc_curves", "taggram_0", "taggram_1", "per_tag_auc"]
-    for figure in figures:
-        with Image.open(io.BytesIO(figure.png)) as image:
-            assert image.format == "PNG" and min(image.size) > 100
+    assert_figures_decode(sections.values())
     (table, *_) = [block for block in sections["per-tag-auc"].blocks if isinstance(block, Table)]
     baseline = result["baseline"]["mfcc_logistic_regression"]["roc_auc_per_tag"]
     assert [row[:3] for row in table.rows] == [[tag, auc, baseline[tag]]

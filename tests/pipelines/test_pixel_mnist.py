@@ -8,7 +8,7 @@ import tensorflow as tf
 from pipelines.pixel_mnist import digits_images, pixel_order
 from seqapps.pipeline import EPOCH_METRIC_EXAMPLES
 from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli, run_tiny
-from tests.pipelines.epoch_reports import assert_sections, last_epoch_values, saved_run, trained_model_and_data
+from tests.pipelines.epoch_reports import assert_sections, last_epoch_values, trained_model_and_data
 
 pytestmark = pytest.mark.large
 
@@ -76,8 +76,8 @@ def test_bad_digit_folders_are_one_line_errors_naming_the_folder_or_file(capsys,
     assert_rejected_in_one_line(capsys, tmp_path / "out", "pixel_mnist", ["--data", str(folder)], "scan.png")
 
 
-def test_epoch_accuracy_is_that_of_the_first_validation_images(tiny_exports):
-    result, _ = saved_run(tiny_exports, "pixel_mnist")
+def test_epoch_accuracy_is_that_of_the_first_validation_images(tiny_exports, tiny_report):
+    result, _ = tiny_report("pixel_mnist")[1:]
     logged = last_epoch_values(result, ["accuracy"])
     model, data = trained_model_and_data(tiny_exports, "pixel_mnist")
     pixels, labels = data.arrays["val"][0][:EPOCH_METRIC_EXAMPLES], data.arrays["val_labels"][:EPOCH_METRIC_EXAMPLES]
@@ -86,6 +86,6 @@ def test_epoch_accuracy_is_that_of_the_first_validation_images(tiny_exports):
     assert logged["accuracy"] == (predicted == labels).mean()  # a share of whole images: exact
 
 
-def test_report_names_the_mode_beside_the_accuracy_curve(tiny_exports):
-    result, arrays = saved_run(tiny_exports, "pixel_mnist")
+def test_report_names_the_mode_beside_the_accuracy_curve(tiny_exports, tiny_report):
+    result, arrays = tiny_report("pixel_mnist")[1:]
     assert_sections("pixel_mnist", result, arrays, ["task-metric", "memory-bench"], figures=1)

@@ -1,7 +1,6 @@
 """End-to-end checks of the speech_recognition pipeline on its tiny preset (espeak-ng corpus), through the CLI."""
 import csv
 import dataclasses
-import io
 import itertools
 import json
 import shutil
@@ -12,7 +11,6 @@ import numpy as np
 import pytest
 import soundfile
 import tensorflow as tf
-from PIL import Image
 
 from pipelines.speech_recognition import SpeechRecognition
 from seqapps import serializable
@@ -24,6 +22,7 @@ from seqapps.pipeline import VOCABULARIES
 from seqapps.report import run_folder
 from seqapps.report.document import Table, figures_of
 from tests.pipelines.cli_runner import assert_rejected_in_one_line, run_cli
+from tests.pipelines.report_checks import assert_figures_decode
 
 pytestmark = pytest.mark.large
 
@@ -302,10 +301,9 @@ def test_word_timings_of_a_model_that_transcribes_fall_inside_espeaks_word_spans
 
 
 @pytest.fixture(scope="module")
-def speech_report(tiny_exports):
+def speech_report(tiny_report):
     """The tiny run's folder: its result (``result.json``) and report data."""
-    folder = Path(tiny_exports["speech_recognition"]["run_folder"])
-    return folder, json.loads((folder / run_folder.RESULT_FILE).read_text()), run_folder.load_report_data(folder)
+    return tiny_report("speech_recognition")
 
 
 def test_report_data_times_ordered_words_inside_each_utterance_as_its_posteriors_spell_them(speech_report):
@@ -353,9 +351,7 @@ def test_report_sections_draw_each_utterance_and_the_voices_and_build_without_re
     assert list(sections) == ["word-timings", "per-voice"]
     figures = figures_of(sections.values())
     assert [f.name for f in figures] == ["word_timings_0", "word_timings_1", "word_timings_2", "per_voice_error_rates"]
-    for figure in figures:
-        with Image.open(io.BytesIO(figure.png)) as image:
-            assert image.format == "PNG" and min(image.size) > 100
+    assert_figures_decode(sections.values())
     (table,) = [block for block in sections["per-voice"].blocks if isinstance(block, Table)]
     voices = [f"voice {voice}" for voice in result["metrics"]["per_voice"]]
     assert [row[0] for row in table.rows] == [*voices, "all test voices", "baseline: empty transcript",

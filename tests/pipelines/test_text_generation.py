@@ -15,7 +15,7 @@ from seqapps.export_format import read_export, read_limits
 from seqapps.pipeline import EPOCH_METRIC_EXAMPLES, VOCABULARIES
 from tests.export_harness import call_in_tensorflow_only_process, decoded
 from tests.pipelines.cli_runner import finetune_on_sample, run_cli, sample_fine_tuning, weights_by_path
-from tests.pipelines.epoch_reports import (assert_sections, last_epoch_values, reference_log_probs, saved_run,
+from tests.pipelines.epoch_reports import (assert_sections, last_epoch_values, reference_log_probs,
                                            trained_model_and_data)
 
 pytestmark = pytest.mark.large
@@ -189,8 +189,8 @@ def test_a_fine_tuned_export_reads_and_continues_a_prompt_with_a_new_character(c
     assert cli.main(["predict", str(info.path), "señor"]) == 0 and "señor" in capsys.readouterr().out
 
 
-def test_epoch_bits_per_char_are_those_of_the_first_validation_windows(tiny_exports):
-    result, _ = saved_run(tiny_exports, "text_generation")
+def test_epoch_bits_per_char_are_those_of_the_first_validation_windows(tiny_exports, tiny_report):
+    result, _ = tiny_report("text_generation")[1:]
     logged = last_epoch_values(result, ["bits_per_char"])
     model, data = trained_model_and_data(tiny_exports, "text_generation")
     log_probs = [reference_log_probs(model(chars, training=False).numpy(), targets.numpy()).reshape(-1)
@@ -199,8 +199,8 @@ def test_epoch_bits_per_char_are_those_of_the_first_validation_windows(tiny_expo
     np.testing.assert_allclose(logged["bits_per_char"], -np.concatenate(log_probs).mean() / np.log(2), rtol=1e-5)
 
 
-def test_report_shows_greedy_and_sampled_texts_from_test_prompts(tiny_exports):
-    result, arrays = saved_run(tiny_exports, "text_generation")
+def test_report_shows_greedy_and_sampled_texts_from_test_prompts(tiny_exports, tiny_report):
+    result, arrays = tiny_report("text_generation")[1:]
     assert_sections("text_generation", result, arrays, ["samples"], figures=0)
     prompts = arrays["samples/prompt"]
     assert len(prompts) == text_generation.REPORT_PROMPTS * len(text_generation.REPORT_TEMPERATURES)
