@@ -15,7 +15,7 @@ from seqapps.export_format import read_export
 from seqapps.layers.batch_nce import unigram_distribution
 from seqapps.pipeline import VOCABULARIES
 from tests.export_harness import call_in_tensorflow_only_process, decoded
-from tests.pipelines.cli_runner import finetune_on_sample, run_cli, sample_fine_tuning, weights_by_path
+from tests.pipelines.cli_runner import run_cli, sample_fine_tuning, weights_by_path
 
 pytestmark = pytest.mark.large
 
@@ -145,9 +145,11 @@ def test_fine_tuning_adds_the_new_words_and_keeps_the_old_rows(lm_export, tmp_pa
     assert pipeline.adapt_model(loaded, config, kept) is loaded
 
 
-def test_a_fine_tuned_export_scores_the_new_words(lm_export, tmp_path, capsys):
-    printed, info = finetune_on_sample(capsys, "language_model", lm_export["export"], tmp_path)
-    added = info.state["vocabulary"]["tokens"][len(read_export(lm_export["export"]).state["vocabulary"]["tokens"]):]
+def test_a_fine_tuned_export_scores_the_new_words(tiny_finetune, capsys):
+    tuned = tiny_finetune("language_model")
+    assert tuned["code"] == 0, tuned["err"]
+    printed, info = tuned["out"], read_export(tuned["export"])
+    added = info.state["vocabulary"]["tokens"][len(read_export(tuned["from"]).state["vocabulary"]["tokens"]):]
     assert f"words: {len(info.state['vocabulary']['tokens'])} in all; {len(added)} added" in printed
     assert text_data.Vocabulary.read(info.path / "assets" / "words.txt").tokens == info.state["vocabulary"]["tokens"]
     new_word = next(word for word in samples.NEW_WORDS if word in added)
