@@ -42,19 +42,15 @@ def test_list_names_both_pipelines(capsys):
     assert code == 0 and {"weather_forecasting", "load_forecasting"} <= set(names)
 
 
-def test_weather_tiny_run_exports_versions_1_then_2(capsys, tmp_path):
-    code, result, _ = run_cli(capsys, "run", "weather_forecasting", "--preset", "tiny", "--json",
-                              "--out", str(tmp_path))
-    assert code == 0
-    assert result["export"] == str(tmp_path / "weather_forecasting" / "1")
+def test_weather_tiny_run_exports_versions_1_then_2(capsys, weather_export):
+    out, _ = weather_export  # a copy of the session's tiny run: test_user_paths checks that it printed version 1
+    code, result, _ = run_cli(capsys, "run", "weather_forecasting", "--preset", "tiny", "--json", "--out", str(out))
+    assert code == 0 and result["export"] == str(out / "weather_forecasting" / "2")
     assert set(result) >= {"pipeline", "preset", "metrics", "baseline", "export", "seconds"}
     # The tiny preset skips Holt-Winters (seasonal_baseline: null) to stay fast.
     assert set(result["baseline"]) == {"naive_daily", "naive_weekly", "ridge"}
     assert set(result["metrics"]) == POINT_METRICS | {"interval_coverage", "pinball"}
     assert 0 <= result["metrics"]["interval_coverage"] <= 1
-    code, again, _ = run_cli(capsys, "run", "weather_forecasting", "--preset", "tiny", "--json",
-                             "--out", str(tmp_path))
-    assert code == 0 and again["export"] == str(tmp_path / "weather_forecasting" / "2")
 
 
 def test_export_serves_celsius_forecasts_in_a_tensorflow_only_process(weather_export, tmp_path):
