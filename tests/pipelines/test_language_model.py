@@ -50,9 +50,13 @@ def test_bnce_with_one_target_per_batch_needs_extra_noise(capsys, tmp_path):
     code, _, err = run_cli(capsys, "run", "language_model", "--preset", "tiny", "--out", str(tmp_path), *one_target)
     assert code == 2 and "extra_noise" in err and len(err.strip().splitlines()) == 1
     language_model.LanguageModelConfig(batch_size=1, noise_scope="batch").validate()  # seq_len targets pooled
+    # with extra noise it trains, here on the user's own text file (400 lines), read as given
+    corpus = tmp_path / "mine.txt"
+    corpus.write_text("\n".join(line for line in text_data.pydoc_topics().lines[:400]), encoding="utf-8")
     code, result, err = run_cli(capsys, "run", "language_model", "--preset", "tiny", "--json", "--out",
-                                str(tmp_path), *one_target, "--set", "extra_noise=20")
+                                str(tmp_path), *one_target, "--set", "extra_noise=20", "--data", str(corpus))
     assert code == 0, err
+    assert result["data"]["source"] == str(corpus) and result["data"]["lines"] == 400
 
 
 def test_export_scores_raw_text_in_a_tensorflow_only_process(lm_export):
@@ -79,15 +83,6 @@ def test_predict_prints_perplexity_and_next_words(lm_export, capsys):
     assert len(result["next_words"]) == 5 and result["perplexity"] > 1
     assert cli.main(["predict", lm_export["export"], "the return statement"]) == 0
     assert "'the return statement': perplexity" in capsys.readouterr().out
-
-
-def test_user_text_file_trains(capsys, tmp_path):
-    corpus = tmp_path / "mine.txt"
-    corpus.write_text("\n".join(line for line in text_data.pydoc_topics().lines[:400]), encoding="utf-8")
-    code, result, err = run_cli(capsys, "run", "language_model", "--preset", "tiny", "--json", "--out",
-                                str(tmp_path / "out"), "--data", str(corpus))
-    assert code == 0, err
-    assert result["data"]["source"] == str(corpus) and result["data"]["lines"] == 400
 
 
 @pytest.mark.parametrize("content, message", [
