@@ -93,3 +93,36 @@ def tiny_report(tiny_exports: dict) -> Callable[[str], tuple]:
         return folder, result, run_folder.load_report_data(folder)
 
     return report
+
+
+@pytest.fixture(scope="session")
+def tiny_finetune(tiny_run: Callable[[str], dict], tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict]:
+    """``seqapps finetune NAME`` once per session on a copy of the pipeline's tiny export, as a person runs it.
+
+    The data is the pipeline's sample data (``Pipeline.write_sample_data(folder, seed=3)``), or, for a
+    pipeline that reads no user data, the export folder itself (which it must refuse). The command runs
+    without ``--json``, so ``tests/test_user_paths.py`` and the pipelines' own tests read the same
+    fine-tune: what it printed and the export it wrote.
+
+    Returns:
+        ``fine_tune(name)`` -> ``{"from", "data", "code", "out", "err", "export"}``: the copy it started
+        from (``<tmp>/<name>/1``), the ``--data`` path (None when the pipeline reads none), the exit code,
+        what it printed on stdout and stderr, and the new export's folder (``<tmp>/<name>/2``).
+    """
+    from seqapps import cli
+    from seqapps.pipeline import REGISTRY
+
+    done = {}
+
+    def fine_tune(name: str) -> dict:
+        if name not in done:
+            source = tiny_run(name)["export"]
+            data, _ = REGISTRY.get(name)().write_sample_data(tmp_path_factory.mktemp(f"{name}_sample"), seed=3)
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = cli.main(["finetune", name, "--from", source, "--data", data or source])
+            done[name] = {"from": source, "data": data, "code": code, "out": out.getvalue(), "err": err.getvalue(),
+                          "export": str(Path(source).parent / "2")}
+        return done[name]
+
+    return fine_tune

@@ -82,29 +82,24 @@ def test_predict_formats_every_signature_and_names_each_input(tiny_exports, samp
 
 
 @pytest.mark.parametrize("name", REGISTRY.names())
-def test_finetune_on_a_small_folder_trains_on_most_of_it_and_adds_what_is_new(tiny_exports, sample_data, name,
-                                                                             capsys):
-    data, _ = sample_data[name]
-    export = tiny_exports[name]["export"]
-    if data is None:  # a pipeline that generates its data refuses --data in one line
-        code = cli.main(["finetune", name, "--from", export, "--data", export])
-        err = capsys.readouterr().err
-        assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+def test_finetune_on_a_small_folder_trains_on_most_of_it_and_adds_what_is_new(tiny_finetune, name):
+    tuned = tiny_finetune(name)
+    if tuned["data"] is None:  # a pipeline that generates its data refuses --data in one line
+        err = tuned["err"]
+        assert tuned["code"] == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
         return
-    code = cli.main(["finetune", name, "--from", export, "--data", data])
-    captured = capsys.readouterr()
-    _no_traceback(captured.out, captured.err)
-    assert code == 0, captured.err
-    new_export = captured.out.strip().splitlines()[-1].removeprefix("export: ")
-    assert Path(new_export).name == "2"
+    _no_traceback(tuned["out"], tuned["err"])
+    assert tuned["code"] == 0, tuned["err"]
+    new_export = tuned["out"].strip().splitlines()[-1].removeprefix("export: ")
+    assert new_export == tuned["export"] and Path(new_export).name == "2"
     report = _exported(new_export)["data"]
     counts = report[SPLIT_COUNTS]
     assert counts["train"] >= MIN_TRAIN_SHARE * (counts["train"] + counts["val"] + counts["test"]), counts
     assert counts["val"] >= 1 and counts["test"] >= 1
-    assert f"{counts['train']} train / {counts['val']} validation / {counts['test']} test" in captured.out
-    before = _exported(export)["data"].get(VOCABULARIES)
+    assert f"{counts['train']} train / {counts['val']} validation / {counts['test']} test" in tuned["out"]
+    before = _exported(tuned["from"])["data"].get(VOCABULARIES)
     if before:  # a pipeline with words, characters or tags adds the sample data's new ones and says so
         grown = {kind: facts for kind, facts in report[VOCABULARIES].items() if facts.get("added")}
         assert grown, report[VOCABULARIES]
         for kind, facts in grown.items():
-            assert f"{kind}: " in captured.out and f"{len(facts['added'])} added" in captured.out
+            assert f"{kind}: " in tuned["out"] and f"{len(facts['added'])} added" in tuned["out"]

@@ -26,44 +26,72 @@ training.batch_datasets = lambda data, config, first_epoch=0: (data.train.repeat
 """
 
 
-def run_in_subprocess(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_in_subprocess(code: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}, timeout=600)
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=timeout)
 
 
 def last_json_line(text: str) -> dict:
     return json.loads(text.strip().splitlines()[-1])
 
 
+EVERY_OTHER_PIPELINE = ["weather_forecasting", "language_model", "text_generation", "copy_task", "pixel_mnist",
+                        "hrnn_char_lm"]
 # gr_hrnn: the HRNN's own train_step with the recomputed segment gradients, and no random
 # decoder draws; dropout=0 for the same reason: random draws differ between one batch and two
 # half batches.
-@pytest.mark.parametrize("pipeline, extra", [("load_forecasting", ["dropout=0"]), ("copy_task", ["mode=gr_hrnn"])])
-def test_mirrored_over_two_cpus_matches_the_default_strategy(tmp_path, pipeline, extra):
+COMPARED = {"load_forecasting": ["dropout=0"], "copy_task": ["mode=gr_hrnn"]}
+
+
+@pytest.fixture(scope="module")
+def mirrored_runs(tmp_path_factory) -> dict:
+    """One process over two logical CPUs (the strategy needs them before other TensorFlow work) runs:
+
+    each ``COMPARED`` pipeline, unshuffled, under ``auto`` and then under ``mirrored``; then, with the
+    shared batching back, every other pipeline's tiny preset under ``mirrored``.
+
+    Returns:
+        ``{"exports": {name: export}, "results": {name: {strategy: run result}}, "replicas": count,
+        "out": the export root}``.
+    """
+    out = tmp_path_factory.mktemp("mirrored")
     code = f"""
         import json
         import tensorflow as tf
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-        from seqapps import runner
+        from seqapps import runner, training
+        shared_batching = training.batch_datasets
         {textwrap.indent(UNSHUFFLED, " " * 8).strip()}
-        curves = {{}}
-        for strategy in ("auto", "mirrored"):
-            result = runner.run({pipeline!r}, "tiny", overrides={OVERRIDES + extra!r},
-                                out={str(tmp_path)!r} + "/" + strategy, strategy=strategy)
-            curves[strategy] = result["training"]["loss_history"]
+        results = {{pipeline: {{strategy: runner.run(pipeline, "tiny", overrides={OVERRIDES!r} + extra,
+                                                  out={str(out)!r} + "/" + strategy, strategy=strategy)
+                              for strategy in ("auto", "mirrored")}}
+                   for pipeline, extra in {COMPARED!r}.items()}}
+        training.batch_datasets = shared_batching
+        exports = {{name: runner.run(name, "tiny", out={str(out / "every")!r}, strategy="mirrored")["export"]
+                   for name in {EVERY_OTHER_PIPELINE!r}}}
         replicas = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")])
-        print(json.dumps({{"curves": curves, "replicas": replicas.num_replicas_in_sync}}))
+        print(json.dumps({{"exports": exports, "results": results, "replicas": replicas.num_replicas_in_sync}}))
     """
-    completed = run_in_subprocess(code)
+    completed = run_in_subprocess(code, timeout=1800)
     assert completed.returncode == 0, completed.stderr[-3000:]
-    answer = last_json_line(completed.stdout)
-    assert answer["replicas"] == 2
-    auto, mirrored = answer["curves"]["auto"], answer["curves"]["mirrored"]
+    return {**last_json_line(completed.stdout), "out": out}
+
+
+@pytest.mark.parametrize("pipeline", sorted(COMPARED))
+def test_mirrored_over_two_cpus_matches_the_default_strategy(mirrored_runs, pipeline):
+    assert mirrored_runs["replicas"] == 2
+    auto, mirrored = (mirrored_runs["results"][pipeline][strategy]["training"]["loss_history"]
+                      for strategy in ("auto", "mirrored"))
     assert len(auto) == len(mirrored) == 2
     # Same global batch, seed and data: only float summation order differs (all-reduce of two
     # half-batch gradients); measured 1e-7 relative over six steps, so 1e-4 leaves room.
     assert auto == pytest.approx(mirrored, rel=1e-4)
+
+
+def test_every_pipeline_trains_under_mirrored(mirrored_runs):
+    every = mirrored_runs["out"] / "every"
+    assert mirrored_runs["exports"] == {name: str(every / name / "1") for name in EVERY_OTHER_PIPELINE}
 
 
 def free_ports(count: int) -> list[int]:
@@ -92,8 +120,9 @@ if kill_at_epoch:
     shared_fit = training.fit
     training.fit = lambda *args, **kwargs: shared_fit(*args, **kwargs, extra_callbacks=[DieAfterEpoch()])
 from seqapps import cli
-sets = [arg for item in json.loads(sys.argv[3]) for arg in ("--set", item)]
-for pipeline in sys.argv[2].split(","):  # one cluster trains them in turn: make_strategy returns the same strategy
+# One cluster trains them in turn (make_strategy returns the same strategy), each with its own overrides.
+for pipeline, overrides in json.loads(sys.argv[2]):
+    sets = [arg for item in overrides for arg in ("--set", item)]
     code = cli.main(["run", pipeline, "--preset", "tiny", "--strategy", "multiworker", "--out", sys.argv[1],
                      "--json", *sets])
     if code:
@@ -101,9 +130,16 @@ for pipeline in sys.argv[2].split(","):  # one cluster trains them in turn: make
 """
 
 
-def start_workers(out: Path, overrides: list[str], pipelines: tuple[str, ...] = ("load_forecasting",),
-                  kill_index: int | None = None, kill_at_epoch: int = 0) -> list[subprocess.Popen]:
-    """Starts two workers of one MultiWorkerMirroredStrategy cluster on loopback, to run ``pipelines`` in turn."""
+def start_workers(out: Path, runs: list[tuple[str, list[str]]], kill_index: int | None = None,
+                  kill_at_epoch: int = 0) -> list[subprocess.Popen]:
+    """Starts two workers of one MultiWorkerMirroredStrategy cluster on loopback, to do ``runs`` in turn.
+
+    Args:
+        out: the export root.
+        runs: ``(pipeline, its key=value overrides of the tiny preset)`` pairs.
+        kill_index: the worker that exits (code 3) after epoch ``kill_at_epoch``, if any.
+        kill_at_epoch: that epoch.
+    """
     addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
     code = WORKER.format(unshuffled=UNSHUFFLED)
     workers = []
@@ -112,7 +148,7 @@ def start_workers(out: Path, overrides: list[str], pipelines: tuple[str, ...] = 
                "TF_CONFIG": json.dumps({"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}})}
         if index == kill_index:
             env["KILL_AT_EPOCH"] = str(kill_at_epoch)
-        command = [sys.executable, "-c", code, str(out), ",".join(pipelines), json.dumps(overrides)]
+        command = [sys.executable, "-c", code, str(out), json.dumps(runs)]
         workers.append(subprocess.Popen(command, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     return workers
 
@@ -132,34 +168,43 @@ def finish_runs(workers: list[subprocess.Popen], timeout: float = 600) -> list[l
     return results
 
 
-def test_two_workers_train_together_and_the_chief_exports_once(tmp_path):
-    overrides = [*OVERRIDES, "dropout=0"]  # dropout draws differ between one batch and two half batches
-    chief, worker = finish(start_workers(tmp_path / "multi", overrides))
-    single = run_in_subprocess(f"""
-        import json
-        from seqapps import runner
-        {textwrap.indent(UNSHUFFLED, " " * 8).strip()}
-        result = runner.run("load_forecasting", "tiny", overrides={overrides!r}, out={str(tmp_path / "one")!r})
-        print(json.dumps(result))
-    """)
-    assert single.returncode == 0, single.stderr[-3000:]
-    assert chief["export"] == str(tmp_path / "multi" / "load_forecasting" / "1")
+@pytest.fixture(scope="module")
+def two_worker_runs(tmp_path_factory) -> dict:
+    """One two-worker cluster runs load_forecasting (the comparison settings of ``mirrored_runs``), then
+    every other pipeline's tiny preset.
+
+    Returns:
+        ``{"out": the export root, "chief": [its run results], "worker": [its run results]}``, in run order.
+    """
+    out = tmp_path_factory.mktemp("multi")
+    runs = [("load_forecasting", OVERRIDES + COMPARED["load_forecasting"]),
+            *((name, []) for name in EVERY_OTHER_PIPELINE)]
+    chief, worker = finish_runs(start_workers(out, runs), timeout=1800)
+    return {"out": out, "chief": chief, "worker": worker}
+
+
+def test_two_workers_train_together_and_the_chief_exports_once(two_worker_runs, mirrored_runs):
+    out = two_worker_runs["out"]
+    chief, worker = two_worker_runs["chief"][0], two_worker_runs["worker"][0]
+    assert chief["pipeline"] == worker["pipeline"] == "load_forecasting"
+    assert chief["export"] == str(out / "load_forecasting" / "1")
     assert worker["export"] is None
-    assert sorted(p.name for p in (tmp_path / "multi" / "load_forecasting").iterdir()) == ["1"]
-    # The workers agree, and they match one process at the same global batch: each step's global
-    # batch is split between them and their gradients summed. Float summation order differs.
+    assert sorted(p.name for p in (out / "load_forecasting").iterdir()) == ["1"]
+    # The workers agree, and they match one process at the same global batch (the default strategy's run of
+    # the same settings in mirrored_runs): each step's global batch is split between them and their
+    # gradients summed. Float summation order differs.
     assert chief["training"]["loss_history"] == worker["training"]["loss_history"]
     timings = ("train_tokens_per_s", "train_seconds_per_epoch")  # the language model's speed report
     assert ({k: v for k, v in chief["metrics"].items() if k not in timings}
             == {k: v for k, v in worker["metrics"].items() if k not in timings})
-    one = last_json_line(single.stdout)
+    one = mirrored_runs["results"]["load_forecasting"]["auto"]
     assert chief["training"]["loss_history"] == pytest.approx(one["training"]["loss_history"], rel=1e-4)
     assert chief["metrics"]["mae"] == pytest.approx(one["metrics"]["mae"], rel=1e-3)
 
 
 def test_a_killed_worker_resumes_from_its_backup(tmp_path):
     overrides = ["epochs=4", "steps_per_epoch=3", "batch_size=16", "early_stopping_patience=10"]
-    chief, victim = start_workers(tmp_path, overrides, kill_index=1, kill_at_epoch=2)
+    chief, victim = start_workers(tmp_path, [("load_forecasting", overrides)], kill_index=1, kill_at_epoch=2)
     assert victim.wait(timeout=600) == 3, victim.stderr.read()[-3000:]
     # The survivor's next collective fails once the dead peer misses its heartbeats (about 10 s here):
     # one line that says what to do, exit code 1.
@@ -175,7 +220,7 @@ def test_a_killed_worker_resumes_from_its_backup(tmp_path):
     assert saved == {next(iter(saved)): 2} and next(iter(saved)).endswith("-worker-1")
     assert chief_epoch in (1, 2)
 
-    chief, worker = finish(start_workers(tmp_path, overrides))
+    chief, worker = finish(start_workers(tmp_path, [("load_forecasting", overrides)]))
     for result in (chief, worker):  # both resume from the chief's backup, so they stay in step
         assert result["training"]["resumed_from_epoch"] == chief_epoch
         assert len(result["training"]["loss_history"]) == 4  # the epochs before the kill come from the backup
@@ -183,35 +228,13 @@ def test_a_killed_worker_resumes_from_its_backup(tmp_path):
     assert not backups.exists()  # both workers' backups are removed once the export is in place
 
 
-EVERY_OTHER_PIPELINE = ["weather_forecasting", "language_model", "text_generation", "copy_task", "pixel_mnist",
-                        "hrnn_char_lm"]
-
-
-def test_every_pipeline_trains_under_mirrored(tmp_path):
-    code = f"""
-        import json
-        import tensorflow as tf
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-        from seqapps import runner
-        exports = {{name: runner.run(name, "tiny", out={str(tmp_path)!r}, strategy="mirrored")["export"]
-                   for name in {EVERY_OTHER_PIPELINE!r}}}
-        print(json.dumps(exports))
-    """
-    completed = run_in_subprocess(code)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    exports = last_json_line(completed.stdout)
-    assert exports == {name: str(tmp_path / name / "1") for name in EVERY_OTHER_PIPELINE}
-
-
-def test_every_pipeline_trains_on_two_workers(tmp_path):
-    chief_runs, worker_runs = finish_runs(start_workers(tmp_path, [], pipelines=tuple(EVERY_OTHER_PIPELINE)),
-                                          timeout=1200)
+def test_every_pipeline_trains_on_two_workers(two_worker_runs):
+    out, chief_runs, worker_runs = two_worker_runs["out"], two_worker_runs["chief"][1:], two_worker_runs["worker"][1:]
     assert [run["pipeline"] for run in chief_runs] == [run["pipeline"] for run in worker_runs] == EVERY_OTHER_PIPELINE
     timings = ("train_tokens_per_s", "train_seconds_per_epoch")  # the language model's speed report
     for chief, worker in zip(chief_runs, worker_runs):
         pipeline = chief["pipeline"]
-        assert chief["export"] == str(tmp_path / pipeline / "1") and worker["export"] is None, pipeline
+        assert chief["export"] == str(out / pipeline / "1") and worker["export"] is None, pipeline
         assert chief["training"]["loss_history"] == worker["training"]["loss_history"], pipeline
         assert ({k: v for k, v in chief["metrics"].items() if k not in timings}
                 == {k: v for k, v in worker["metrics"].items() if k not in timings}), pipeline

@@ -1,6 +1,5 @@
 """Runs the ``seqapps`` command in-process for the end-to-end pipeline tests."""
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -73,25 +72,3 @@ def weights_by_path(model: Any) -> dict[str, Any]:
 
     return {weight.path: keras.ops.convert_to_numpy(weight) for weight in model.weights}
 
-
-def finetune_on_sample(capsys: Any, name: str, export: str | Path, folder: Path) -> tuple[str, Any]:
-    """Runs ``seqapps finetune NAME`` (a person's summary, no ``--json``) on the pipeline's sample data.
-
-    Args:
-        capsys: pytest's output capture.
-        name: the pipeline.
-        export: a tiny export of it, copied to ``folder/models/1`` first.
-        folder: where the sample data and the exports go.
-
-    Returns:
-        ``(the printed summary, the fine-tuned export's info)``; the run must exit 0.
-    """
-    from seqapps.export_format import read_export
-    from seqapps.pipeline import REGISTRY
-
-    data_path, _ = REGISTRY.get(name)().write_sample_data(folder)
-    shutil.copytree(export, folder / "models" / "1")
-    code = cli.main(["finetune", name, "--from", str(folder / "models" / "1"), "--data", data_path])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    return captured.out, read_export(folder / "models" / "2")

@@ -46,19 +46,15 @@ def test_list_names_both_pipelines(capsys):
     assert code == 0 and {"weather_forecasting", "load_forecasting"} <= set(names)
 
 
-def test_weather_tiny_run_exports_versions_1_then_2(capsys, tmp_path):
-    code, result, _ = run_cli(capsys, "run", "weather_forecasting", "--preset", "tiny", "--json",
-                              "--out", str(tmp_path))
-    assert code == 0
-    assert result["export"] == str(tmp_path / "weather_forecasting" / "1")
+def test_weather_tiny_run_exports_versions_1_then_2(capsys, weather_export):
+    out, _ = weather_export  # a copy of the session's tiny run: test_user_paths checks that it printed version 1
+    code, result, _ = run_cli(capsys, "run", "weather_forecasting", "--preset", "tiny", "--json", "--out", str(out))
+    assert code == 0 and result["export"] == str(out / "weather_forecasting" / "2")
     assert set(result) >= {"pipeline", "preset", "metrics", "baseline", "export", "seconds"}
     # The tiny preset skips Holt-Winters (seasonal_baseline: null) to stay fast.
     assert set(result["baseline"]) == {"naive_daily", "naive_weekly", "ridge"}
     assert set(result["metrics"]) == POINT_METRICS | {"mae_by_lead", "interval_coverage", "pinball"}
     assert 0 <= result["metrics"]["interval_coverage"] <= 1
-    code, again, _ = run_cli(capsys, "run", "weather_forecasting", "--preset", "tiny", "--json",
-                             "--out", str(tmp_path))
-    assert code == 0 and again["export"] == str(tmp_path / "weather_forecasting" / "2")
 
 
 def test_export_serves_celsius_forecasts_in_a_tensorflow_only_process(weather_export, tmp_path):
@@ -148,16 +144,15 @@ def test_load_backtest_then_finetune_on_a_user_csv_exports_the_next_version(caps
     assert sorted(p.name for p in (tmp_path / "load_forecasting").iterdir() if p.name.isdigit()) == ["1", "2"]
 
 
-@pytest.mark.parametrize("freq, rows", [("1D", 400), ("30min", 1500)])
-def test_user_csv_of_any_frequency_runs_without_other_settings(capsys, tmp_path, freq, rows):
-    data = write_load_csv(tmp_path / "series.csv", rows=rows, freq=freq, column="y")
+def test_user_csv_of_any_frequency_runs_without_other_settings(capsys, tmp_path):
+    """Daily data: a day ahead is one step (half-hourly data: the European CSV's run, further down)."""
+    data = write_load_csv(tmp_path / "series.csv", rows=400, freq="1D", column="y")
     code, result, err = run_cli(capsys, "run", "load_forecasting", "--preset", "tiny", "--json", "--out",
                                 str(tmp_path), "--data", str(data), "--set", "timestamp_col=time",
                                 "--set", "target_cols=y")
     assert code == 0, err
-    expected_horizon = {"1D": 1, "30min": 48}[freq]
     state = json.loads((tmp_path / "load_forecasting" / "1" / "assets.extra" / "state.json").read_text())
-    assert state["horizon"] == expected_horizon and result["data"]["rows"] == rows
+    assert state["horizon"] == 1 and result["data"]["rows"] == 400
 
 
 BAD_CASES = {
@@ -411,6 +406,9 @@ def test_a_european_csv_with_semicolons_and_decimal_commas_runs_with_decimal_set
                                 str(tmp_path / "eu.csv"), "--set", "decimal=,", *sets)
     assert code == 0, err
     assert result["data"]["csv"] == {"separator": ";", "decimal": ","}
+    # half-hourly data of any column names needs no other settings: a day ahead is 48 steps
+    state = json.loads((tmp_path / "out" / "load_forecasting" / "1" / "assets.extra" / "state.json").read_text())
+    assert state["horizon"] == 48 and result["data"]["rows"] == 1500
     code, _, err = run_cli(capsys, "run", "load_forecasting", "--preset", "tiny", "--data", str(tmp_path / "eu.csv"),
                            *sets)
     assert code == 2 and "pass --set decimal=," in err

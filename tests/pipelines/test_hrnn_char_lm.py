@@ -10,9 +10,10 @@ from pipelines.hrnn_char_lm import HRNNCharLM, weighted_windows
 from seqapps import serializable
 from seqapps.config import resolve_config
 from seqapps.data import text as text_data
+from seqapps.export_format import read_export
 from seqapps.pipeline import EPOCH_METRIC_EXAMPLES, VOCABULARIES
-from tests.pipelines.cli_runner import (assert_rejected_in_one_line, export_metrics, finetune_on_sample, run_cli,
-                                       run_tiny, sample_fine_tuning)
+from tests.pipelines.cli_runner import (assert_rejected_in_one_line, export_metrics, run_cli, run_tiny,
+                                       sample_fine_tuning)
 from tests.pipelines.epoch_reports import (assert_sections, last_epoch_values, reference_log_probs,
                                            trained_model_and_data)
 
@@ -99,8 +100,10 @@ def test_fine_tuning_adds_the_new_characters_and_keeps_the_old_entries(lm_run, t
     assert pipeline.adapt_model(exported, config, kept) is exported
 
 
-def test_a_fine_tuned_export_scores_text_with_a_new_character(lm_run, tmp_path, capsys):
-    printed, info = finetune_on_sample(capsys, "hrnn_char_lm", lm_run[0], tmp_path)
+def test_a_fine_tuned_export_scores_text_with_a_new_character(tiny_finetune):
+    tuned = tiny_finetune("hrnn_char_lm")
+    assert tuned["code"] == 0, tuned["err"]
+    printed, info = tuned["out"], read_export(tuned["export"])
     assert "2 added (é, ñ)" in printed
     chars = info.state["vocabulary"]["tokens"]
     assert text_data.Vocabulary.read(info.path / "assets" / "chars.txt").tokens == chars

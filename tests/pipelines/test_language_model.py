@@ -15,7 +15,7 @@ from seqapps.export_format import read_export
 from seqapps.layers.batch_nce import unigram_distribution
 from seqapps.pipeline import EPOCH_METRIC_EXAMPLES, VOCABULARIES
 from tests.export_harness import call_in_tensorflow_only_process, decoded
-from tests.pipelines.cli_runner import finetune_on_sample, run_cli, sample_fine_tuning, weights_by_path
+from tests.pipelines.cli_runner import run_cli, sample_fine_tuning, weights_by_path
 from tests.pipelines.epoch_reports import (assert_sections, last_epoch_values, reference_log_probs,
                                            trained_model_and_data)
 
@@ -52,9 +52,13 @@ def test_bnce_with_one_target_per_batch_needs_extra_noise(capsys, tmp_path):
     code, _, err = run_cli(capsys, "run", "language_model", "--preset", "tiny", "--out", str(tmp_path), *one_target)
     assert code == 2 and "extra_noise" in err and len(err.strip().splitlines()) == 1
     language_model.LanguageModelConfig(batch_size=1, noise_scope="batch").validate()  # seq_len targets pooled
+    # with extra noise it trains, here on the user's own text file (400 lines), read as given
+    corpus = tmp_path / "mine.txt"
+    corpus.write_text("\n".join(line for line in text_data.pydoc_topics().lines[:400]), encoding="utf-8")
     code, result, err = run_cli(capsys, "run", "language_model", "--preset", "tiny", "--json", "--out",
-                                str(tmp_path), *one_target, "--set", "extra_noise=20")
+                                str(tmp_path), *one_target, "--set", "extra_noise=20", "--data", str(corpus))
     assert code == 0, err
+    assert result["data"]["source"] == str(corpus) and result["data"]["lines"] == 400
 
 
 def test_export_scores_raw_text_in_a_tensorflow_only_process(lm_export):
@@ -81,15 +85,6 @@ def test_predict_prints_perplexity_and_next_words(lm_export, capsys):
     assert len(result["next_words"]) == 5 and result["perplexity"] > 1
     assert cli.main(["predict", lm_export["export"], "the return statement"]) == 0
     assert "'the return statement': perplexity" in capsys.readouterr().out
-
-
-def test_user_text_file_trains(capsys, tmp_path):
-    corpus = tmp_path / "mine.txt"
-    corpus.write_text("\n".join(line for line in text_data.pydoc_topics().lines[:400]), encoding="utf-8")
-    code, result, err = run_cli(capsys, "run", "language_model", "--preset", "tiny", "--json", "--out",
-                                str(tmp_path / "out"), "--data", str(corpus))
-    assert code == 0, err
-    assert result["data"]["source"] == str(corpus) and result["data"]["lines"] == 400
 
 
 @pytest.mark.parametrize("content, message", [
@@ -147,9 +142,11 @@ def test_fine_tuning_adds_the_new_words_and_keeps_the_old_rows(lm_export, tmp_pa
     assert pipeline.adapt_model(loaded, config, kept) is loaded
 
 
-def test_a_fine_tuned_export_scores_the_new_words(lm_export, tmp_path, capsys):
-    printed, info = finetune_on_sample(capsys, "language_model", lm_export["export"], tmp_path)
-    added = info.state["vocabulary"]["tokens"][len(read_export(lm_export["export"]).state["vocabulary"]["tokens"]):]
+def test_a_fine_tuned_export_scores_the_new_words(tiny_finetune, capsys):
+    tuned = tiny_finetune("language_model")
+    assert tuned["code"] == 0, tuned["err"]
+    printed, info = tuned["out"], read_export(tuned["export"])
+    added = info.state["vocabulary"]["tokens"][len(read_export(tuned["from"]).state["vocabulary"]["tokens"]):]
     assert f"words: {len(info.state['vocabulary']['tokens'])} in all; {len(added)} added" in printed
     assert text_data.Vocabulary.read(info.path / "assets" / "words.txt").tokens == info.state["vocabulary"]["tokens"]
     new_word = next(word for word in samples.NEW_WORDS if word in added)

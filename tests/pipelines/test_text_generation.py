@@ -14,7 +14,7 @@ from seqapps.data import text as text_data
 from seqapps.export_format import read_export, read_limits
 from seqapps.pipeline import EPOCH_METRIC_EXAMPLES, VOCABULARIES
 from tests.export_harness import call_in_tensorflow_only_process, decoded
-from tests.pipelines.cli_runner import finetune_on_sample, run_cli, sample_fine_tuning, weights_by_path
+from tests.pipelines.cli_runner import run_cli, sample_fine_tuning, weights_by_path
 from tests.pipelines.epoch_reports import (assert_sections, last_epoch_values, reference_log_probs,
                                            trained_model_and_data)
 
@@ -171,8 +171,10 @@ def test_fine_tuning_adds_the_new_characters_and_keeps_the_old_rows(char_export,
     assert pipeline.adapt_model(loaded, config, kept) is loaded
 
 
-def test_a_fine_tuned_export_reads_and_continues_a_prompt_with_a_new_character(char_export, tmp_path, capsys):
-    printed, info = finetune_on_sample(capsys, "text_generation", char_export["export"], tmp_path)
+def test_a_fine_tuned_export_reads_and_continues_a_prompt_with_a_new_character(tiny_finetune, capsys):
+    tuned = tiny_finetune("text_generation")
+    assert tuned["code"] == 0, tuned["err"]
+    printed, info = tuned["out"], read_export(tuned["export"])
     assert "characters: " in printed and "2 added (é, ñ)" in printed
     chars = info.state["vocabulary"]["tokens"]
     assert text_data.Vocabulary.read(info.path / "assets" / "chars.txt").tokens == chars

@@ -24,7 +24,7 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seqapps import cli, runner
+from seqapps import cli
 from seqapps.export_format import Limits
 from seqapps.serving.app import free_port, serve_in_thread
 from seqapps.serving.batching import Batcher
@@ -117,9 +117,9 @@ def save_half_plus_two(path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def model_root(tmp_path_factory):
+def model_root(tmp_path_factory, tiny_run):
     root = tmp_path_factory.mktemp("saved_models")
-    runner.run(WEATHER, "tiny", out=root)
+    shutil.copytree(tiny_run(WEATHER)["export"], root / WEATHER / "1")  # the session's tiny run
     save_echo(root / "echo" / "1", "v1:")
     shutil.copytree(root / "echo" / "1", root / "hot" / "1")
     shutil.copytree(root / "echo" / "1", root / "labelled" / "1")
