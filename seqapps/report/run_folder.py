@@ -128,7 +128,8 @@ def _training_section(result: dict[str, Any]) -> Section:
 
     training = result.get("training") or {}
     history: dict[str, list[float | None]] = training.get("history") or {}
-    blocks: list[Any] = [Text(f"{training.get('epochs_run', 0)} epochs in {training.get('seconds', '?')} s"
+    epochs = training.get("epochs_run", 0)
+    blocks: list[Any] = [Text(f"{epochs} epoch{'' if epochs == 1 else 's'} in {training.get('seconds', '?')} s"
                               + (f", resumed after epoch {training['resumed_from_epoch']}"
                                  if training.get("resumed_from_epoch") else "")
                               + (f"; best validation loss {training['best_val_loss']:.4g}"
@@ -142,15 +143,15 @@ def _training_section(result: dict[str, Any]) -> Section:
         blocks.append(plots.line_chart("training_loss", "loss per epoch",
                                        {name: curve(key) for name, key in (("training", "loss"),
                                                                            ("validation", "val_loss"))
-                                        if history.get(key)}, "epoch", "loss", markers=True))
+                                        if history.get(key)}, "epoch", "loss", markers=True, integer_x=True))
     if history.get("learning_rate"):
         blocks.append(plots.line_chart("learning_rate", "learning rate per epoch",
                                        {"learning rate": curve("learning_rate")}, "epoch", "learning rate",
-                                       log_y=True, markers=True))
+                                       log_y=True, markers=True, integer_x=True))
     metrics = [key for key in history if key.startswith("val_") and key != "val_loss"]
     for key in metrics:
         blocks.append(plots.line_chart(f"epoch_{key}", f"validation {key[4:]} per epoch",
-                                       {key[4:]: curve(key)}, "epoch", key[4:], markers=True))
+                                       {key[4:]: curve(key)}, "epoch", key[4:], markers=True, integer_x=True))
     return Section("Training", blocks, anchor="training")
 
 
