@@ -65,7 +65,7 @@ def to_figure(name: str, figure: "matplotlib.figure.Figure", caption: str = "") 
 def line_chart(name: str, title: str, series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
                xlabel: str, ylabel: str, caption: str = "",
                bands: Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float]]] | None = None,
-               log_y: bool = False, markers: bool = False, integer_x: bool = False) -> Figure:
+               log_y: bool = False, markers: bool = False) -> Figure:
     """Lines of ``(x, y)``, with optional shaded bands (an interval ``(x, low, high)``).
 
     Args:
@@ -76,7 +76,8 @@ def line_chart(name: str, title: str, series: Mapping[str, tuple[Sequence[float]
         bands: label -> ``(x, low, high)``, drawn under the lines.
         log_y: a logarithmic y axis.
         markers: mark each point (for short series, such as a few epochs).
-        integer_x: ticks at whole numbers only (epochs, steps), never 0.98 or 1.02.
+
+    Where every x is an integer (epochs, lead times), the x ticks are whole numbers (never 0.98).
     """
     figure, axes = canvas()
     for label, (x, low, high) in (bands or {}).items():
@@ -86,7 +87,7 @@ def line_chart(name: str, title: str, series: Mapping[str, tuple[Sequence[float]
     axes.set(title=title, xlabel=xlabel, ylabel=ylabel)
     if log_y:
         axes.set_yscale("log")
-    if integer_x:
+    if all(np.asarray(x).dtype.kind in "iu" for x, *_ in [*series.values(), *(bands or {}).values()]):
         from matplotlib.ticker import MaxNLocator
 
         axes.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))

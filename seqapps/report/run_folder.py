@@ -143,15 +143,15 @@ def _training_section(result: dict[str, Any]) -> Section:
         blocks.append(plots.line_chart("training_loss", "loss per epoch",
                                        {name: curve(key) for name, key in (("training", "loss"),
                                                                            ("validation", "val_loss"))
-                                        if history.get(key)}, "epoch", "loss", markers=True, integer_x=True))
+                                        if history.get(key)}, "epoch", "loss", markers=True))
     if history.get("learning_rate"):
         blocks.append(plots.line_chart("learning_rate", "learning rate per epoch",
                                        {"learning rate": curve("learning_rate")}, "epoch", "learning rate",
-                                       log_y=True, markers=True, integer_x=True))
+                                       log_y=True, markers=True))
     metrics = [key for key in history if key.startswith("val_") and key != "val_loss"]
     for key in metrics:
         blocks.append(plots.line_chart(f"epoch_{key}", f"validation {key[4:]} per epoch",
-                                       {key[4:]: curve(key)}, "epoch", key[4:], markers=True, integer_x=True))
+                                       {key[4:]: curve(key)}, "epoch", key[4:], markers=True))
     return Section("Training", blocks, anchor="training")
 
 
