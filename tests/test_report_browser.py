@@ -5,11 +5,12 @@ installs them), driven through ``/usr/bin/chromedriver`` without Selenium Manage
 downloaded. Where they are missing the tests skip; CI sets ``SEQAPPS_REQUIRE_BROWSER=1``, which
 makes that a failure. One browser session opens every report.
 """
+import importlib.util
 import io
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 from unittest import mock
 
 import numpy as np
@@ -18,6 +19,9 @@ import pytest
 from seqapps.pipeline import REGISTRY
 from seqapps.report import run_folder
 from tests.test_report import SHARED_ANCHORS
+
+if TYPE_CHECKING:
+    from selenium.webdriver import Chrome
 
 pytestmark = pytest.mark.large
 
@@ -37,9 +41,7 @@ def _browser_or_skip() -> tuple[str, str]:
     find them; elsewhere a machine without them skips, since they are optional there."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     driver = shutil.which("chromedriver")
-    try:
-        import selenium  # noqa: F401  (the [test] extra)
-    except ImportError:
+    if importlib.util.find_spec("selenium") is None:  # the [test] extra
         driver = None
     if browser and driver:
         return browser, driver
@@ -49,7 +51,7 @@ def _browser_or_skip() -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator["selenium.webdriver.Chrome"]:  # noqa: F821
+def browser() -> Iterator["Chrome"]:
     """One headless Chromium for the module, its console log kept (``goog:loggingPrefs``)."""
     binary, driver_path = _browser_or_skip()
     from selenium import webdriver
