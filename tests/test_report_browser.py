@@ -27,9 +27,22 @@ pytestmark = pytest.mark.large
 
 #: Debian's package names, for the skip message and .ci/run
 BROWSER_PACKAGES = "chromium chromium-driver"
-#: the sections of each pipeline's own, by HTML id, after the shared ones; a pipeline not named
-#: here is checked for the shared sections alone
-PIPELINE_ANCHORS: dict[str, list[str]] = {}
+#: the sections of each pipeline's own, by HTML id, after the shared ones (a tiny run: no backtest);
+#: a pipeline not named here is checked for the shared sections alone
+HRNN_ANCHORS = ["task-metric", "memory-bench"]
+PIPELINE_ANCHORS: dict[str, list[str]] = {
+    "copy_task": HRNN_ANCHORS,
+    "hrnn_char_lm": HRNN_ANCHORS,
+    "image_captioning": ["captions", "attention", "fact-accuracy"],
+    "language_model": ["perplexity", "sentences"],
+    "load_forecasting": ["forecast", "mae-by-lead"],
+    "music_tagging": ["roc-curves", "taggram", "per-tag-auc"],
+    "pixel_mnist": HRNN_ANCHORS,
+    "speech_recognition": ["word-timings", "per-voice"],
+    "text_generation": ["samples"],
+    "translation": ["scores", "attention", "samples"],
+    "weather_forecasting": ["forecast", "mae-by-lead"],
+}
 #: a page is blank below these: the grey levels' standard deviation and the share of pixels that are
 #: not white (copy_task's tiny report, the plainest, measures 25 and 30% at 1200 x 2000; white: 0 and 0)
 MIN_PIXEL_STD = 10.0
