@@ -8,7 +8,8 @@ bits must pass through the upper level(s). Data is generated from the seed.
 
 Metrics on held-out sequences: bits per character (cross-entropy of the copied bits,
 in bits), whether the task is solved (bpc < ``solved_bpc``, 0.15 in the paper) and
-bit accuracy; the baseline guesses uniform bits (1 bpc).
+bit accuracy; the baseline guesses uniform bits (1 bpc). The same, on the first
+validation sequences, after every epoch (the report draws them under the mode's name).
 
 The export's ``serving_default`` takes ``bits``, a string tensor [batch] such as
 "0110" (at most T/2 characters; the model was trained on strings of L), and
@@ -18,7 +19,6 @@ probability of the copied bits.
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -29,10 +29,12 @@ import tensorflow as tf
 from seqapps.config import HRNNConfig, require
 from seqapps.data import splits as split_rule
 from seqapps.errors import DataError
-from seqapps.export import ServingModule, Signature
-from seqapps.hrnn import build_hrnn
+from seqapps.export import ExportCalls, ServingModule, Signature
+from seqapps.hrnn import bench_report_data, build_hrnn, mode_and_bench_sections
 from seqapps.layers.hrnn_model import HRNNSequenceModel
-from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits
+from seqapps.metrics import bits_per_char, label_log_probs
+from seqapps.pipeline import EPOCH_METRIC_EXAMPLES, SPLIT_COUNTS, Headline, Pipeline, Splits
+from seqapps.report.document import Section
 
 BLANK = 2
 SYMBOLS = 3  # 0, 1, blank
@@ -133,7 +135,7 @@ class CopyTask(Pipeline):
                   "sequences": {name: int(inputs.shape[0]) for name, (inputs, _) in splits.items()}}
         report[SPLIT_COUNTS] = split_rule.split_counts("sequences", report["sequences"])
         return Splits(*(tf.data.Dataset.from_tensor_slices(splits[name]) for name in ("train", "val", "test")),
-                      state=state, report=report, arrays={"test": splits["test"]})
+                      state=state, report=report, arrays={"val": splits["val"], "test": splits["test"]})
 
     def build_model(self, config: CopyTaskConfig, data: Splits) -> keras.Model:
         model = HRNNSequenceModel(build_hrnn(config, 2, "categorical_crossentropy"), one_hot_depth=SYMBOLS,
@@ -144,18 +146,46 @@ class CopyTask(Pipeline):
     def compile_args(self, config: CopyTaskConfig, data: Splits) -> dict[str, Any]:
         return {"jit_compile": False}  # the lean train_step computes its own loss
 
-    def evaluate(self, model: keras.Model, config: CopyTaskConfig,
-                 data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
-        inputs, targets = data.arrays["test"]
+    @staticmethod
+    def scores(model: keras.Model, config: CopyTaskConfig, inputs: np.ndarray,
+               targets: np.ndarray) -> dict[str, float]:
+        """The task metrics of sequences: bits per copied bit, the share of copied bits right, solved or not.
+
+        Args:
+            model: the model.
+            config: ``solved_bpc``.
+            inputs, targets: sequences as ``copy_sequences`` makes them (only the weighted steps count).
+
+        Returns:
+            ``{"bpc", "bit_accuracy", "solved"}`` (solved: 1.0 when bpc < ``solved_bpc``, else 0.0).
+        """
         logits = model.predict(inputs, batch_size=128, verbose=0)
         scored = targets[..., 1] > 0
         labels = targets[..., 0].astype(np.int64)
-        log_probs = logits - np.logaddexp(logits[..., 0], logits[..., 1])[..., None]
-        nats = -np.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
-        bpc = float(nats[scored].mean() / math.log(2))
+        bpc = bits_per_char(label_log_probs(logits, labels), scored)
         accuracy = float((logits.argmax(-1) == labels)[scored].mean())
-        return ({"bpc": bpc, "bit_accuracy": accuracy, "solved": float(bpc < config.solved_bpc)},
+        return {"bpc": bpc, "bit_accuracy": accuracy, "solved": float(bpc < config.solved_bpc)}
+
+    def epoch_metrics(self, model: keras.Model, config: CopyTaskConfig, data: Splits) -> dict[str, float]:
+        """``scores`` on the first ``EPOCH_METRIC_EXAMPLES`` validation sequences."""
+        inputs, targets = data.arrays["val"]
+        return self.scores(model, config, inputs[:EPOCH_METRIC_EXAMPLES], targets[:EPOCH_METRIC_EXAMPLES])
+
+    def evaluate(self, model: keras.Model, config: CopyTaskConfig,
+                 data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+        return (self.scores(model, config, *data.arrays["test"]),
                 {"uniform_bits": {"bpc": 1.0, "bit_accuracy": 0.5, "solved": 0.0}})
+
+    def report_data(self, model: keras.Model, config: CopyTaskConfig, data: Splits,
+                    export: ExportCalls) -> dict[str, np.ndarray]:
+        """The memory bench's rows, when it was run (``seqapps.hrnn.bench_report_data``)."""
+        return bench_report_data(export.path)
+
+    def report_sections(self, result: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[Section]:
+        """Bits per bit per epoch under the mode's name, below which the task counts as solved; the memory bench."""
+        solved_below = (result.get("config") or {}).get("solved_bpc")
+        return mode_and_bench_sections(result, arrays, [("bpc", "bits per bit"), ("solved", "solved")],
+                                    {"solved below": solved_below} if solved_below is not None else None)
 
     def serving_module(self, model: keras.Model, config: CopyTaskConfig, data: Splits) -> ServingModule:
         length = data.state["length"]

@@ -30,19 +30,55 @@ from seqapps.data.series import (END_TIME, cross_fit_blocks, csv_columns, recent
                                  series_windows, split_inputs, window_datasets)
 from seqapps.data.tables import DECIMAL_MARKS, FILL_METHODS, check_timezone, local_times, read_csv
 from seqapps.errors import DataError
-from seqapps.export import ServingModule, Signature
+from seqapps.export import ExportCalls, ServingModule, Signature
 from seqapps.forecaster import (encoder_inputs, forecast_batches, forecast_model, recurrent_correction,
                                 ridge_extractor, scaled_window, target_scale, window_inputs)
 from seqapps.losses import ScaledMeanAbsoluteError
 from seqapps.pipeline import Headline, Pipeline, Splits, row_inputs
+from seqapps.report import plots
+from seqapps.report.document import Figure, Section, Table, Text
+from seqapps.summary import number
 
 FORECAST_TIME = "forecast_time"
 SHRINKAGE = ("none", "global", "step")
+#: test forecasts the report draws, spread evenly over the test period
+REPORT_ORIGINS = 4
+#: history the report draws before each forecast, in horizons (at most the window the model read)
+REPORT_HISTORY_HORIZONS = 3
+#: lead times the report's table of MAE per lead time shows, as fractions of the horizon
+REPORT_LEADS = (0.25, 0.5, 0.75, 1.0)
 
 
 def quantile_name(target: str, level: float) -> str:
     """The serving output name of a target's quantile: ``temp_air_p10``."""
     return f"{target}_p{100 * level:g}"
+
+
+def user_times(seconds: np.ndarray, state: dict[str, Any]) -> list[pd.Timestamp]:
+    """The user's times of instants as the export takes and gives them (``END_TIME``, ``FORECAST_TIME``).
+
+    Args:
+        seconds: [N] Unix seconds.
+        state: the export's state.
+
+    Returns:
+        Offset-aware Timestamps in the input's UTC offsets where it had them, else wall-clock times.
+    """
+    return (local_times(seconds, state["utc_offsets"]) if state.get("utc_offsets")
+            else list(pd.to_datetime(seconds, unit="s")))
+
+
+def wall_clock(seconds: np.ndarray, state: dict[str, Any]) -> np.ndarray:
+    """``user_times`` as the clock on the wall reads them, an array of ``seconds``' shape in datetime64[s] (plots)."""
+    times = user_times(np.ravel(seconds), state)
+    return np.array([time.tz_localize(None) for time in times], "datetime64[s]").reshape(np.shape(seconds))
+
+
+def _time_zone(result: dict[str, Any]) -> str:
+    """How a run's times are told: its time zone, or what the data's timestamps were."""
+    zone = (result.get("data") or {}).get("timezone")
+    return {None: "wall-clock time, as in the data", "file offsets": "local time, in the data's UTC offsets"}.get(
+        zone, f"local time in {zone}")
 
 
 @dataclasses.dataclass
@@ -395,10 +431,14 @@ class Forecasting(Pipeline):
         return metrics, score
 
     @staticmethod
-    def _score(truth: np.ndarray, forecast: np.ndarray, scale: np.ndarray, targets: list[str]) -> dict[str, float]:
-        per_target = [forecast_metrics_lib.forecast_metrics(truth[..., i], forecast[..., i], scale[i])
+    def _score(truth: np.ndarray, forecast: np.ndarray, scale: np.ndarray,
+               targets: list[str]) -> dict[str, float | list[float]]:
+        """The point metrics of a forecast [N, horizon, targets], averaged over the targets (and per target
+        when there are several): ``forecast_metrics``' and ``mae_by_lead``, a list of one MAE per step."""
+        per_target = [{**forecast_metrics_lib.forecast_metrics(truth[..., i], forecast[..., i], scale[i]),
+                       "mae_by_lead": forecast_metrics_lib.mae_by_lead(truth[..., i], forecast[..., i]).tolist()}
                       for i in range(len(targets))]
-        result = {key: float(np.mean([m[key] for m in per_target])) for key in per_target[0]}
+        result = {key: np.mean([m[key] for m in per_target], axis=0).tolist() for key in per_target[0]}
         if len(targets) > 1:
             result.update({f"{t}/{k}": v for t, m in zip(targets, per_target) for k, v in m.items()})
         return result
@@ -428,6 +468,98 @@ class Forecasting(Pipeline):
         return ServingModule(model, {"serving_default": Signature(
             inputs, example, postprocess=readable, run=lambda x: tf.reduce_mean(model(x, training=False), axis=1))})
 
+    # --- report ---------------------------------------------------------------------------
+
+    def report_data(self, model: keras.Model, config: ForecastingConfig, data: Splits,
+                    export: ExportCalls) -> dict[str, np.ndarray]:
+        """``REPORT_ORIGINS`` test forecasts as the export serves them, spread over the test period.
+
+        The windows go through the written export's ``serving_default``, which returns the forecast
+        and its interval's quantiles in the user's units.
+
+        Returns:
+            ``history_time`` [origins, lookback] and ``forecast_time`` [origins, horizon], the user's
+            times (``wall_clock``); per target T, ``history/T`` (the window the export read),
+            ``actual/T`` (the true values) and ``forecast/NAME`` for each served output NAME of T (T,
+            ``T_p10``, ``T_p90``), [origins, horizon]; ``interval_levels``, the quantile levels.
+        """
+        state, arrays = data.state, data.arrays
+        test = arrays["origins"]["test"]
+        origins = test[np.unique(np.linspace(0, len(test) - 1, REPORT_ORIGINS).round().astype(int))]
+        inputs, truth = next(iter(series_windows(state, arrays, origins, batch_size=len(origins))))
+        inputs, truth = {name: value.numpy() for name, value in inputs.items()}, truth.numpy()
+        served = export("serving_default", inputs)
+        read = inputs[END_TIME][:, None] + np.arange(1 - state["lookback"], 1) * state["step_seconds"]
+        levels = state["interval"]["levels"]
+        found = {"history_time": wall_clock(read, state), "forecast_time": wall_clock(served[FORECAST_TIME], state),
+                 "interval_levels": np.array(levels)}
+        for i, target in enumerate(state["target_cols"]):
+            found[f"history/{target}"], found[f"actual/{target}"] = inputs[target], truth[..., i]
+            for name in [target, *(quantile_name(target, level) for level in levels)]:
+                found[f"forecast/{name}"] = served[name]
+        return found
+
+    def report_sections(self, result: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[Section]:
+        """The test forecasts with their interval (``forecast``), the MAE per lead time of the model and
+        each baseline (``mae-by-lead``) and, after a backtest, the headline metric per fold (``backtest``)."""
+        unit = next((h.unit for h in self.headline_metrics if h.key == "mae"), "")
+        sections = [self._forecast_section(result, arrays, unit), self._lead_section(result, unit)]
+        if result.get("backtest"):
+            sections.append(self._backtest_section(result["backtest"]))
+        return sections
+
+    @staticmethod
+    def _forecast_section(result: dict[str, Any], arrays: dict[str, np.ndarray], unit: str) -> Section:
+        targets = [name.partition("/")[2] for name in arrays if name.startswith("actual/")]
+        if not targets:
+            return Section("Test forecasts", [Text("(no forecasts: the run folder holds no report data)")],
+                           anchor="forecast")
+        return Section("Test forecasts", [_forecast_figure(arrays, target, unit, _time_zone(result))
+                                          for target in targets], anchor="forecast")
+
+    @staticmethod
+    def _lead_section(result: dict[str, Any], unit: str) -> Section:
+        found = {name: values["mae_by_lead"] for name, values in
+                 {"model": result["metrics"], **(result.get("baseline") or {})}.items() if values.get("mae_by_lead")}
+        if "model" not in found:
+            return Section("MAE per lead time", [Text("(not measured by this run)")], anchor="mae-by-lead")
+        horizon = len(found["model"])
+        step = (result.get("data") or {}).get("step")
+        leads = np.arange(1, horizon + 1) * (pd.Timedelta(step) / pd.Timedelta("1h") if step else 1)
+        xlabel = "lead time (hours ahead)" if step else "lead time (steps ahead)"
+        ylabel = f"MAE ({unit})" if unit else "MAE"
+        figure = plots.line_chart("mae_by_lead", "test MAE per lead time",  # the model in C0, as in the forecasts
+                                  {name: (leads, values) for name, values in found.items()}, xlabel, ylabel,
+                                  caption="the mean absolute error of the test forecasts at each step ahead, for the "
+                                          "model and each baseline")
+        columns = sorted({max(1, round(fraction * horizon)) for fraction in REPORT_LEADS})
+        table = Table(["", *(f"{leads[c - 1]:g} h" if step else f"{c} steps" for c in columns)],
+                      [[name, *(values[c - 1] for c in columns)] for name, values in found.items()],
+                      caption=f"{ylabel} at a few lead times")
+        return Section("MAE per lead time", [figure, table], anchor="mae-by-lead")
+
+    def _backtest_section(self, backtest: dict[str, Any]) -> Section:
+        headline = self.headline_metrics[0]
+        spreads = {"model": backtest["metrics"].get(headline.key),
+                   **{name: values.get(headline.baseline_key or headline.key)
+                      for name, values in backtest["baseline"].items()}}
+        spreads = {name: spread for name, spread in spreads.items() if spread}
+        folds = [f"fold {index + 1}" for index in range(backtest["folds"])]
+        periods = [" to ".join(period) if period else "" for period in backtest["periods"]]
+        rows = [[fold, period, *(headline.scale * spread["values"][index] for spread in spreads.values())]
+                for index, (fold, period) in enumerate(zip(folds, periods))]
+        rows.append(["mean ± sd", "", *(f"{number(headline.scale * spread['mean'])} ± "
+                                       f"{number(headline.scale * spread['std'])}" for spread in spreads.values())])
+        figure = plots.bar_chart("backtest", f"test {headline.title()} per backtest fold",
+                                 {name: dict(zip(folds, np.multiply(headline.scale, spread["values"])))
+                                  for name, spread in spreads.items()}, headline.title(),
+                                 caption="each fold trains a fresh model on the series up to its test period; "
+                                         "the last fold is the run's own split (its model is the export)")
+        table = Table(["fold", "test period", *spreads], rows,
+                      caption=f"{headline.title()} of the model and each baseline per fold (sd: sample standard "
+                              "deviation over the folds)")
+        return Section("Backtest", [figure, table], anchor="backtest")
+
     def predict_inputs(self, state: dict[str, Any], inputs: list[str], signature: Any) -> dict[str, np.ndarray]:
         timestamp_col, read_cols = csv_columns(state)
         if len(inputs) != 1:
@@ -447,14 +579,56 @@ class Forecasting(Pipeline):
         blocks, tables = [], []
         for row, source in enumerate(sources):
             seconds = outputs[FORECAST_TIME][row]
-            times = (local_times(seconds, state["utc_offsets"]) if state.get("utc_offsets")
-                     else pd.to_datetime(seconds, unit="s"))  # in the input's offsets, or wall-clock time
+            times = user_times(seconds, state)
             tables.append([{state["timestamp_col"]: time.isoformat(),
                             **{name: round(float(outputs[name][row, i]), 4) for name in columns}}
                            for i, time in enumerate(times)])
             blocks.append(f"{source}: forecast of the next {len(times)} steps\n"
                           + pd.DataFrame(tables[-1]).to_string(index=False))
         return "\n".join(blocks), {"forecast": tables[0]}
+
+
+def _forecast_figure(arrays: dict[str, np.ndarray], target: str, unit: str, zone: str) -> Figure:
+    """One target's test forecasts, a row per origin: the actual values through the history drawn and the
+    forecast period, the forecast and its interval, the origin dashed.
+
+    Args:
+        arrays: ``Forecasting.report_data``'s.
+        target: the target column.
+        unit: the target's unit, for the y axis.
+        zone: how the times are told (``_time_zone``).
+    """
+    from matplotlib import dates
+
+    levels = arrays["interval_levels"]
+    bounds = [quantile_name(target, level) for level in levels]
+    low, high = (arrays[f"forecast/{name}"] for name in bounds)
+    history, actual, forecast = (arrays[f"{kind}/{target}"] for kind in ("history", "actual", "forecast"))
+    lookback, horizon = history.shape[1], forecast.shape[1]
+    shown = min(lookback, REPORT_HISTORY_HORIZONS * horizon)
+    coverage = f"{100 * (levels[1] - levels[0]):g}%"
+    figure, axes = plots.canvas(len(forecast), 1, height=2.4, squeeze=False)
+    for row, cell in enumerate(axes[:, 0]):
+        past, future = arrays["history_time"][row, -shown:], arrays["forecast_time"][row]
+        cell.fill_between(future, low[row], high[row], color="C0", alpha=0.25, linewidth=0,
+                          label=f"{coverage} interval")
+        cell.plot(np.concatenate([past, future]), np.concatenate([history[row, -shown:], actual[row]]),
+                  color="black", linewidth=1, label="actual")
+        cell.plot(future, forecast[row], color="C0", linewidth=1.6, label="forecast")
+        cell.axvline(past[-1], color="0.5", linestyle="--", linewidth=0.8, label="forecast origin")
+        cell.set_title(f"forecast from {pd.Timestamp(past[-1]):%Y-%m-%d %H:%M}", fontsize="small")
+        cell.set_ylabel(f"{target} ({unit})" if unit else target, fontsize="small")
+        locator = dates.AutoDateLocator()
+        cell.xaxis.set_major_locator(locator)
+        cell.xaxis.set_major_formatter(dates.ConciseDateFormatter(locator, show_offset=False))  # the title dates it
+        cell.tick_params(labelsize="small")
+        cell.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside, off the lines
+    caption = (f"{target}: {len(forecast)} test forecasts spread over the test period, as the export's "
+               f"serving_default serves them: the forecast and its {coverage} interval ({bounds[0]} to {bounds[1]}) "
+               f"against the actual values, after the last {shown} steps of the {lookback}-step window the model "
+               f"read; {zone}")
+    return plots.to_figure(f"forecast_{target}", figure, caption)
 
 
 class WeatherForecasting(Forecasting):

@@ -21,7 +21,9 @@ fresh model's). ``vocabulary=keep`` keeps the export's characters, new ones mapp
 unknown id.
 
 Metric: bits per character on the test windows, beside the training characters'
-unigram distribution (add-one smoothed).
+unigram distribution (add-one smoothed); the same on the first validation windows after
+every epoch, from the main output only (not the decoder's loss; the report draws it under
+the mode's name).
 
 The export's ``serving_default`` takes ``text`` (string [batch]) and returns
 ``bits_per_character`` (the model's cost of the text, each character predicted from
@@ -46,12 +48,13 @@ from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
-from seqapps.export import ServingModule, Signature
+from seqapps.export import ExportCalls, ServingModule, Signature
 from seqapps.finetuning import (VOCABULARY_CHOICES, VocabularyMap, fine_tuning_vocabulary, transfer_weights,
                                 vocabulary_report)
-from seqapps.hrnn import build_hrnn
+from seqapps.hrnn import bench_report_data, build_hrnn, mode_and_bench_sections
 from seqapps.layers.hrnn_model import HRNNSequenceModel
-from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits
+from seqapps.pipeline import EPOCH_METRIC_EXAMPLES, SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits
+from seqapps.report.document import Section
 
 CORPORA = {"pydoc": text_data.pydoc_topics, "kjv": text_data.kjv_bible, "wordnet": text_data.wordnet_glosses}
 START = "\n"  # every text is read after a line break, as every training line is
@@ -154,7 +157,7 @@ class HRNNCharLM(Pipeline):
                                                                  TOKENIZER.tokenize(parts["test"]))}}
         return Splits(*(tf.data.Dataset.from_tensor_slices(splits[name]) for name in ("train", "val", "test")),
                       state=state, report=report,
-                      arrays={"test": splits["test"],
+                      arrays={"val": splits["val"], "test": splits["test"],
                               "train_counts": np.bincount(streams["train"], minlength=len(vocabulary))})
 
     def build_model(self, config: HRNNCharLMConfig, data: Splits) -> keras.Model:
@@ -181,16 +184,37 @@ class HRNNCharLM(Pipeline):
     def compile_args(self, config: HRNNCharLMConfig, data: Splits) -> dict[str, Any]:
         return {"jit_compile": False}  # the lean train_step computes its own loss
 
+    @staticmethod
+    def bits_per_char(model: keras.Model, inputs: np.ndarray, targets: np.ndarray) -> float:
+        """The model's bits per character on windows, from its main output (the next character).
+
+        Args:
+            model: the model.
+            inputs, targets: windows as ``weighted_windows`` makes them.
+        """
+        logits = model.predict(inputs, batch_size=64, verbose=0)
+        return metrics.bits_per_char(metrics.label_log_probs(logits, targets[..., 0]))
+
+    def epoch_metrics(self, model: keras.Model, config: HRNNCharLMConfig, data: Splits) -> dict[str, float]:
+        """``bits_per_char`` on the first ``EPOCH_METRIC_EXAMPLES`` validation windows."""
+        inputs, targets = data.arrays["val"]
+        return {"bpc": self.bits_per_char(model, inputs[:EPOCH_METRIC_EXAMPLES], targets[:EPOCH_METRIC_EXAMPLES])}
+
     def evaluate(self, model: keras.Model, config: HRNNCharLMConfig,
                  data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
-        from scipy.special import log_softmax
-
         inputs, targets = data.arrays["test"]
-        log_probs = log_softmax(model.predict(inputs, batch_size=64, verbose=0), axis=-1)
-        labels = targets[..., 0].astype(np.int64)
-        model_log_probs = np.take_along_axis(log_probs, labels[..., None], axis=-1)
-        unigram = metrics.unigram_log_probs(data.arrays["train_counts"], labels)
-        return ({"bpc": metrics.bits_per_char(model_log_probs)}, {"unigram": {"bpc": metrics.bits_per_char(unigram)}})
+        unigram = metrics.unigram_log_probs(data.arrays["train_counts"], targets[..., 0].astype(np.int64))
+        return ({"bpc": self.bits_per_char(model, inputs, targets)},
+                {"unigram": {"bpc": metrics.bits_per_char(unigram)}})
+
+    def report_data(self, model: keras.Model, config: HRNNCharLMConfig, data: Splits,
+                    export: ExportCalls) -> dict[str, np.ndarray]:
+        """The memory bench's rows, when it was run (``seqapps.hrnn.bench_report_data``)."""
+        return bench_report_data(export.path)
+
+    def report_sections(self, result: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[Section]:
+        """Bits per character per epoch under the mode's name, and the memory bench."""
+        return mode_and_bench_sections(result, arrays, [("bpc", "bits per character")])
 
     def serving_module(self, model: keras.Model, config: HRNNCharLMConfig, data: Splits) -> ServingModule:
         size = len(data.state["vocabulary"]["tokens"])

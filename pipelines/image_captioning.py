@@ -21,6 +21,10 @@ Metrics: BLEU-1 to BLEU-4 (sacrebleu, all references) for greedy and beam search
 (``scenes.check_caption``). Baselines: the most frequent training caption, and the caption of the
 nearest training image in the trained CNN's pooled-feature space.
 
+Report (``report.html``): a few images of each test split with the export's greedy and beam captions, one
+picture per caption word with its attention over the image, and fact accuracy and BLEU-4 per split (seen
+and novel colour/shape pairs) beside the baselines.
+
 Export: ``serving_default`` takes ``image_bytes`` (string ``[batch]``: JPEG, PNG, GIF or BMP of any size,
 grayscale or RGBA; decoded, resized and scaled in the graph by ``seqapps.data.images.decode_images``)
 and returns ``caption`` and ``score`` (log-probability per word, end included); ``beam`` returns
@@ -52,14 +56,16 @@ from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.data.files import data_home
 from seqapps.errors import ConfigError
-from seqapps.export import Limits, ServingModule, Signature
+from seqapps.export import ExportCalls, Limits, ServingModule, Signature
 from seqapps.finetuning import VOCABULARY_CHOICES, VocabularyMap, grow_vocabulary, transfer_weights, vocabulary_report
-from seqapps.generation import Generation, Generator, generate_texts, strategy_signatures
+from seqapps.generation import Generation, Generator, generate_texts, strategy_signatures, unicode_texts
 from seqapps.layers.attention_decoder import AttentionDecoder
 from seqapps.layers.decoding import BeamSearch, DecodingStrategy, GreedySearch
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
 from seqapps.losses import per_token_training_loss
 from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits, row_inputs
+from seqapps.report import plots
+from seqapps.report.document import Section, Table, Text
 
 END = text_data.END_OF_SENTENCE
 START = "<s>"
@@ -67,6 +73,9 @@ END_ID, START_ID = 1, 2  # ids right after <unk>; END also pads
 TOKENIZER = text_data.Tokenizer("word")
 SCENES_VERSION = 1  # bump when the generator changes, so cached scenes are written again
 SAMPLES = 5
+REPORT_IMAGES = 6  # test images the report shows, shared between test and test_novel
+ATTENTION_WORDS = 12  # the most caption words whose attention map the report shows, per image
+TEST_SPLITS = {"test": "seen (test)", "test_novel": "novel (test_novel)"}  # split -> what the report calls it
 
 
 @dataclasses.dataclass
@@ -386,6 +395,35 @@ class ImageCaptioning(Pipeline):
                  for name, caption, score in zip(files, found, scores)]
         return "\n".join(lines), {"inputs": files, "captions": found, "scores": scores}
 
+    # --- report -----------------------------------------------------------------------------
+
+    def report_data(self, model: keras.Model, config: CaptioningConfig, data: Splits,
+                    export: ExportCalls) -> dict[str, np.ndarray]:
+        """The first images of each test split, their files' bytes sent to the export's ``attention`` and ``beam``.
+
+        Returns:
+            ``pixels`` (uint8 ``[n, size, size, 3]``, decoded as the export decodes them), ``split`` and
+            ``image`` (the file's name), ``greedy`` (``attention``'s caption), ``beam`` (the best of
+            ``beam``), ``words [n, T]`` (padded with "") and ``attention [n, T, grid cells]``.
+        """
+        parts = data.arrays["parts"]
+        splits = [name for name in TEST_SPLITS if name in parts]
+        chosen = [(split, i) for split in splits for i in range(min(REPORT_IMAGES // len(splits), len(parts[split])))]
+        image_bytes = np.array([image_data.read_image_bytes(parts[split].images[i], parts[split].source)
+                                for split, i in chosen], dtype=object)
+        attention = export("attention", {"image_bytes": image_bytes})
+        beam = export("beam", {"image_bytes": image_bytes})
+        return {"pixels": np.stack([data.arrays["pixels"][split][i] for split, i in chosen]),
+                "split": np.array([split for split, _ in chosen]),
+                "image": np.array([parts[split].images[i].name for split, i in chosen]),
+                "greedy": unicode_texts(attention["caption"]), "beam": unicode_texts(beam["captions"][:, 0]),
+                "words": unicode_texts(attention["words"]), "attention": attention["attention"].astype("float32")}
+
+    def report_sections(self, result: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[Section]:
+        """Test images with their captions and the sample captions, the attention of each word of one image
+        per test split (from ``report_data``), and fact accuracy and BLEU-4 per split beside the baselines."""
+        return [_captions_section(result, arrays), _attention_section(arrays), _accuracy_section(result)]
+
     def limits(self, config: CaptioningConfig, data: Splits) -> Limits:
         return Limits(max_batch_size=256, max_string_bytes=image_data.MAX_IMAGE_BYTES,
                       max_image_pixels=image_data.MAX_IMAGE_PIXELS, max_generated_length=config.max_caption_length)
@@ -429,6 +467,66 @@ def _grid_region(position: int, cells: int) -> str:
     vertical = ("top", "middle", "bottom")[3 * row // side]
     horizontal = ("left", "centre", "right")[3 * column // side]
     return "centre" if (vertical, horizontal) == ("middle", "centre") else f"{vertical} {horizontal}"
+
+
+def _captions_section(result: dict[str, Any], arrays: dict[str, np.ndarray]) -> Section:
+    """The report images with the export's greedy and beam captions, and the run's sample captions."""
+    blocks: list[Any] = []
+    if "pixels" in arrays:
+        titles = [f"{predictions.said(greedy, 'caption')} | beam: {predictions.said(beam, 'caption')}"
+                  for greedy, beam in zip(arrays["greedy"], arrays["beam"])]
+        names = ", ".join(f"{split} {image}" for split, image in zip(arrays["split"], arrays["image"]))
+        blocks.append(plots.image_grid("test_captions", list(arrays["pixels"]), titles, columns=3,
+                                       caption=f"the greedy caption | beam search's best, as the export gives them "
+                                               f"for {names}"))
+    rows = [[split, sample["image"], *(predictions.said(sample[key], "caption") for key in ("greedy", "beam")),
+             " / ".join(sample["references"])]
+            for split in TEST_SPLITS for sample in result.get("metrics", {}).get(f"samples/{split}", [])]
+    blocks.append(Table(["split", "image", "greedy", "beam", "references"], rows,
+                        caption="the first images of each test split"))
+    return Section("Test captions", blocks, anchor="captions")
+
+
+def _attention_section(arrays: dict[str, np.ndarray]) -> Section:
+    """For the first report image of each test split, one picture per caption word with its attention over it."""
+    if "attention" not in arrays:
+        return Section("Attention per word", [Text("No attention maps: this report was built without the run's "
+                                                   "report data.")], anchor="attention")
+    cells = arrays["attention"].shape[-1]
+    side = math.isqrt(cells)
+    blocks: list[Any] = []
+    for row in np.unique(arrays["split"], return_index=True)[1]:
+        words = [word for word in arrays["words"][row] if word][:ATTENTION_WORDS]
+        if not words:
+            continue
+        maps = arrays["attention"][row, : len(words)].reshape(len(words), side, cells // max(side, 1))
+        blocks.append(plots.image_grid(
+            f"attention_{arrays['split'][row]}", [arrays["pixels"][row]] * len(words), list(words),
+            overlays=list(maps), columns=4,
+            caption=f"{arrays['split'][row]} {arrays['image'][row]}: where each word of the greedy caption "
+                    f"attends (the {side}x{side} feature-map grid, brighter is more)"))
+    return Section("Attention per word", blocks or [Text("The report images got empty captions.")],
+                   anchor="attention")
+
+
+def _accuracy_section(result: dict[str, Any]) -> Section:
+    """Fact accuracy (generated scenes) and BLEU-4 on each test split, the model's searches beside the baselines."""
+    metrics, baselines = result.get("metrics", {}), result.get("baseline") or {}
+    systems = {"greedy search": (metrics, "greedy_"), "beam search": (metrics, "beam_"),
+               "most frequent caption": (baselines.get("most_frequent", {}), ""),
+               "nearest neighbour": (baselines.get("nearest_neighbour", {}), "")}
+    blocks: list[Any] = []
+    for key, label, scale in (("fact_accuracy", "captions with every fact right (%)", 100.0), ("bleu4", "BLEU-4", 1.0)):
+        values = {name: {title: scale * found[f"{split}/{prefix}{key}"] for split, title in TEST_SPLITS.items()
+                         if f"{split}/{prefix}{key}" in found} for name, (found, prefix) in systems.items()}
+        values = {name: by_split for name, by_split in values.items() if by_split}
+        if not values:
+            continue
+        splits = list(next(iter(values.values())))
+        blocks += [Table(["", *splits], [[name, *(by_split.get(split) for split in splits)]
+                                         for name, by_split in values.items()], caption=label),
+                   plots.bar_chart(f"splits_{key}", label, values, label)]
+    return Section("Fact accuracy and BLEU-4 per split", blocks or [Text("No test metrics.")], anchor="fact-accuracy")
 
 
 def _scores(references: list[list[str]], hypotheses: list[str], truths: dict[str, scenes.Scene] | None,

@@ -46,7 +46,10 @@ large share of the full softmax for a long time.
 
 Metrics: PPL^f (full softmax) and PPL^n (self-normalised, ``exp(s - log Z)``)
 on the test lines, the parameter count, training tokens/s and seconds per
-epoch; baseline: an add-one unigram model on the same tokens.
+epoch; baseline: an add-one unigram model on the same tokens. PPL^f and PPL^n
+are also measured on the first validation windows after every epoch; the report
+draws both over training and shows what the export says of a few test sentences
+(their perplexity and the likeliest next words).
 """
 from __future__ import annotations
 
@@ -64,19 +67,26 @@ from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
-from seqapps.export import ServingModule, Signature
+from seqapps.export import ExportCalls, ServingModule, Signature
 from seqapps.finetuning import (VOCABULARY_CHOICES, VocabularyMap, fine_tuning_vocabulary, transfer_weights,
                                 vocabulary_report)
 from seqapps.layers.batch_nce import LOSSES, NOISE_SCOPES, BatchNCE, unigram_distribution
 from seqapps.layers.ngram_context import NGramContext
 from seqapps.losses import per_token_training_loss
 from seqapps.metrics import perplexity, unigram_log_probs
-from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits
+from seqapps.pipeline import EPOCH_METRIC_EXAMPLES, SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits
+from seqapps.report import plots, run_folder
+from seqapps.report.document import Section, Table, Text
 from seqapps.training import seconds_per_training_step
 
 ARCHITECTURES = ("ffnn", "ffnn_relu", "rnn", "rnn_relu", "lstm", "lstm_relu")
 CORPORA = {"wordnet": text_data.wordnet_glosses, "pydoc": text_data.pydoc_topics}
 TOKENIZER = text_data.Tokenizer("word")
+#: the report scores this many test lines of 4 to ``REPORT_MAX_WORDS`` words through the export
+REPORT_SENTENCES = 4
+REPORT_MAX_WORDS = 25
+#: the perplexities, by key, as the report names them
+PERPLEXITIES = (("ppl_full", "PPL^f"), ("ppl_self_normalized", "PPL^n"))
 
 
 @dataclasses.dataclass
@@ -233,7 +243,9 @@ class LanguageModel(Pipeline):
                   "tokens": {name: int(len(stream)) for name, stream in streams.items()},
                   "vocabulary": len(vocab), "train_oov_rate": round(float(counts[0] / max(1, counts.sum())), 5),
                   VOCABULARIES: {"words": vocabulary_report(exported, vocab.tokens, tokens["test"])}}
-        arrays = {"train_counts": counts, "test_targets": windows["test"][1].reshape(-1)}
+        arrays = {"train_counts": counts, "test_targets": windows["test"][1].reshape(-1),
+                  "report_sentences": [" ".join(line) for line in parts["test"]
+                                       if 4 <= len(line) <= REPORT_MAX_WORDS][:REPORT_SENTENCES]}
         datasets_ = {name: tf.data.Dataset.from_tensor_slices(
             ({"tokens": inputs, "targets": targets}, np.zeros(targets.shape, "float32")))
             for name, (inputs, targets) in windows.items()}
@@ -284,8 +296,17 @@ class LanguageModel(Pipeline):
 
     # --- evaluation -------------------------------------------------------------------------
 
-    def evaluate(self, model: keras.Model, config: LanguageModelConfig,
-                 data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+    @staticmethod
+    def perplexities(model: keras.Model, windows: tf.data.Dataset) -> dict[str, float]:
+        """PPL^f (full softmax) and PPL^n (self-normalised) of the model on windows, 64 at a time.
+
+        Args:
+            model: the model.
+            windows: a split, unbatched.
+
+        Returns:
+            ``{"ppl_full", "ppl_self_normalized"}``.
+        """
         body = keras.Model(model.inputs[0], model.get_layer("hidden").output)
         output = model.get_layer("output")
 
@@ -294,13 +315,20 @@ class LanguageModel(Pipeline):
             return output.target_log_probs(body(tokens, training=False), targets)
 
         full, normalized = [], []
-        for inputs, _ in data.test.batch(64):
+        for inputs, _ in windows.batch(64):
             found = log_probs(inputs["tokens"], inputs["targets"])
             full.append(found["full"].numpy().reshape(-1))
             normalized.append(found["self_normalized"].numpy().reshape(-1))
-        metrics = {"ppl_full": perplexity(np.concatenate(full)),
-                   "ppl_self_normalized": perplexity(np.concatenate(normalized)),
-                   "parameters": int(model.count_params()),
+        return {"ppl_full": perplexity(np.concatenate(full)),
+                "ppl_self_normalized": perplexity(np.concatenate(normalized))}
+
+    def epoch_metrics(self, model: keras.Model, config: LanguageModelConfig, data: Splits) -> dict[str, float]:
+        """``perplexities`` on the first ``EPOCH_METRIC_EXAMPLES`` validation windows."""
+        return self.perplexities(model, data.val.take(EPOCH_METRIC_EXAMPLES))
+
+    def evaluate(self, model: keras.Model, config: LanguageModelConfig,
+                 data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
+        metrics = {**self.perplexities(model, data.test), "parameters": int(model.count_params()),
                    "vocabulary": len(data.state["vocabulary"]["tokens"])}
         metrics.update(self.throughput(model, config, data))
         unigram = unigram_log_probs(data.arrays["train_counts"], data.arrays["test_targets"])
@@ -328,6 +356,47 @@ class LanguageModel(Pipeline):
                 "train_seconds_per_epoch": round(steps * step, 1)}
 
     # --- serving ----------------------------------------------------------------------------
+
+    def report_data(self, model: keras.Model, config: LanguageModelConfig, data: Splits,
+                    export: ExportCalls) -> dict[str, np.ndarray]:
+        """What the export says of a few test sentences: their perplexity and the likeliest next words."""
+        sentences = np.array(data.arrays["report_sentences"], dtype=object)
+        if not len(sentences):
+            return {}
+        outputs = export("serving_default", {"text": sentences})
+        return {"sentences/text": sentences.astype(str), "sentences/perplexity": outputs["perplexity"],
+                "sentences/next_words": np.vectorize(predictions.text)(outputs["next_words"]),
+                "sentences/next_log_probs": outputs["next_log_probs"]}
+
+    def report_sections(self, result: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[Section]:
+        """PPL^f and PPL^n over training beside the unigram baseline; the export's view of a few test sentences."""
+        history = (result.get("training") or {}).get("history") or {}
+        curves = {label: run_folder.epoch_curve(history, f"val_{key}") for key, label in PERPLEXITIES}
+        curves = {label: curve for label, curve in curves.items() if curve[0]}
+        blocks: list[Any] = []
+        unigram = ((result.get("baseline") or {}).get("unigram") or {}).get("ppl_full")
+        if curves:
+            epochs = sorted({epoch for xs, _ in curves.values() for epoch in xs})
+            if isinstance(unigram, (int, float)):
+                curves["unigram baseline (test PPL^f)"] = (epochs, [unigram] * len(epochs))
+            values = [value for _, ys in curves.values() for value in ys]
+            blocks.append(plots.line_chart("perplexity", "validation perplexity per epoch", curves, "epoch",
+                                           "perplexity", log_y=max(values) > 10 * min(values), markers=True,
+                                           caption="PPL^f: full softmax; PPL^n: self-normalised, exp(s - log Z); "
+                                                   "PPL^n near PPL^f: the scores need no normalisation"))
+        blocks.append(run_folder.last_epoch_table(result, PERPLEXITIES))
+        if "sentences/text" in arrays:
+            columns = [arrays[f"sentences/{name}"] for name in ("text", "perplexity", "next_words", "next_log_probs")]
+            rows = [[text, float(ppl), ", ".join(f"{word} ({math.exp(log_p):.1%})"
+                                                 for word, log_p in zip(words, scores))]
+                    for text, ppl, words, scores in zip(*columns)]
+            table = Table(["test sentence", "perplexity", "likeliest next words"], rows,
+                          caption="serving_default on test lines: full-softmax perplexity, each word predicted "
+                                  "from the sentence start")
+        else:
+            table = Text("(no sentences: the run saved no report data)")
+        return [Section("Perplexity over training", blocks, anchor="perplexity"),
+                Section("Sentences scored by the export", [table], anchor="sentences")]
 
     def serving_module(self, model: keras.Model, config: LanguageModelConfig, data: Splits) -> ServingModule:
         state = data.state

@@ -33,6 +33,10 @@ baselines, tag priors (training frequencies) and a logistic regression on clip-a
 MFCCs; precision and recall at per-tag F1-optimal thresholds chosen on the validation
 clips (stored in the export).
 
+Report: ROC curves of the test clips per tag group (from the export's scores, one curve per tag),
+the ``taggram`` signature's window scores with tag names and times for a few test clips, and each
+tag's ROC-AUC beside the MFCC baseline's.
+
 Export (waveforms at 16 kHz):
 - ``serving_default``: ``waveform`` float32 [batch, samples] -> ``scores`` float32
   [batch, n_tags] (tag order of the state), ``tags`` string [batch, n_tags] (best first),
@@ -47,6 +51,7 @@ A waveform with NaN or Inf, empty, or longer than ``max_seconds`` is rejected
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -58,16 +63,21 @@ from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import audio, music, samples
 from seqapps.data import splits as split_rule
 from seqapps.errors import DataError
-from seqapps.export import Limits, ServingModule, Signature
+from seqapps.export import ExportCalls, Limits, ServingModule, Signature
 from seqapps.finetuning import VocabularyMap, grow_vocabulary, transfer_weights
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 from seqapps.layers.spectrogram import LogMelSpectrogram, SpecAugment, TimeStatistics
-from seqapps.metrics import f1_thresholds, precision_recall_at, tagging_report
+from seqapps.metrics import f1_thresholds, precision_recall_at, roc_curves, tag_groups, tagging_report
 from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits, row_inputs
+from seqapps.report import plots
+from seqapps.report.document import Block, Figure, Section, Table, Text
 
 SPLITS = ("train", "val", "test")
 AGGREGATES = ("mean", "max")
 TAGGRAM_TOP = 3  # tags ``seqapps predict --signature taggram`` shows per window
+REPORT_TAGGRAMS = 3  # test clips whose taggram the report draws
+ROC_COLUMNS = 3  # panels per row of the report's ROC curves
+PLAIN_TAGS = "tags"  # the ROC panel of tags outside any ``group:value`` group
 CELLS = {"gru": keras.layers.GRU, "lstm": keras.layers.LSTM}
 RNN_CELLS = {"gru": keras.layers.GRUCell, "lstm": keras.layers.LSTMCell}
 RNNS = ("rnn", "hrnn")
@@ -473,6 +483,45 @@ class MusicTagging(Pipeline):
                                    from_wav),
             "taggram": Signature(spec, example, taggram, checked)})
 
+    # --- report -----------------------------------------------------------------------------
+
+    def report_data(self, model: keras.Model, config: MusicTaggingConfig, data: Splits,
+                    export: ExportCalls) -> dict[str, np.ndarray]:
+        """The test clips' scores (``serving_default``) and a few clips' taggrams (``taggram``), clip by clip.
+
+        Each clip is sent alone, as ``seqapps predict`` sends one file, so its scores are those
+        ``evaluate`` measured (no zero padding shared with a longer clip).
+
+        Returns:
+            ``tags`` (the state's order), ``scores`` and ``targets`` [test clips, tags] (the test split
+            is small), and per drawn clip ``i``: ``taggram/i`` [windows, tags] (the tags of the
+            signature's ``tags`` output, ``taggram_tags``), ``window_start/i`` and ``window_end/i``
+            [windows] seconds, and ``clip/i`` (its file name).
+        """
+        test = data.arrays["test"]
+        scores = [export("serving_default", {"waveform": w[None, :]})["scores"][0] for w in test["waveforms"]]
+        arrays: dict[str, np.ndarray] = {"tags": np.array(data.state["tags"]), "scores": np.array(scores, np.float32),
+                                         "targets": test["targets"]}
+        taggrams = [export("taggram", {"waveform": w[None, :]}) for w in test["waveforms"][:REPORT_TAGGRAMS]]
+        for i, taggram in enumerate(taggrams):
+            arrays.update({f"taggram/{i}": taggram["window_scores"][0], f"window_start/{i}": taggram["window_start"][0],
+                           f"window_end/{i}": taggram["window_end"][0],
+                           f"clip/{i}": np.array(Path(test["paths"][i]).name)})
+        if taggrams:
+            arrays["taggram_tags"] = np.array([tag.decode("utf-8") for tag in taggrams[0]["tags"][0]])
+        return arrays
+
+    def report_sections(self, result: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[Section]:
+        """ROC curves per tag group (``roc-curves``), taggrams (``taggram``), per-tag AUC (``per-tag-auc``)."""
+        missing = Text("(no report data: the figures are drawn from what the run saved)")
+        roc: list[Block] = [_roc_figure(result, arrays)] if "scores" in arrays else [missing]
+        taggrams: list[Block] = [_taggram_figure(arrays, i) for i in range(REPORT_TAGGRAMS) if f"taggram/{i}" in arrays]
+        return [Section("ROC curves per tag group", roc, anchor="roc-curves"),
+                Section("Taggrams", [Text("Each window's score per tag (the export's taggram signature) for a few "
+                                          "test clips; the clip's own tags are marked *."), *(taggrams or [missing])],
+                        anchor="taggram"),
+                _per_tag_auc_section(result)]
+
     def limits(self, config: MusicTaggingConfig, data: Splits) -> Limits:
         samples = int(data.state["max_seconds"] * data.state["sample_rate"])
         # a WAV of max_seconds at up to 48 kHz, 16-bit stereo, plus its header
@@ -505,6 +554,81 @@ class MusicTagging(Pipeline):
             lines.append(f"{name}: " + (", ".join(f"{tag} {s:.2f}" for s, tag in found) or "(no tag above its "
                                         "threshold)"))
         return "\n".join(lines), {"predictions": rows}
+
+
+def _roc_figure(result: dict[str, Any], arrays: dict[str, np.ndarray]) -> Figure:
+    """A panel per tag group (``tag_groups``; plain tags in one more) with the ROC curve of each of its tags.
+
+    The curves are ``seqapps.metrics.roc_curves`` of the saved test scores; a tag whose test clips
+    are all positive or all negative has none (the run's ``skipped_tags``).
+    """
+    curves = roc_curves(arrays["targets"], arrays["scores"], [str(tag) for tag in arrays["tags"]])
+    groups = tag_groups(curves)
+    plain = [tag for tag in curves if ":" not in tag]
+    if plain or not groups:
+        groups[PLAIN_TAGS] = plain
+    means = result.get("metrics", {}).get("roc_auc_per_group", {})
+    rows = -(-len(groups) // ROC_COLUMNS)
+    figure, panels = plots.canvas(rows, ROC_COLUMNS, height=2.7, squeeze=False)
+    for panel, (group, tags) in itertools.zip_longest(panels.flat, groups.items(), fillvalue=(None, None)):
+        if group is None:
+            panel.axis("off")
+            continue
+        panel.plot([0, 1], [0, 1], linestyle="--", color="grey", linewidth=0.8)
+        for tag in tags:
+            false_positives, true_positives = curves[tag]
+            area = float(np.trapezoid(true_positives, false_positives))
+            panel.plot(false_positives, true_positives, linewidth=1.2, label=f"{tag.partition(':')[2] or tag} "
+                                                                              f"({area:.2f})")
+        mean = f" (mean AUC {means[group]:.2f})" if group in means else ""
+        panel.set_title(f"{group}{mean}", fontsize="small")
+        panel.set(xlim=(0, 1), ylim=(0, 1.02))
+        panel.tick_params(labelsize="x-small")
+        if tags:
+            panel.legend(fontsize="xx-small", loc="lower right")
+    for panel in panels[-1]:
+        panel.set_xlabel("false positive rate", fontsize="x-small")
+    for panel in panels[:, 0]:
+        panel.set_ylabel("true positive rate", fontsize="x-small")
+    skipped = len(arrays["tags"]) - len(curves)
+    return plots.to_figure("roc_curves", figure, f"ROC curves of the {len(arrays['scores'])} test clips, AUC in "
+                           "brackets" + (f"; {skipped} tags whose test clips are all positive or all negative have "
+                                         "no curve" if skipped else ""))
+
+
+def _taggram_figure(arrays: dict[str, np.ndarray], index: int) -> Figure:
+    """Clip ``index``'s taggram: a row per tag, a column per window (its start and end in seconds)."""
+    windows = arrays[f"taggram/{index}"]
+    tags = [str(tag) for tag in arrays["taggram_tags"]]
+    own = {tag for tag, target in zip(tags, arrays["targets"][index]) if target}
+    times = [f"{start:.1f}-{end:.1f} s" for start, end in zip(arrays[f"window_start/{index}"],
+                                                             arrays[f"window_end/{index}"])]
+    return plots.heatmap(f"taggram_{index}", f"taggram of {arrays[f'clip/{index}']}", windows.T, x_labels=times,
+                         y_labels=[f"* {tag}" if tag in own else tag for tag in tags], xlabel="window",
+                         colorbar="score", caption=f"the clip's tags: {', '.join(sorted(own)) or '(none known)'}")
+
+
+def _per_tag_auc_section(result: dict[str, Any]) -> Section:
+    """Each tag's and each group's test ROC-AUC, the model's beside the MFCC logistic regression's (table and bars)."""
+    model = result.get("metrics", {})
+    mfcc = result.get("baseline", {}).get("mfcc_logistic_regression", {})
+    per_tag, baseline = model.get("roc_auc_per_tag", {}), mfcc.get("roc_auc_per_tag", {})
+    if not per_tag:
+        return Section("Per-tag ROC-AUC", [Text("(no tag has both positive and negative test clips)")],
+                       anchor="per-tag-auc")
+    rows = [[tag, value, baseline.get(tag), value - baseline[tag] if tag in baseline else None]
+            for tag, value in per_tag.items()]
+    groups = [[group, value, mfcc.get("roc_auc_per_group", {}).get(group)]
+              for group, value in model.get("roc_auc_per_group", {}).items()]
+    blocks: list[Block] = [
+        plots.bar_chart("per_tag_auc", "test ROC-AUC per tag", {"model": per_tag, "MFCC logistic regression": baseline},
+                        "ROC-AUC", caption="each tag with positive and negative test clips; 0.5 is chance (the "
+                                           "tag priors' AUC)"),
+        Table(["tag", "model", "MFCC baseline", "model - baseline"], rows,
+              caption=f"{len(model.get('skipped_tags', {}))} tags with one class among the test clips are left out")]
+    if groups:
+        blocks.append(Table(["tag group", "model (mean AUC)", "MFCC baseline (mean AUC)"], groups))
+    return Section("Per-tag ROC-AUC", blocks, anchor="per-tag-auc")
 
 
 def _taggram_text(files: list[str], outputs: dict[str, np.ndarray], seconds: np.ndarray | None,

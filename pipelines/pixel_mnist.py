@@ -8,7 +8,8 @@ scaled to 0..255 and resized bilinearly to ``image_size``; ``--data tfds:mnist``
 reads MNIST from a local tensorflow_datasets folder (no download).
 
 Metric: test accuracy (and cross-entropy), beside the majority class and a
-logistic regression on the raw pixels.
+logistic regression on the raw pixels; the accuracy on the first validation images
+after every epoch (the report draws it under the mode's name).
 
 The export's ``serving_default`` takes ``image``, a string tensor [batch] of
 encoded grayscale or colour JPEG/PNG/GIF/BMP bytes (any size up to the limits of
@@ -31,10 +32,12 @@ from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
 from seqapps.data.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_images, read_image_bytes
 from seqapps.errors import DataError
-from seqapps.export import Limits, ServingModule, Signature
-from seqapps.hrnn import build_hrnn
+from seqapps.export import ExportCalls, Limits, ServingModule, Signature
+from seqapps.hrnn import bench_report_data, build_hrnn, mode_and_bench_sections
 from seqapps.layers.hrnn_model import HRNNSequenceModel
-from seqapps.pipeline import SPLIT_COUNTS, Headline, Pipeline, Splits, row_inputs
+from seqapps.metrics import label_log_probs
+from seqapps.pipeline import EPOCH_METRIC_EXAMPLES, SPLIT_COUNTS, Headline, Pipeline, Splits, row_inputs
+from seqapps.report.document import Section
 
 CLASSES = 10
 PERMUTATION_SEED = 1234  # the permutation is fixed: the same for every run of an image size
@@ -179,7 +182,8 @@ class PixelMnist(Pipeline):
         report = {"source": source, "image_size": size, "steps": size * size, "permute": config.permute,
                   "images": {name: int(len(part[1])) for name, part in raw.items()}}
         report[SPLIT_COUNTS] = split_rule.split_counts("images", report["images"])
-        arrays = {"test": splits["test"], "test_labels": raw["test"][1], "train_labels": raw["train"][1],
+        arrays = {"val": splits["val"], "val_labels": raw["val"][1],
+                  "test": splits["test"], "test_labels": raw["test"][1], "train_labels": raw["train"][1],
                   "train_pixels": splits["train"][0][..., 0], "test_images": raw["test"][0][:2]}
         return Splits(*(tf.data.Dataset.from_tensor_slices(splits[name]) for name in ("train", "val", "test")),
                       state=state, report=report, arrays=arrays)
@@ -198,22 +202,47 @@ class PixelMnist(Pipeline):
     def compile_args(self, config: PixelMnistConfig, data: Splits) -> dict[str, Any]:
         return {"jit_compile": False}  # the lean train_step computes its own loss
 
+    @staticmethod
+    def scores(model: keras.Model, pixels: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+        """Accuracy and cross-entropy (nats) of the digit read from the last step's output.
+
+        Args:
+            model: the model.
+            pixels: (n, T, 1) sequences in reading order, in 0..1.
+            labels: (n,) digits.
+        """
+        logits = model.predict(pixels, batch_size=128, verbose=0)[:, -1]
+        return {"accuracy": float((logits.argmax(-1) == labels).mean()),
+                "cross_entropy": float(-label_log_probs(logits, labels).mean())}
+
+    def epoch_metrics(self, model: keras.Model, config: PixelMnistConfig, data: Splits) -> dict[str, float]:
+        """The accuracy (``scores``) on the first ``EPOCH_METRIC_EXAMPLES`` validation images."""
+        first = slice(EPOCH_METRIC_EXAMPLES)
+        scores = self.scores(model, data.arrays["val"][0][first], data.arrays["val_labels"][first])
+        return {"accuracy": scores["accuracy"]}
+
     def evaluate(self, model: keras.Model, config: PixelMnistConfig,
                  data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
-        from scipy.special import log_softmax
         from sklearn.linear_model import LogisticRegression
 
         pixels, _ = data.arrays["test"]
         labels, train_labels = data.arrays["test_labels"], data.arrays["train_labels"]
-        log_probs = log_softmax(model.predict(pixels, batch_size=128, verbose=0)[:, -1], axis=-1)
-        metrics = {"accuracy": float((log_probs.argmax(-1) == labels).mean()),
-                   "cross_entropy": float(-log_probs[np.arange(len(labels)), labels].mean())}
+        metrics = self.scores(model, pixels, labels)
         majority = np.bincount(train_labels, minlength=CLASSES).argmax()
         regression = LogisticRegression(max_iter=500).fit(data.arrays["train_pixels"], train_labels)
         return metrics, {
             "majority_class": {"accuracy": float((labels == majority).mean())},
             "logistic_regression": {"accuracy": float((regression.predict(pixels[..., 0]) == labels).mean())},
         }
+
+    def report_data(self, model: keras.Model, config: PixelMnistConfig, data: Splits,
+                    export: ExportCalls) -> dict[str, np.ndarray]:
+        """The memory bench's rows, when it was run (``seqapps.hrnn.bench_report_data``)."""
+        return bench_report_data(export.path)
+
+    def report_sections(self, result: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[Section]:
+        """The accuracy per epoch under the mode's name, and the memory bench."""
+        return mode_and_bench_sections(result, arrays, [("accuracy", "accuracy")])
 
     def serving_module(self, model: keras.Model, config: PixelMnistConfig, data: Splits) -> ServingModule:
         size = data.state["image_size"]

@@ -26,7 +26,13 @@ characters. A character outside the character set is an error listing it
 clips, and transcripts too long for their audio's frames are errors naming the row.
 
 Metrics: CER and WER (``jiwer``) of greedy and beam decoding on the test split,
-beside two baselines: the empty transcript and the most frequent training sentence.
+beside two baselines: the empty transcript and the most frequent training sentence;
+on the generated corpus also per held-out voice (``per_voice``).
+
+Report: for a few test utterances, the log-mel under the CTC posteriors with the words
+and times of the ``words`` signature drawn over both (the log-mel and the posteriors
+come from the trained model, which the export holds: the export has no signature for
+them); CER and WER per held-out voice beside the baselines.
 
 Export (waveforms at 16 kHz, zero-padded):
 - ``serving_default``: ``waveform`` float32 [batch, samples], ``length`` int32 [batch]
@@ -47,6 +53,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
+import textwrap
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -60,15 +67,19 @@ from seqapps.data import audio, datasets, samples, speech
 from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.errors import DataError
-from seqapps.export import Limits, ServingModule, Signature
+from seqapps.export import ExportCalls, Limits, ServingModule, Signature
 from seqapps.finetuning import (VOCABULARY_CHOICES, VocabularyMap, grow_vocabulary, transfer_weights,
                                 vocabulary_report)
 from seqapps.layers import ctc
 from seqapps.metrics import character_error_rate, word_error_rate
 from seqapps.pipeline import INPUT_INDEX, SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits, row_inputs
+from seqapps.report import plots
+from seqapps.report.document import Block, Figure, Section, Table, Text
 
 CORPORA = {"kjv": lambda: text_data.kjv_bible().lines, "pydoc": lambda: text_data.pydoc_topics().lines}
 SPLITS = ("train", "val", "test")
+REPORT_UTTERANCES = 3  # test utterances the report draws
+ALL_VOICES = "all test voices"
 
 
 @dataclasses.dataclass
@@ -240,7 +251,8 @@ class SpeechRecognition(Pipeline):
             targets = tf.data.Dataset.from_tensor_slices(tf.ragged.constant(labels, dtype=tf.int32))
             split_data[split] = tf.data.Dataset.zip(inputs, targets).map(_to_float)
             arrays[split] = {"transcripts": [u.transcript for u in utterances],
-                             "paths": [str(u.path) for u in utterances]}
+                             "paths": [str(u.path) for u in utterances],
+                             "speakers": [u.speaker for u in utterances]}
         arrays["words"] = words
         sizes = {s: len(arrays[s]["transcripts"]) for s in SPLITS}
         report = {**source, "utterances": sizes, SPLIT_COUNTS: split_rule.split_counts("utterances", sizes),
@@ -313,22 +325,35 @@ class SpeechRecognition(Pipeline):
 
         Returns:
             ``(metrics, baselines)``: ``greedy_cer``, ``greedy_wer``, ``beam_cer``, ``beam_wer`` (and, on the
-            generated corpus, the word start times' error), and the CER and WER of the empty transcript and
-            of the most frequent training sentence.
+            generated corpus, the word start times' error and ``per_voice``: those four and ``utterances``
+            per held-out voice variant), and the CER and WER of the empty transcript and of the most
+            frequent training sentence.
         """
         truth = data.arrays["test"]["transcripts"]
         found = self.transcribe(model, data.test, data.state["chars"], config.beam_width)
 
-        def scores(hypotheses: list[str]) -> dict[str, float]:
-            return {"cer": character_error_rate(truth, hypotheses), "wer": word_error_rate(truth, hypotheses)}
+        def scores(rows: Sequence[int], hypotheses: Sequence[str]) -> dict[str, float]:
+            references, chosen = [truth[i] for i in rows], [hypotheses[i] for i in rows]
+            return {"cer": character_error_rate(references, chosen), "wer": word_error_rate(references, chosen)}
 
-        metrics = {f"{kind}_{name}": value for kind in ("greedy", "beam")
-                   for name, value in scores(found[kind]).items()}
+        def decoded(rows: Sequence[int]) -> dict[str, float]:
+            return {f"{kind}_{name}": value for kind in ("greedy", "beam")
+                    for name, value in scores(rows, found[kind]).items()}
+
+        every = range(len(truth))
+        metrics: dict[str, Any] = decoded(every)
+        speakers = data.arrays["test"]["speakers"]
+        if all(speakers):  # the generated corpus: whole voice variants are held out
+            by_voice: dict[str, list[int]] = {}
+            for row, voice in enumerate(speakers):
+                by_voice.setdefault(voice, []).append(row)
+            metrics["per_voice"] = {voice: {**decoded(rows), "utterances": len(rows)}
+                                    for voice, rows in sorted(by_voice.items())}
         if data.arrays["words"]:
             metrics.update(_word_timing_error(data, found))
         common = collections.Counter(data.arrays["train"]["transcripts"]).most_common(1)[0][0]
-        return metrics, {"empty_transcript": scores([""] * len(truth)),
-                         "most_frequent_sentence": scores([common] * len(truth))}
+        return metrics, {"empty_transcript": scores(every, [""] * len(truth)),
+                         "most_frequent_sentence": scores(every, [common] * len(truth))}
 
     # --- export and prediction --------------------------------------------------------------
 
@@ -390,6 +415,55 @@ class SpeechRecognition(Pipeline):
             "wav_bytes": Signature({"wav": tf.TensorSpec([None], tf.string, name="wav")}, wav_example, greedy,
                                    from_wav)})
 
+    # --- report -----------------------------------------------------------------------------
+
+    def report_data(self, model: ctc.CTCSpeechModel, config: SpeechRecognitionConfig, data: Splits,
+                    export: ExportCalls) -> dict[str, np.ndarray]:
+        """The first ``REPORT_UTTERANCES`` test utterances: log-mel, CTC posteriors and the ``words`` signature's words.
+
+        The words and their times are the export's (a zero-padded batch, as a user sends it); the
+        log-mel (the model's front end, before the per-utterance normalisation) and the posteriors
+        (the softmax of the model's logits) come from the trained model, since the export has no
+        signature for them.
+
+        Returns:
+            ``classes`` (each class's label: ``blank``, ``space``, the characters), ``mel_step`` and
+            ``frame_step`` (seconds between log-mel frames and between output frames), and per
+            utterance ``i``: ``log_mel/i`` [frames, n_mels], ``posteriors/i`` [output frames, classes],
+            ``words/i``, ``start/i``, ``end/i``, ``confidence/i`` [words], ``transcript/i`` (the reference)
+            and ``seconds/i`` (its duration).
+        """
+        rate = data.state["sample_rate"]
+        waveforms = [inputs["waveform"].numpy() for inputs, _ in data.test.take(REPORT_UTTERANCES)]
+        rows = audio.signature_rows(waveforms, rate, wav=False)
+        timed = export("words", rows)
+        log_mel = tf.cast(model.frontend(rows["waveform"], lengths=rows["length"]), tf.float32).numpy()
+        posteriors = tf.nn.softmax(tf.cast(model(rows, training=False), tf.float32), axis=-1).numpy()
+        frames = model.frontend.frame_lengths(rows["length"]).numpy()
+        output_frames = model.output_lengths(rows["length"]).numpy()
+        labels = {"": "blank", " ": "space"}
+        arrays: dict[str, np.ndarray] = {"classes": np.array([labels.get(c, c) for c in data.state["chars"]]),
+                                         "mel_step": np.float32(config.hop_length / rate),
+                                         "frame_step": np.float32(model.seconds_per_frame)}
+        for i, length in enumerate(rows["length"]):
+            count = int(timed["num_words"][i])
+            arrays.update({f"log_mel/{i}": log_mel[i, :frames[i]], f"posteriors/{i}": posteriors[i, :output_frames[i]],
+                           f"words/{i}": np.array([w.decode("utf-8") for w in timed["words"][i, :count]]),
+                           **{f"{key}/{i}": timed[key][i, :count] for key in ("start", "end", "confidence")},
+                           f"transcript/{i}": np.array(data.arrays["test"]["transcripts"][i]),
+                           f"seconds/{i}": np.float32(length / rate)})
+        return arrays
+
+    def report_sections(self, result: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[Section]:
+        """Word timings over the log-mel and posteriors (``word-timings``); CER and WER per voice (``per-voice``)."""
+        timings: list[Block] = [Text("The log-mel (top) and the CTC posteriors of each class (bottom) of a few test "
+                                     "utterances, with the words and times of the export's words signature over both "
+                                     "(the log-mel and the posteriors are the trained model's).")]
+        count = sum(1 for name in arrays if name.startswith("posteriors/"))
+        timings += [_timing_figure(arrays, i) for i in range(count)] or [
+            Text("(no report data: the figures are drawn from what the run saved)")]
+        return [Section("Word timings", timings, anchor="word-timings"), _per_voice_section(result)]
+
     def limits(self, config: SpeechRecognitionConfig, data: Splits) -> Limits:
         samples = int(config.max_seconds * data.state["sample_rate"])
         # a WAV of max_seconds at up to 48 kHz, 16-bit stereo, plus its header
@@ -445,6 +519,58 @@ class SpeechRecognition(Pipeline):
             else " ".join(f"{w['word']}[{w['start']:.2f}-{w['end']:.2f}]" for w in row["words"]) or "(no words)")
             for row in rows.values()]
         return "\n".join(lines), {"predictions": list(rows.values())}
+
+
+def _timing_figure(arrays: dict[str, np.ndarray], index: int) -> Figure:
+    """Utterance ``index`` of ``report_data``: the log-mel over the posteriors, on one time axis, the words on both."""
+    seconds, words = float(arrays[f"seconds/{index}"]), arrays[f"words/{index}"]
+    starts, ends = arrays[f"start/{index}"], arrays[f"end/{index}"]
+    figure, (top, bottom) = plots.canvas(2, 1, height=3.2, sharex=True, gridspec_kw={"height_ratios": [2, 3]})
+    log_mel, posteriors = arrays[f"log_mel/{index}"], arrays[f"posteriors/{index}"]
+    plots.heatmap("log_mel", "log-mel", log_mel.T[::-1], ylabel="mel band", colorbar="log energy", axes=top)
+    plots.heatmap("posteriors", "CTC posteriors", posteriors.T, y_labels=list(arrays["classes"]), xlabel="seconds",
+                  colorbar="posterior", axes=bottom)
+    # both panels in seconds: a log-mel frame is centred on its time, an output frame k spans [k, k + 1) steps
+    mel_step, frame_step = float(arrays["mel_step"]), float(arrays["frame_step"])
+    top.images[0].set_extent((-mel_step / 2, (len(log_mel) - 0.5) * mel_step, log_mel.shape[1] - 0.5, -0.5))
+    top.set_yticks([])
+    bottom.images[0].set_extent((0.0, len(posteriors) * frame_step, posteriors.shape[1] - 0.5, -0.5))
+    bottom.set_xlim(0.0, seconds)
+    for word, start, end in zip(words, starts, ends):
+        for axes in (top, bottom):
+            axes.axvspan(start, end, ymin=0.0, ymax=1.0, facecolor="none", edgecolor="white", linewidth=0.8)
+        top.text((start + end) / 2, 0.96, word, transform=top.get_xaxis_transform(), ha="center", va="top",
+                 color="white", fontsize="x-small")
+    recognised = " ".join(words) or "(no words)"
+    return plots.to_figure(f"word_timings_{index}", figure,
+                           f"reference: {arrays[f'transcript/{index}']} | recognised words: {recognised} "
+                           f"({seconds:.2f} s)")
+
+
+def _per_voice_section(result: dict[str, Any]) -> Section:
+    """CER and WER per held-out voice (the run's ``per_voice`` metrics) beside the baselines, as a table and bars."""
+    per_voice = result.get("metrics", {}).get("per_voice")
+    if not per_voice:
+        return Section("CER and WER per held-out voice", [Text(
+            "(no voice per utterance: the run's data names no speakers, as the generated corpus does)")],
+            anchor="per-voice")
+    headlines = SpeechRecognition.headline_metrics
+    utterances = {f"voice {voice}": values["utterances"] for voice, values in per_voice.items()}
+    utterances[ALL_VOICES] = sum(utterances.values())
+    shown = {**{f"voice {voice}": [h.value(values) for h in headlines] for voice, values in per_voice.items()},
+             ALL_VOICES: [h.value(result["metrics"]) for h in headlines],
+             **{f"baseline: {name.replace('_', ' ')}": [h.value(values, baseline=True) for h in headlines]
+                for name, values in result.get("baseline", {}).items()}}
+    table = Table(["", "utterances", *(h.title() for h in headlines)],
+                  [[name, utterances.get(name), *cells] for name, cells in shown.items()],
+                  caption="the test split per voice variant (never heard in training), and all of it beside the "
+                          "baselines (a baseline has one transcript per utterance: greedy and beam alike)")
+    chart = plots.bar_chart("per_voice_error_rates", "error rates per held-out voice",
+                            {h.title(): {textwrap.fill(name, 18): cells[k] for name, cells in shown.items()
+                                         if cells[k] is not None} for k, h in enumerate(headlines)}, "%",
+                            caption="CER and WER of greedy and beam decoding per test voice, over all test voices, "
+                                    "and of the baselines")
+    return Section("CER and WER per held-out voice", [table, chart], anchor="per-voice")
 
 
 def _word_timing_error(data: Splits, found: dict[str, list]) -> dict[str, float]:

@@ -14,7 +14,9 @@ start as a fresh model's). ``vocabulary=keep`` keeps the export's characters, ne
 mapping to ``<unk>``.
 
 Metric: bits per character on the test lines, against the entropy of the
-training characters' unigram distribution.
+training characters' unigram distribution; the same on the first validation windows
+after every epoch. The report shows texts the export generated from the starts of a
+few test lines, greedy and sampled.
 
 The export's ``serving_default`` takes, per row (every input has a leading batch
 dimension, so TF Serving's row format works): ``prompt`` (string), ``length``
@@ -32,7 +34,6 @@ Prompts longer than ``max_prompt_chars`` characters and lengths above
 from __future__ import annotations
 
 import dataclasses
-import math
 import textwrap
 from pathlib import Path
 from typing import Any, Sequence
@@ -46,15 +47,22 @@ from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
-from seqapps.export import Limits, ServingModule, Signature
+from seqapps.export import ExportCalls, Limits, ServingModule, Signature
 from seqapps.finetuning import (VOCABULARY_CHOICES, VocabularyMap, fine_tuning_vocabulary, transfer_weights,
                                 vocabulary_report)
 from seqapps.layers import decoding
-from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits
+from seqapps.pipeline import EPOCH_METRIC_EXAMPLES, SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits
+from seqapps.report.document import Section, Table, Text
 
 CORPORA = {"kjv": text_data.kjv_bible, "pydoc": text_data.pydoc_topics}
 START = "\n"  # every prompt is preceded by a line break, as every training line is
 TOKENIZER = text_data.Tokenizer("char")
+#: the report's samples: the first words of this many test lines, each continued greedily and sampled
+REPORT_PROMPTS = 3
+REPORT_PROMPT_WORDS = 3
+#: characters generated per sample (at most the config's ``max_generated_length``), and the sampling temperatures
+REPORT_SAMPLE_CHARS = 200
+REPORT_TEMPERATURES = (0.0, 0.8)
 
 
 @dataclasses.dataclass
@@ -164,9 +172,11 @@ class TextGeneration(Pipeline):
                   VOCABULARIES: {"characters": vocabulary_report(exported, vocabulary.tokens,
                                                                  TOKENIZER.tokenize(parts["test"]))}}
         datasets_ = {name: tf.data.Dataset.from_tensor_slices(pair) for name, pair in windows.items()}
+        prompts = [" ".join(line.split()[:REPORT_PROMPT_WORDS]) for line in parts["test"].split(START)]
         return Splits(datasets_["train"], datasets_["val"], datasets_["test"], state=state, report=report,
                       arrays={"train_counts": np.bincount(streams["train"], minlength=len(vocabulary)),
-                              "test_targets": windows["test"][1].reshape(-1)})
+                              "test_targets": windows["test"][1].reshape(-1),
+                              "report_prompts": [prompt for prompt in prompts if prompt][:REPORT_PROMPTS]})
 
     # --- model ------------------------------------------------------------------------------
 
@@ -195,13 +205,52 @@ class TextGeneration(Pipeline):
 
     # --- evaluation -------------------------------------------------------------------------
 
+    @staticmethod
+    def bits_per_char(model: keras.Model, windows: tf.data.Dataset) -> float:
+        """The model's bits per character on ``(chars, next chars)`` windows, 64 windows at a time.
+
+        Args:
+            model: the model.
+            windows: a split, unbatched.
+        """
+        log_probs = [metrics.label_log_probs(model.predict_on_batch(chars), targets).reshape(-1)
+                     for chars, targets in windows.batch(64)]
+        return metrics.bits_per_char(np.concatenate(log_probs))
+
+    def epoch_metrics(self, model: keras.Model, config: TextGenerationConfig, data: Splits) -> dict[str, float]:
+        """``bits_per_char`` on the first ``EPOCH_METRIC_EXAMPLES`` validation windows."""
+        return {"bits_per_char": self.bits_per_char(model, data.val.take(EPOCH_METRIC_EXAMPLES))}
+
     def evaluate(self, model: keras.Model, config: TextGenerationConfig,
                  data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
-        nats = model.evaluate(data.test.batch(64), verbose=0)
-        nats = float(nats[0] if isinstance(nats, list) else nats)
         unigram = metrics.unigram_log_probs(data.arrays["train_counts"], data.arrays["test_targets"])
-        return ({"bits_per_char": nats / math.log(2), "parameters": int(model.count_params())},
+        return ({"bits_per_char": self.bits_per_char(model, data.test), "parameters": int(model.count_params())},
                 {"unigram": {"bits_per_char": metrics.bits_per_char(unigram)}})
+
+    def report_data(self, model: keras.Model, config: TextGenerationConfig, data: Splits,
+                    export: ExportCalls) -> dict[str, np.ndarray]:
+        """Texts the export generates from the first words of a few test lines, at each ``REPORT_TEMPERATURES``."""
+        prompts = list(data.arrays["report_prompts"])
+        length = min(REPORT_SAMPLE_CHARS, config.max_generated_length)
+        found: dict[str, list] = {"samples/prompt": [], "samples/temperature": [], "samples/generated": []}
+        for temperature in REPORT_TEMPERATURES:
+            outputs = export("serving_default", self._requests(data.state, prompts, length, temperature))
+            found["samples/prompt"] += prompts
+            found["samples/temperature"] += [temperature] * len(prompts)
+            found["samples/generated"] += [predictions.text(text) for text in outputs["generated"]]
+        return {name: np.array(values) for name, values in found.items()}
+
+    def report_sections(self, result: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[Section]:
+        """The generated samples, as a table (the bits per character per epoch are in the shared training curves)."""
+        if "samples/generated" not in arrays:
+            return [Section("Samples", [Text("(no samples: the run saved no report data)")], anchor="samples")]
+        rows = [[predictions.quoted(prompt), float(temperature), predictions.quoted(generated)]
+                for prompt, temperature, generated in zip(arrays["samples/prompt"], arrays["samples/temperature"],
+                                                          arrays["samples/generated"])]
+        table = Table(["prompt", "temperature", "generated"], rows,
+                      caption="serving_default continues the first words of test lines (quoted, so that "
+                              "spaces and line breaks show; temperature 0: greedy)")
+        return [Section("Samples", [table], anchor="samples")]
 
     # --- serving ----------------------------------------------------------------------------
 

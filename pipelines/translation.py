@@ -50,6 +50,9 @@ Export signatures (all of them plain TensorFlow):
 - one more per decoding strategy registered in ``seqapps.generation.STRATEGIES``, shaped as ``serving_default``
   (one hypothesis) or ``beam`` (several), with the strategy's request inputs.
 
+Report (``report.html``): BLEU and chrF of greedy and beam search beside the lexical baseline, a heatmap of
+``align``'s attention for the first few test sentences, and the sample translations.
+
 The beam's length penalty is chosen on the validation pairs by ``calibrate`` (``length_penalty_choices``).
 An empty (or all-blank) text translates to ``""`` with score 0. Source texts are cut to ``max_length``
 words and translations to ``max_decode_length`` words, so a 1 MB request costs what a long sentence
@@ -74,15 +77,17 @@ from seqapps.data import datasets, samples
 from seqapps.data import pairs as pair_data
 from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
-from seqapps.export import Limits, ServingModule, Signature
+from seqapps.export import ExportCalls, Limits, ServingModule, Signature
 from seqapps.finetuning import VOCABULARY_CHOICES, VocabularyMap, grow_vocabulary, transfer_weights, vocabulary_report
-from seqapps.generation import Generation, Generator, generate_texts, strategy_signatures
+from seqapps.generation import Generation, Generator, generate_texts, strategy_signatures, unicode_texts
 from seqapps.layers.attention_decoder import CELLS, AttentionDecoder, PaddingMask
 from seqapps.layers.decoding import BeamSearch, DecodingStrategy, GreedySearch
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
 from seqapps.layers.lexicon import LexiconBias
 from seqapps.losses import per_token_training_loss
 from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits
+from seqapps.report import plots
+from seqapps.report.document import Section, Table, Text
 from seqapps.training import seconds_per_training_step
 
 CORPORA = ("bible", "numbers")
@@ -91,6 +96,7 @@ START = "<s>"
 END_ID, START_ID = 1, 2  # ids right after <unk> in both vocabularies; END also pads
 TOKENIZER = text_data.Tokenizer("word")
 SAMPLES = 5  # test translations shown beside their references
+REPORT_SENTENCES = 4  # test sentences whose attention the report draws (the first samples)
 VOCABULARY_KEYS = ("source_vocabulary", "target_vocabulary")  # in the pipeline state
 
 
@@ -446,6 +452,28 @@ class Translation(Pipeline):
             "source_vocabulary": translator.source_lookup, "target_vocabulary": translator.generator.lookup,
             "unknown_replacements": translator.replacements})
 
+    # --- report -----------------------------------------------------------------------------
+
+    def report_data(self, model: keras.Model, config: TranslationConfig, data: Splits,
+                    export: ExportCalls) -> dict[str, np.ndarray]:
+        """The first test sentences (the first samples) sent to the export's ``align`` signature as texts.
+
+        Returns:
+            ``source`` (the texts), ``translation`` (greedy), ``source_tokens [n, S]`` and ``target_tokens
+            [n, T]`` (padded with ""), and ``attention [n, T, S]`` (each target word's weights over the
+            source words), as ``align`` returned them.
+        """
+        sources = data.arrays["test"].sources[:REPORT_SENTENCES]
+        align = export("align", {"text": np.array(sources, dtype=object)})
+        return {"source": np.array(sources, dtype=str),
+                **{key: unicode_texts(align[key]) for key in ("translation", "source_tokens", "target_tokens")},
+                "attention": align["attention"].astype("float32")}
+
+    def report_sections(self, result: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[Section]:
+        """BLEU and chrF of greedy and beam search beside the lexical baseline, the attention of a few test
+        sentences (from ``report_data``) and the sample translations of the result."""
+        return [_scores_section(result), _attention_section(arrays), _samples_section(result)]
+
     def limits(self, config: TranslationConfig, data: Splits) -> Limits:
         return Limits(max_batch_size=256, max_string_bytes=100_000, max_generated_length=config.max_decode_length,
                       max_sequence_length=config.max_length)
@@ -491,6 +519,57 @@ def _alignments(sources: list[str], translations: list[str], outputs: dict[str, 
                      "source_tokens": source_tokens, "target_tokens": target_tokens,
                      "attention": np.round(attention.astype("float64"), 4).tolist()})
     return "\n".join(lines), {"rows": rows}
+
+
+def _scores_section(result: dict[str, Any]) -> Section:
+    """BLEU and chrF on the test pairs: greedy and beam search against the word-by-word IBM Model 1 baseline."""
+    metrics = result.get("metrics", {})
+    systems = {"greedy search": (metrics, "greedy_"), "beam search": (metrics, "beam_"),
+               "word by word (IBM Model 1)": ((result.get("baseline") or {}).get("lexical_ibm1", {}), "")}
+    values = {name: {label: found[f"{prefix}{key}"] for label, key in (("BLEU", "bleu"), ("chrF", "chrf"))
+                     if f"{prefix}{key}" in found} for name, (found, prefix) in systems.items()}
+    values = {name: scores for name, scores in values.items() if scores}
+    signature = metrics.get("signature/greedy_bleu", "")
+    blocks: list[Any] = [Table(["", "BLEU", "chrF"], [[name, scores.get("BLEU"), scores.get("chrF")]
+                                                      for name, scores in values.items()],
+                               caption=f"corpus scores on {metrics.get('eval_pairs', '?')} test pairs"
+                                       + (f" (sacrebleu {signature})" if signature else ""))]
+    if values:
+        blocks.append(plots.bar_chart("translation_scores", "BLEU and chrF on the test pairs", values, "score (0-100)"))
+    if "length_penalty" in metrics:
+        chosen = ", ".join(f"{alpha}: {bleu:.4g}" for alpha, bleu in
+                           metrics.get("val_beam_bleu_by_length_penalty", {}).items())
+        blocks.append(Text(f"The beam's length penalty {metrics['length_penalty']} had the best validation BLEU "
+                           f"(by length penalty: {chosen})."))
+    return Section("BLEU and chrF", blocks, anchor="scores")
+
+
+def _attention_section(arrays: dict[str, np.ndarray]) -> Section:
+    """A heatmap per report sentence: each word of the greedy translation (rows) over the source words."""
+    if "attention" not in arrays:
+        return Section("Attention", [Text("No attention maps: this report was built without the run's report data.")],
+                       anchor="attention")
+    blocks: list[Any] = []
+    for row, (source, translation) in enumerate(zip(arrays["source"], arrays["translation"])):
+        source_words = [word for word in arrays["source_tokens"][row] if word]
+        target_words = [word for word in arrays["target_tokens"][row] if word]
+        if source_words and target_words:
+            blocks.append(plots.heatmap(
+                f"attention_{row + 1}", f"test sentence {row + 1}",
+                arrays["attention"][row, : len(target_words), : len(source_words)], source_words, target_words,
+                "source words", "greedy translation", caption=f"{source} → {translation}",
+                colorbar="attention weight"))
+    return Section("Attention", blocks or [Text("The report sentences translated to nothing.")], anchor="attention")
+
+
+def _samples_section(result: dict[str, Any]) -> Section:
+    """The run's sample translations: source, reference, greedy and beam search."""
+    samples = result.get("metrics", {}).get("samples/translations", [])
+    rows = [[sample["source"], sample["reference"],
+             *(predictions.said(sample[key], "translation") for key in ("greedy", "beam"))] for sample in samples]
+    return Section("Sample translations", [Table(["source", "reference", "greedy", "beam"], rows,
+                                                 caption="the first test pairs; references tokenised as the "
+                                                         "model's words")], anchor="samples")
 
 
 def _eval_pairs(config: TranslationConfig, pairs: pair_data.Pairs) -> tuple[list[str], list[str]]:

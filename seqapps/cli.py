@@ -24,7 +24,7 @@ from seqapps.errors import SeqappsError, TrainingError
 
 BENCHMARKS = {"bnce": "seqapps.bench.bnce", "hrnn": "seqapps.bench.hrnn", "serve": "seqapps.bench.serve",
               "rows": "seqapps.bench.rows", "speech": "seqapps.bench.speech"}
-NATIVE_LOG_COMMANDS = ("run", "finetune", "predict")  # the commands whose TensorFlow start-up noise is held back
+NATIVE_LOG_COMMANDS = ("run", "finetune", "predict", "report")  # the commands whose TensorFlow start-up noise is held back
 
 
 class _Parser(argparse.ArgumentParser):
@@ -91,6 +91,12 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     report.add_argument("path", metavar="RUN_DIR_OR_EXPORT", help="runs/NAME/VERSION or saved_models/NAME/VERSION")
     report.add_argument("--logdir", default=None, metavar="DIR",
                         help="where an export's run folder is (default: runs, beside the export root)")
+    report.add_argument("--refresh", action="store_true",
+                        help="collect the pipeline's figure data again from the export (for an export made before "
+                             "its pipeline drew them); reads the data it was trained on")
+    report.add_argument("--data", default=None, help="with --refresh: the data the export was trained on "
+                                                     "(default: the embedded data set)")
+    report.add_argument("--verbose", action="store_true", help="show TensorFlow's own messages")
     report.add_argument("--json", action="store_true")
 
     serve = commands.add_parser("serve", help="serve saved_models/NAME/VERSION over TF Serving's REST API")
@@ -289,9 +295,14 @@ def _command(args: argparse.Namespace) -> int:
             text, value = runner.predict(args.model, args.inputs, args.signature, args.overrides)
             _print_result(value if args.json else text, args.json)
         elif args.command == "report":
-            from seqapps.report import run_folder
+            if args.refresh:
+                from seqapps import runner
 
-            path = run_folder.rebuild(args.path, args.logdir)
+                path = runner.refresh_report(args.path, args.data, args.logdir)
+            else:
+                from seqapps.report import run_folder
+
+                path = run_folder.rebuild(args.path, args.logdir)
             _print_result({"report": str(path)} if args.json else f"report: {path}", args.json)
         elif args.command == "serve":
             from seqapps.serving.app import serve

@@ -185,3 +185,15 @@ def generate_texts(generator: Generator, generate: GenerateFn, strategy: decodin
     for start in range(0, len(inputs), batch_size):
         found.extend(value.decode("utf-8") for value in run(tf.constant(inputs[start: start + batch_size])).numpy())
     return found
+
+
+def unicode_texts(values: np.ndarray) -> np.ndarray:
+    """A signature's string output (UTF-8 bytes) as a Unicode array of its shape, which NumPy saves without pickles.
+
+    Args:
+        values: what a loaded signature returned for a string output (an object array of bytes).
+
+    Returns:
+        The same texts, dtype ``str``.
+    """
+    return np.char.decode(np.asarray(values).astype(bytes), "utf-8")

@@ -1,6 +1,6 @@
 """Task metrics, each a thin, tested wrapper of a well-kept library.
 
-- Forecasting: MAE, RMSE, sMAPE and MASE (plain NumPy, chunk by chunk: a long series' test split holds
+- Forecasting: MAE (also per lead time), RMSE, sMAPE and MASE (plain NumPy, chunk by chunk: a long series' test split holds
   millions of values), and seasonal-naive forecasts.
 - Translation: corpus BLEU and chrF (sacrebleu), with sacrebleu's signature string.
 - Speech recognition: corpus WER and CER (jiwer).
@@ -14,7 +14,7 @@ Arguments go truth first, as in scikit-learn: ``(references, hypotheses)`` and
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -99,6 +99,24 @@ def forecast_metrics(y_true: np.ndarray, y_pred: np.ndarray, scale: float) -> di
     mae = absolute / len(truth)
     return {"mae": mae, "rmse": math.sqrt(squared / len(truth)), "smape": 200 * relative / len(truth),
             "mase": mae / float(scale) if scale > 0 else float("nan")}
+
+
+def mae_by_lead(y_true: np.ndarray, y_pred: np.ndarray) -> np.ndarray:
+    """The MAE of each lead time (forecast step) of one target: how the error grows with the horizon.
+
+    Args:
+        y_true, y_pred: arrays of the same shape [N, horizon], in the user's units.
+
+    Returns:
+        [horizon] float64: the mean over the N forecasts of the absolute error at each step; their
+        mean is ``forecast_metrics``' MAE.
+    """
+    rows = max(1, CHUNK // y_true.shape[1])  # summed over chunks of rows, as forecast_metrics sums its values
+    total = np.zeros(y_true.shape[1])
+    for first in range(0, len(y_true), rows):
+        error = np.subtract(y_true[first: first + rows], y_pred[first: first + rows], dtype=np.float64)
+        total += np.abs(error, out=error).sum(axis=0)
+    return total / len(y_true)
 
 
 # --- Translation: BLEU and chrF (sacrebleu) -------------------------------------------------------------------------
@@ -204,9 +222,14 @@ def character_error_rate(references: Sequence[str], hypotheses: Sequence[str]) -
 # --- Tagging: ROC-AUC and PR-AUC (scikit-learn) ---------------------------------------------------------------------
 
 
-def _label_averages(score: Callable[[np.ndarray, np.ndarray], float], y_true: np.ndarray, y_score: np.ndarray,
-                    labels: Sequence[str] | None) -> dict[str, Any]:
-    """Scores each label that has both classes, then the macro and micro averages."""
+def _label_columns(y_true: np.ndarray, y_score: np.ndarray,
+                   labels: Sequence[str] | None) -> tuple[np.ndarray, np.ndarray, dict[str, int], dict[str, str]]:
+    """Checks labels and scores of the same shape [n, labels] (or [n]).
+
+    Returns:
+        ``(truth, scores, columns, skipped)``: the arrays as [n, labels], the column of each label
+        that has both classes, and why each other label has none.
+    """
     truth = np.asarray(y_true)
     scores = np.asarray(y_score, dtype=np.float64)
     if truth.ndim == 1:
@@ -220,13 +243,21 @@ def _label_averages(score: Callable[[np.ndarray, np.ndarray], float], y_true: np
     names = [str(i) for i in range(truth.shape[1])] if labels is None else [str(name) for name in labels]
     if len(names) != truth.shape[1]:
         raise ValueError(f"{len(names)} label names for {truth.shape[1]} label columns")
-    per_label, skipped = {}, {}
+    columns, skipped = {}, {}
     for column, name in enumerate(names):
         positives = int(truth[:, column].sum())
         if positives in (0, len(truth)):
             skipped[name] = f"only {'positive' if positives else 'negative'} examples ({len(truth)})"
         else:
-            per_label[name] = float(score(truth[:, column], scores[:, column]))
+            columns[name] = column
+    return truth, scores, columns, skipped
+
+
+def _label_averages(score: Callable[[np.ndarray, np.ndarray], float], y_true: np.ndarray, y_score: np.ndarray,
+                    labels: Sequence[str] | None) -> dict[str, Any]:
+    """Scores each label that has both classes, then the macro and micro averages."""
+    truth, scores, columns, skipped = _label_columns(y_true, y_score, labels)
+    per_label = {name: float(score(truth[:, column], scores[:, column])) for name, column in columns.items()}
     pooled = truth.reshape(-1)
     micro = float(score(pooled, scores.reshape(-1))) if 0 < pooled.sum() < pooled.size else None
     macro = float(np.mean(list(per_label.values()))) if per_label else None
@@ -253,6 +284,23 @@ def roc_auc(y_true: np.ndarray, y_score: np.ndarray, labels: Sequence[str] | Non
     from sklearn.metrics import roc_auc_score
 
     return _label_averages(roc_auc_score, y_true, y_score, labels)
+
+
+def roc_curves(y_true: np.ndarray, y_score: np.ndarray,
+               labels: Sequence[str] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The ROC curve of each label with both classes (scikit-learn's ``roc_curve``), the curves ``roc_auc`` measures.
+
+    Args:
+        y_true, y_score, labels: as for ``roc_auc`` (single-class labels are left out, as there).
+
+    Returns:
+        ``{name: (false_positive_rate, true_positive_rate)}``, each curve from (0, 0) to (1, 1);
+        its trapezoid area is the label's ``roc_auc`` ``per_label`` value.
+    """
+    from sklearn.metrics import roc_curve
+
+    truth, scores, columns, _ = _label_columns(y_true, y_score, labels)
+    return {name: roc_curve(truth[:, column], scores[:, column])[:2] for name, column in columns.items()}
 
 
 def pr_auc(y_true: np.ndarray, y_score: np.ndarray, labels: Sequence[str] | None = None) -> dict[str, Any]:
@@ -309,6 +357,22 @@ def bits_per_char(log_probs: Any, mask: Any = None) -> float:
         The mean cost in bits per character.
     """
     return _mean_negative_log_prob(log_probs, mask) / math.log(2)
+
+
+def label_log_probs(logits: Any, labels: Any) -> np.ndarray:
+    """Natural-log probabilities of ``labels`` under the softmax of ``logits`` (scipy's ``log_softmax``).
+
+    Args:
+        logits: ``[..., classes]`` scores (a model's outputs), any float dtype.
+        labels: int class ids, the shape of ``logits`` without its last axis.
+
+    Returns:
+        float64 log-probabilities of the shape of ``labels``: the input of ``perplexity`` and ``bits_per_char``.
+    """
+    from scipy.special import log_softmax
+
+    log_probs = log_softmax(np.asarray(logits, dtype=np.float64), axis=-1)
+    return np.take_along_axis(log_probs, np.asarray(labels, dtype=np.int64)[..., None], axis=-1)[..., 0]
 
 
 def unigram_log_probs(train_counts: Any, targets: Any, smoothing: float = 1.0) -> np.ndarray:
@@ -378,21 +442,33 @@ def precision_recall_at(y_true: np.ndarray, y_score: np.ndarray, thresholds: np.
                                                                   ("recall", recall_score))}
 
 
+def tag_groups(tags: Iterable[str]) -> dict[str, list[str]]:
+    """The tags of each tag group, the part of a ``group:value`` name before the colon.
+
+    Args:
+        tags: tag names.
+
+    Returns:
+        group -> its tags (in the given order), by group name; tags without a colon (plain tags)
+        form no group, so with only plain tags it is empty.
+    """
+    groups: dict[str, list[str]] = {}
+    for tag in tags:
+        if ":" in tag:
+            groups.setdefault(tag.partition(":")[0], []).append(tag)
+    return dict(sorted(groups.items()))
+
+
 def group_means(per_tag: dict[str, float]) -> dict[str, float]:
-    """Mean of the per-tag values of each tag group, the part of a ``group:value`` name before the colon.
+    """Mean of the per-tag values of each tag group (``tag_groups``).
 
     Args:
         per_tag: tag name -> value (a per-tag ROC-AUC, say).
 
     Returns:
-        group -> mean of its tags' values, by group name; tags without a colon (plain tags) form no
-        group, so with only plain tags it is empty.
+        group -> mean of its tags' values, by group name; empty with only plain tags.
     """
-    groups: dict[str, list[float]] = {}
-    for tag, value in per_tag.items():
-        if ":" in tag:
-            groups.setdefault(tag.partition(":")[0], []).append(value)
-    return {group: float(np.mean(values)) for group, values in sorted(groups.items())}
+    return {group: float(np.mean([per_tag[tag] for tag in tags])) for group, tags in tag_groups(per_tag).items()}
 
 
 def tagging_report(y_true: np.ndarray, y_score: np.ndarray, tags: Sequence[str]) -> dict[str, Any]:

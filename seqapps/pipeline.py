@@ -47,6 +47,9 @@ VOCABULARIES = "vocabularies"
 #: ``INPUT_INDEX``, int [rows]: the command-line INPUT each row came from, for a pipeline that cuts
 #: one INPUT into several rows (``row_inputs`` reads it).
 INPUT_INDEX = "input_index"
+#: the most validation examples (windows, sequences, images) a pipeline's ``epoch_metrics`` reads: the first
+#: ones, the same every epoch, so that measuring after each epoch costs little more than Keras' validation loss.
+EPOCH_METRIC_EXAMPLES = 1024
 
 
 @dataclasses.dataclass(frozen=True)

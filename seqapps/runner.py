@@ -80,14 +80,16 @@ def backtest_summary(folds: list[tuple[dict[str, Any], dict[str, Any]]],
 
     Returns:
         ``{"folds", "periods", "metrics": {metric: {"mean", "std", "values"}}, "baseline":
-        {name: {metric: ...}}}``; ``std`` is the sample standard deviation (ddof 1).
+        {name: {metric: ...}}}``; ``std`` is the sample standard deviation (ddof 1). A metric that is
+        a list (forecasting's ``mae_by_lead``) gets a mean and spread per element.
     """
     import numpy as np
 
-    def spread(scores: list[dict[str, float]]) -> dict[str, dict[str, Any]]:
-        values = {key: [float(score[key]) for score in scores] for key in scores[0]}
-        return {key: {"mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
-                      "values": v} for key, v in values.items()}
+    def spread(scores: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        values = {key: np.array([score[key] for score in scores], "float64") for key in scores[0]}
+        return {key: {"mean": v.mean(axis=0).tolist(),
+                      "std": (v.std(axis=0, ddof=1) if len(v) > 1 else np.zeros_like(v[0])).tolist(),
+                      "values": v.tolist()} for key, v in values.items()}
 
     return {"folds": len(folds), "periods": periods, "metrics": spread([m for m, _ in folds]),
             "baseline": {name: spread([b[name] for _, b in folds]) for name in folds[0][1]}}
@@ -271,11 +273,41 @@ def finetune(name: str, from_path: str | Path, data_path: str, overrides: tuple[
     key = {"pipeline": name, "config": config.to_dict(), "data": str(Path(data_path).resolve()),
            "from": str(info.path.resolve())}
     result = _train_evaluate_export(pipeline, config, info.preset, data, info.path.parent, key, distribution, progress,
-                                    Path(logdir) if logdir else run_folder.default_logdir(info.path.parent.parent),
+                                    Path(logdir) if logdir else run_folder.logdir_of_export(info.path),
                                     load_model=load_model)
     result = {"pipeline": name, "preset": info.preset, "finetuned_from": str(info.path), **result,
               "seconds": round(time.perf_counter() - start, 1)}
     return finish_run_folder(result, config)
+
+
+def refresh_report(path: str | Path, data_path: str | None = None, logdir: str | Path | None = None) -> Path:
+    """Collects an export's report data again and rebuilds its run's report (``seqapps report --refresh``).
+
+    For an export made before its pipeline drew figures (or before reports existed): the
+    pipeline's ``report_data`` runs on the export's model and signatures and on the data it was
+    trained on, read again with the export's saved state.
+
+    Args:
+        path: a run folder (its ``result.json`` names the export) or an export.
+        data_path: the data the export was trained on; None for the embedded default data.
+        logdir: where an export's run folder is (as for ``seqapps.report.run_folder.rebuild``).
+
+    Returns:
+        The report's path.
+    """
+    from seqapps import export, serializable
+
+    saved = Path(path) / run_folder.RESULT_FILE
+    export_path = json.loads(saved.read_text(encoding="utf-8"))["export"] if saved.is_file() else path
+    check_data_path(data_path)
+    info = read_export(export_path)
+    pipeline = REGISTRY.get(info.pipeline)()
+    config = resolve_config(pipeline.Config, info.preset, None, (), base=info.config)
+    data = dataclasses.replace(pipeline.load_data(config, data_path, state=info.state), state=info.state)
+    model = serializable.load_model(info.keras_model_path)
+    folder = Path(path) if saved.is_file() else run_folder.run_folder_of(info, logdir)
+    run_folder.save_report_data(folder, pipeline.report_data(model, config, data, export.ExportCalls(info.path)))
+    return run_folder.rebuild(folder, logdir)
 
 
 def predict(model_path: str | Path, inputs: list[str], signature_name: str = "serving_default",

@@ -4,6 +4,7 @@ import io
 import json
 import os
 import shutil
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -73,3 +74,22 @@ def tiny_run(tiny_exports: dict, tmp_path_factory: pytest.TempPathFactory) -> Ca
         return {"pipeline": name, "preset": "tiny", **result, "export": str(folder)}
 
     return copy
+
+
+@pytest.fixture(scope="session")
+def tiny_report(tiny_exports: dict) -> Callable[[str], tuple]:
+    """What a pipeline's tiny run from ``tiny_exports`` left in its run folder, for the report's tests.
+
+    Returns:
+        ``report(name)`` -> ``(folder, result, arrays)``: the run folder (``runs/<name>/1``), its
+        ``result.json`` and its report data (``report_data.npz``).
+    """
+    from seqapps.report import run_folder
+
+    def report(name: str) -> tuple:
+        assert tiny_exports[name]["code"] == 0, tiny_exports[name]["err"]
+        folder = Path(tiny_exports[name]["run_folder"])
+        result = json.loads((folder / run_folder.RESULT_FILE).read_text(encoding="utf-8"))
+        return folder, result, run_folder.load_report_data(folder)
+
+    return report

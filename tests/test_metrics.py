@@ -10,6 +10,8 @@ from seqapps.metrics import (
     f1_thresholds,
     forecast_metrics,
     group_means,
+    label_log_probs,
+    mae_by_lead,
     mase_scale,
     perplexity,
     pr_auc,
@@ -54,6 +56,18 @@ def test_forecast_metrics_of_a_series_longer_than_a_chunk_match_numpy():
     assert result["rmse"] == pytest.approx(np.sqrt(np.mean(error ** 2)), rel=1e-12)
     ratio = np.divide(error, denominator, out=np.zeros_like(error), where=denominator > 0)
     assert result["smape"] == pytest.approx(200 * ratio.mean(), rel=1e-12)
+
+
+def test_mae_by_lead_of_more_rows_than_a_chunk_is_numpys_per_column_mean_and_averages_to_the_mae():
+    rng = np.random.default_rng(1)
+    horizon = 24
+    truth = rng.normal(size=(2 * (CHUNK // horizon) + 7, horizon)).astype("float32")  # 3 chunks of rows, the last short
+    forecast = truth + rng.normal(scale=np.arange(1, horizon + 1) / horizon, size=truth.shape).astype("float32")
+    found = mae_by_lead(truth, forecast)
+    # Chunk sums against NumPy's pairwise mean over ~87k float64 values per step: round-off of ~1e-15 relative.
+    np.testing.assert_allclose(found, np.abs(truth.astype("float64") - forecast).mean(axis=0), rtol=1e-12)
+    assert found.mean() == pytest.approx(forecast_metrics(truth, forecast, scale=1.0)["mae"], rel=1e-12)
+    assert found[-1] > 5 * found[0]  # the error grows with the lead, as drawn
 
 
 # --- Translation -----------------------------------------------------------------------------------------------------
@@ -148,6 +162,14 @@ def test_perplexity_and_bits_per_char_of_known_distributions():
     assert perplexity(np.log([0.5, 0.125])) == pytest.approx(4)
     with pytest.raises(ValueError, match="no tokens"):
         perplexity(np.zeros(2), np.zeros(2))
+
+
+def test_label_log_probs_are_the_softmax_of_the_labels_scores():
+    # Scores [0, log 3] give probabilities [1/4, 3/4]; shifted by 1000 (exp would overflow) they give the same.
+    logits = np.array([[[0.0, np.log(3.0)], [1000.0, 1000.0 + np.log(3.0)]]])
+    found = label_log_probs(logits, np.array([[0, 1]]))
+    assert found.shape == (1, 2) and found.dtype == np.float64
+    np.testing.assert_allclose(found, np.log([[0.25, 0.75]]), rtol=1e-6)
 
 
 def test_unigram_log_probs_is_the_add_one_unigram_model():

@@ -10,18 +10,31 @@ Memory (``seqapps.bench.steps``) is the peak RSS during the training steps minus
 the RSS just before the first step, taken after tracing the step and one forward
 call; on a GPU it is the allocator's peak minus its use at the same point. The
 theoretical ratio for the lower/upper state counts is T / (k + 2T/k).
+
+``--out FILE`` also writes the result as JSON. Written to ``runs/bench/hrnn.json``, in the
+``--logdir`` beside ``saved_models`` (``RESULT_IN_LOGDIR``), it is read by the report of every
+HRNN pipeline run after it (copy_task, pixel_mnist, hrnn_char_lm: ``seqapps.hrnn``), which draws
+the memory per training step against T for each mode.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
+from pathlib import Path
 from typing import Any
 
 from seqapps.bench import steps as steps_harness
+from seqapps.errors import DataError
 
 MODES = ("hrnn", "decoupled")
 FEATURES = 64
+#: where the HRNN pipelines' reports look for ``--out``'s file, relative to the runs folder (``--logdir``)
+RESULT_IN_LOGDIR = Path("bench") / "hrnn.json"
+#: the fields of a result row that the reports read
+ROW_FIELDS = ("T", "k", "hrnn_memory_mb", "decoupled_memory_mb", "hrnn_step_s", "decoupled_step_s",
+              "memory_ratio", "theory_ratio")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=3, help="training steps per measurement")
     parser.add_argument("--periods", default="10,sqrt", help="comma-separated k values; 'sqrt' is round(sqrt(2T))")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights and data")
+    parser.add_argument("--out", default=None, metavar="FILE",
+                        help=f"also write the JSON result to FILE; runs/{RESULT_IN_LOGDIR} (beside saved_models) "
+                             "puts its curve in the reports of the HRNN pipelines' later runs")
 
 
 def measure(mode: str, length: int, period: int, units: int, batch: int, steps: int, seed: int) -> dict[str, Any]:
@@ -145,15 +161,51 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "units": args.units, "batch": args.batch, "steps": args.steps, "features": FEATURES,
         "cells": "GRU", "levels": 2, "seq_lengths": lengths, "periods": args.periods,
     }  # fmt: skip
-    return {"config": config, "results": rows, "targets": targets}
+    report = {"config": config, "results": rows, "targets": targets}
+    if getattr(args, "out", None):
+        write_result(Path(args.out), report)
+    return report
+
+
+def write_result(path: Path, result: dict[str, Any]) -> None:
+    """Writes a result as JSON, whole (a temporary file renamed), making its folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.partial")
+    partial.write_text(json.dumps(result, indent=2), encoding="utf-8")
+    os.replace(partial, path)
+
+
+def read_result(path: Path) -> dict[str, Any] | None:
+    """The result ``--out`` wrote, or None where there is no such file.
+
+    Raises:
+        DataError: the file is not a result of this benchmark (it names the file and what is missing).
+    """
+    if not path.is_file():
+        return None
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+        rows = result["results"]
+        missing = [field for field in ROW_FIELDS for row in rows if not isinstance(row.get(field), (int, float))]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise DataError(f"{path}: expected the JSON of seqapps bench hrnn --out ({type(error).__name__}: {error})") \
+            from None
+    if missing or not rows:
+        raise DataError(f"{path}: expected result rows with numbers {', '.join(ROW_FIELDS)}; "
+                        + (f"{missing[0]!r} is missing" if missing else "it has none"))
+    return result
+
+
+def period_group(length: int, period: int) -> str:
+    """The group of a row's k: ``"sqrt"`` for k = round(sqrt(2T)), else k itself (one curve per group)."""
+    return "sqrt" if period == round(math.sqrt(2 * length)) else str(period)
 
 
 def _by_period(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Rows grouped by k = 10 versus k = sqrt(2T), each sorted by T."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in sorted(rows, key=lambda r: r["T"]):
-        key = "sqrt" if row["k"] == round(math.sqrt(2 * row["T"])) else str(row["k"])
-        groups.setdefault(key, []).append(row)
+        groups.setdefault(period_group(row["T"], row["k"]), []).append(row)
     return groups
 
 

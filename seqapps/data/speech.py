@@ -366,6 +366,7 @@ class Utterance:
         csv_path: the table naming it.
         line: the table's line that names it (1 is the first line).
         split: the split a generated corpus assigns (None for user data).
+        speaker: the voice variant that speaks it in a generated corpus (``VARIANTS``; None for user data).
     """
 
     path: Path
@@ -373,6 +374,7 @@ class Utterance:
     csv_path: Path
     line: int
     split: str | None = None
+    speaker: str | None = None
 
     @property
     def where(self) -> str:
@@ -458,7 +460,7 @@ def read_generated(root: Path) -> tuple[dict[str, list[Utterance]], dict[str, li
     with open(root / "metadata.csv", newline="", encoding="utf-8") as handle:
         for number, row in enumerate(csv.DictReader(handle), start=2):
             utterances[row["split"]].append(Utterance(root / row["path"], row["transcript"], root / "metadata.csv",
-                                                      number, row["split"]))
+                                                      number, row["split"], row["voice"].partition("+")[2]))
     return utterances, json.loads((root / "words.json").read_text(encoding="utf-8"))
 
 

@@ -88,13 +88,18 @@ def _cell(value: Any) -> str:
     return "n/a" if value is None else str(value)
 
 
+def _alignment(value: Any) -> str:
+    """Numbers right-aligned (their digits line up), text left-aligned."""
+    return "number" if isinstance(value, (int, float)) and not isinstance(value, bool) else "text"
+
+
 def _block_html(block: Block) -> str:
     if isinstance(block, Text):
         return f"<pre>{html.escape(block.text)}</pre>" if block.preformatted else f"<p>{html.escape(block.text)}</p>"
     if isinstance(block, Table):
         head = "".join(f"<th>{html.escape(str(c))}</th>" for c in block.columns)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(c))}</td>" for c in row) + "</tr>"
-                       for row in block.rows)
+        body = "".join("<tr>" + "".join(f'<td class="{_alignment(c)}">{html.escape(_cell(c))}</td>' for c in row)
+                       + "</tr>" for row in block.rows)
         caption = f"<caption>{html.escape(block.caption)}</caption>" if block.caption else ""
         return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
     source = "data:image/png;base64," + base64.b64encode(block.png).decode("ascii")
@@ -107,8 +112,8 @@ _STYLE = """
 body { font-family: sans-serif; margin: 2em auto; max-width: 70em; color: #222; }
 h1 { font-size: 1.6em; } h2 { font-size: 1.25em; border-bottom: 1px solid #ccc; padding-bottom: .2em; }
 table { border-collapse: collapse; margin: .8em 0; } caption { caption-side: bottom; color: #555; }
-th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
+th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: left; vertical-align: top; }
+td.number { text-align: right; white-space: nowrap; }
 figure { margin: 1em 0; } img { max-width: 100%; } figcaption { color: #555; }
 pre { background: #f6f6f6; padding: .6em; overflow-x: auto; white-space: pre-wrap; }
 nav a { margin-right: 1em; }

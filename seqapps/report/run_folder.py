@@ -22,12 +22,15 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from seqapps.errors import DataError
 from seqapps.report.document import Figure, Section, Table, Text, figures_of, render_html
+
+if TYPE_CHECKING:
+    from seqapps.export_format import ExportInfo
 
 RESULT_FILE = "result.json"
 REPORT_DATA_FILE = "report_data.npz"
@@ -43,6 +46,12 @@ def default_logdir(beside: Path) -> Path:
         beside: the export root's parent folder.
     """
     return Path(beside) / "runs"
+
+
+def logdir_of_export(export: Path) -> Path:
+    """``default_logdir`` for an export ``ROOT/NAME/VERSION``: ``runs`` beside ``ROOT`` (relative where under the cwd)."""
+    beside = Path(export).absolute().parents[2]
+    return default_logdir(beside.relative_to(Path.cwd()) if beside.is_relative_to(Path.cwd()) else beside)
 
 
 def pending_folder(logdir: Path, pipeline: str, key: str) -> Path:
@@ -123,6 +132,31 @@ def _data_section(result: dict[str, Any]) -> Section:
     return Section("Data", blocks or [Text("(no data report)")], anchor="data")
 
 
+def epoch_curve(history: Mapping[str, Sequence[float | None]], key: str) -> tuple[list[int], list[float]]:
+    """One logged value over training: ``(epochs from 1, values)``, epochs without it left out.
+
+    Args:
+        history: ``result["training"]["history"]`` (key -> one value or None per epoch).
+        key: the logged name (``loss``, ``val_loss``, ``val_bpc``).
+    """
+    points = [(epoch + 1, value) for epoch, value in enumerate(history.get(key) or []) if value is not None]
+    return [x for x, _ in points], [y for _, y in points]
+
+
+def last_epoch_table(result: dict[str, Any], metrics: Sequence[tuple[str, str]]) -> Table:
+    """A pipeline's epoch metrics at the last epoch beside the same metrics on the test split.
+
+    Args:
+        result: the run's result (``training.history`` holds ``val_KEY``; ``metrics`` holds ``KEY``).
+        metrics: ``(key, label)`` of each metric, a row each (n/a where the run did not log it).
+    """
+    history = (result.get("training") or {}).get("history") or {}
+    rows = [[label, (epoch_curve(history, f"val_{key}")[1] or [None])[-1], (result.get("metrics") or {}).get(key)]
+            for key, label in metrics]
+    return Table(["metric", "validation, last epoch", "test"], rows,
+                 caption="validation: the first examples of the split, measured after each epoch")
+
+
 def _training_section(result: dict[str, Any]) -> Section:
     from seqapps.report import plots
 
@@ -135,23 +169,19 @@ def _training_section(result: dict[str, Any]) -> Section:
                               + (f"; best validation loss {training['best_val_loss']:.4g}"
                                  if isinstance(training.get("best_val_loss"), float) else ""))]
 
-    def curve(key: str) -> tuple[list[int], list[float]]:
-        points = [(epoch + 1, value) for epoch, value in enumerate(history.get(key, [])) if value is not None]
-        return [x for x, _ in points], [y for _, y in points]
-
     if history.get("loss"):
         blocks.append(plots.line_chart("training_loss", "loss per epoch",
-                                       {name: curve(key) for name, key in (("training", "loss"),
-                                                                           ("validation", "val_loss"))
+                                       {name: epoch_curve(history, key)
+                                        for name, key in (("training", "loss"), ("validation", "val_loss"))
                                         if history.get(key)}, "epoch", "loss", markers=True))
     if history.get("learning_rate"):
         blocks.append(plots.line_chart("learning_rate", "learning rate per epoch",
-                                       {"learning rate": curve("learning_rate")}, "epoch", "learning rate",
-                                       log_y=True, markers=True))
+                                       {"learning rate": epoch_curve(history, "learning_rate")}, "epoch",
+                                       "learning rate", log_y=True, markers=True))
     metrics = [key for key in history if key.startswith("val_") and key != "val_loss"]
     for key in metrics:
         blocks.append(plots.line_chart(f"epoch_{key}", f"validation {key[4:]} per epoch",
-                                       {key[4:]: curve(key)}, "epoch", key[4:], markers=True))
+                                       {key[4:]: epoch_curve(history, key)}, "epoch", key[4:], markers=True))
     return Section("Training", blocks, anchor="training")
 
 
@@ -247,6 +277,23 @@ def finish(pending: Path, result: dict[str, Any], config: dict[str, Any]) -> Pat
     return final
 
 
+def run_folder_of(info: "ExportInfo", logdir: str | Path | None = None) -> Path:
+    """An export's run folder, ``logdir/NAME/VERSION``; made from the export's metrics and config where it is missing.
+
+    Args:
+        info: the export (``seqapps.export_format.read_export``).
+        logdir: where the run folders are (default: ``logdir_of_export``).
+    """
+    root = Path(logdir) if logdir else logdir_of_export(info.path)
+    folder = root / info.pipeline / info.path.name
+    if not (folder / RESULT_FILE).is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        saved = {"pipeline": info.pipeline, "preset": info.preset, **info.metrics, "export": str(info.path),
+                 "config": info.config}
+        (folder / RESULT_FILE).write_text(json.dumps(saved, indent=2, default=str), encoding="utf-8")
+    return folder
+
+
 def rebuild(path: str | Path, logdir: str | Path | None = None) -> Path:
     """Builds ``report.html`` again from what a run saved (``seqapps report``).
 
@@ -255,7 +302,7 @@ def rebuild(path: str | Path, logdir: str | Path | None = None) -> Path:
             for an export, its run folder under ``logdir``; where there is none, one is made from
             the export's saved metrics and config (without the pipeline's figures, whose data
             only the run saved).
-        logdir: where an export's run folder is (default: ``default_logdir`` beside the export root).
+        logdir: where an export's run folder is (default: ``logdir_of_export``).
 
     Returns:
         The report's path.
@@ -267,15 +314,11 @@ def rebuild(path: str | Path, logdir: str | Path | None = None) -> Path:
     from seqapps.export_format import read_export
 
     folder = Path(path)
+    if not folder.is_dir():
+        raise DataError(f"{folder}: no such folder (expected a run folder runs/NAME/VERSION or an export "
+                        "saved_models/NAME/VERSION)")
     if not (folder / RESULT_FILE).is_file():
-        info = read_export(folder)  # raises ExportError naming what is missing
-        root = Path(logdir) if logdir else default_logdir(info.path.parent.parent)
-        folder = root / info.pipeline / info.path.name
-        if not (folder / RESULT_FILE).is_file():
-            folder.mkdir(parents=True, exist_ok=True)
-            saved = {"pipeline": info.pipeline, "preset": info.preset, **info.metrics, "export": str(info.path),
-                     "config": info.config}
-            (folder / RESULT_FILE).write_text(json.dumps(saved, indent=2, default=str), encoding="utf-8")
+        folder = run_folder_of(read_export(folder), logdir)  # read_export raises ExportError naming what is missing
     try:
         saved = json.loads((folder / RESULT_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:

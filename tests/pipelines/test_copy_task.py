@@ -5,10 +5,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.copy_task import BLANK, CopyTaskConfig, copy_sequences
+from pipelines.copy_task import BLANK, CopyTask, CopyTaskConfig, copy_sequences
 from seqapps.config import resolve_config
+from seqapps.pipeline import EPOCH_METRIC_EXAMPLES
 from tests.export_harness import call_in_tensorflow_only_process, decoded
 from tests.pipelines.cli_runner import assert_rejected_in_one_line, run_cli
+from tests.pipelines.epoch_reports import assert_sections, last_epoch_values, trained_model_and_data
 
 pytestmark = pytest.mark.large
 
@@ -69,3 +71,26 @@ def test_paper_presets():
     assert (three.length, three.period_list(), three.string_length, three.units, three.beta) == (
         1000, [5, 5], 500, [64, 256, 1024], [0.1, 1.0])
     assert resolve_config(CopyTaskConfig, "three_level", overrides=["beta=0.1,0"]).beta == [0.1, 0.0]
+
+
+def test_epoch_metrics_are_the_task_metrics_of_the_first_validation_sequences(tiny_exports, tiny_report):
+    result, _ = tiny_report("copy_task")[1:]
+    logged = last_epoch_values(result, ["bpc", "bit_accuracy", "solved"])
+    model, data = trained_model_and_data(tiny_exports, "copy_task")
+    inputs, targets = (part[:EPOCH_METRIC_EXAMPLES] for part in data.arrays["val"])
+    logits = model.predict(inputs, verbose=0).astype(np.float64)
+    scored, bits = targets[..., 1] > 0, targets[..., 0].astype(int)
+    nats = np.logaddexp(logits[..., 0], logits[..., 1]) - np.where(bits == 1, logits[..., 1], logits[..., 0])
+    bpc = nats[scored].mean() / np.log(2)
+    # the same float32 logits, reduced in another order: 1e-5 relative is float32 rounding, far below a training step
+    np.testing.assert_allclose(logged["bpc"], bpc, rtol=1e-5)
+    assert logged["bit_accuracy"] == (logits.argmax(-1) == bits)[scored].mean()
+    assert logged["solved"] == float(bpc < CopyTaskConfig.solved_bpc)
+
+
+def test_report_names_the_mode_beside_the_bits_per_bit_curve(tiny_exports, tiny_report):
+    result, arrays = tiny_report("copy_task")[1:]
+    assert_sections("copy_task", result, arrays, ["task-metric", "memory-bench"], figures=1)  # no bench was run
+    mode_section = CopyTask().report_sections(result, arrays)[0]
+    assert mode_section.title == "Task metric over training (decoupled)"
+    assert "decoupled HRNN, restricted gradients" in mode_section.blocks[0].text

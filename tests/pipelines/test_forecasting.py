@@ -1,5 +1,6 @@
 """End-to-end checks of the forecasting pipelines on their tiny presets, through the CLI."""
 import dataclasses
+import io
 import json
 import re
 from pathlib import Path
@@ -8,12 +9,15 @@ import keras
 import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
 from sklearn.linear_model import Ridge
 
 from seqapps import baselines, cli, intervals, runner, serializable, training
 from seqapps.data import datasets
 from seqapps.data.series import series_windows, split_inputs
 from seqapps.pipeline import REGISTRY
+from seqapps.report import run_folder
+from seqapps.report.document import Figure, Table, figures_of
 
 from tests.export_harness import call_in_tensorflow_only_process
 from tests.pipelines.cli_runner import run_cli
@@ -50,7 +54,7 @@ def test_weather_tiny_run_exports_versions_1_then_2(capsys, tmp_path):
     assert set(result) >= {"pipeline", "preset", "metrics", "baseline", "export", "seconds"}
     # The tiny preset skips Holt-Winters (seasonal_baseline: null) to stay fast.
     assert set(result["baseline"]) == {"naive_daily", "naive_weekly", "ridge"}
-    assert set(result["metrics"]) == POINT_METRICS | {"interval_coverage", "pinball"}
+    assert set(result["metrics"]) == POINT_METRICS | {"mae_by_lead", "interval_coverage", "pinball"}
     assert 0 <= result["metrics"]["interval_coverage"] <= 1
     code, again, _ = run_cli(capsys, "run", "weather_forecasting", "--preset", "tiny", "--json",
                              "--out", str(tmp_path))
@@ -110,8 +114,8 @@ def test_load_backtest_then_finetune_on_a_user_csv_exports_the_next_version(caps
         assert set(spread) == set(score)
         for key, value in score.items():
             assert spread[key]["values"][-1] == pytest.approx(value)
-            assert spread[key]["mean"] == pytest.approx(np.mean(spread[key]["values"]))
-            assert spread[key]["std"] == pytest.approx(np.std(spread[key]["values"], ddof=1))
+            assert spread[key]["mean"] == pytest.approx(np.mean(spread[key]["values"], axis=0))  # per lead: mae_by_lead
+            assert spread[key]["std"] == pytest.approx(np.std(spread[key]["values"], axis=0, ddof=1))
     earlier, last = backtest["periods"]
     assert last == first["data"]["test_period"] and pd.Timestamp(earlier[1]) < pd.Timestamp(last[0])
     # The user's CSV names its columns its own way (time, load_mw); --set maps them to the export's, by position.
@@ -120,7 +124,8 @@ def test_load_backtest_then_finetune_on_a_user_csv_exports_the_next_version(caps
                                 str(user_csv), "--set", "timestamp_col=time", "--set", "target_cols=load_mw", "--json")
     assert code == 0, err
     assert result["export"] == str(tmp_path / "load_forecasting" / "2")
-    assert set(result["metrics_before"]) == set(result["metrics"]) == POINT_METRICS | {"interval_coverage", "pinball"}
+    assert set(result["metrics_before"]) == set(result["metrics"]) == POINT_METRICS | {"mae_by_lead", "interval_coverage",
+                                                                                        "pinball"}
     assert result["data"]["split_counts"]["unit"] == "windows" and result["data"]["split_counts"]["test"] > 0
     recent = tmp_path / "recent.csv"  # the fine-tuned export reads the user's names
     pd.read_csv(user_csv).iloc[-400:].to_csv(recent, index=False)
@@ -391,6 +396,10 @@ def test_a_local_series_across_a_daylight_saving_change_trains_and_forecasts_in_
     expected = [(last + pd.Timedelta(hours=h)).isoformat() for h in (1, 24)]
     assert [answer["forecast"][0]["timestamp"], answer["forecast"][-1]["timestamp"]] == expected
     assert expected[0].endswith("+01:00")
+    # The report draws the same local times: the last test forecast ends at the table's last row, in summer time.
+    drawn = run_folder.load_report_data(result["run_folder"])["forecast_time"]
+    assert drawn[-1, -1] == np.datetime64(last.tz_localize(None)) == np.datetime64(last.tz_convert("UTC").tz_localize(
+        None) + pd.Timedelta(hours=1))
 
 
 def test_a_european_csv_with_semicolons_and_decimal_commas_runs_with_decimal_set(capsys, tmp_path):
@@ -475,3 +484,109 @@ def test_shrinkage_is_chosen_on_a_first_fit_that_did_not_train_on_validation_and
     (served,) = call_in_tensorflow_only_process(
         result["export"], [("serving_default", {k: v.numpy() for k, v in inputs.items()})])["outputs"]
     np.testing.assert_allclose(served["demand"], shrunk[..., 0], rtol=1e-6, atol=1e-3)
+
+
+def saved_report(tiny_report, tiny_exports, name):
+    """A forecasting pipeline's tiny run as its run folder keeps it: ``(pipeline, result, report data, export state)``."""
+    from seqapps.export_format import read_export
+
+    _, result, arrays = tiny_report(name)
+    return REGISTRY.get(name)(), result, arrays, read_export(tiny_exports[name]["export"]).state
+
+
+@pytest.mark.parametrize("name", ["weather_forecasting", "load_forecasting"])
+def test_report_data_holds_test_forecasts_and_the_80_percent_band_the_export_serves(tiny_exports, name, tiny_report):
+    import tensorflow as tf
+
+    from seqapps.export import call_signature
+
+    pipeline, result, arrays, state = saved_report(tiny_report, tiny_exports, name)
+    (target,), lookback, horizon = state["target_cols"], state["lookback"], state["horizon"]
+    # The windows cut again from the raw table, by the times the report data names.
+    frame = pipeline.default_data()
+    rows = pd.Index(frame["timestamp"]).get_indexer(pd.to_datetime(arrays["history_time"][:, -1]))
+    assert len(rows) == 4 and (rows >= lookback - 1).all()
+    window = [frame.iloc[row - lookback + 1: row + 1] for row in rows]
+    ahead = [frame.iloc[row + 1: row + 1 + horizon] for row in rows]
+    np.testing.assert_array_equal(arrays["history_time"], [w["timestamp"].to_numpy("datetime64[s]") for w in window])
+    np.testing.assert_array_equal(arrays["forecast_time"], [a["timestamp"].to_numpy("datetime64[s]") for a in ahead])
+    np.testing.assert_array_equal(arrays[f"history/{target}"], [w[target].to_numpy("float32") for w in window])
+    np.testing.assert_array_equal(arrays[f"actual/{target}"], [a[target].to_numpy("float32") for a in ahead])
+    # Spread over the whole test period: the first forecast starts it, the last one ends it.
+    start, end = pd.to_datetime(result["data"]["test_period"])
+    assert arrays["forecast_time"][0, 0] == start and arrays["forecast_time"][-1, -1] == end
+    # The band is the export's own 80% interval: a direct call of serving_default on the raw windows.
+    assert arrays["interval_levels"].tolist() == [0.1, 0.9] and result["config"]["interval"] == 0.8
+    inputs = {column: np.stack([w[column].to_numpy("float32") for w in window]) for column in state["input_cols"]}
+    inputs["end_time"] = np.array([pd.Timestamp(w["timestamp"].iloc[-1]).value // 10**9 for w in window], "int64")
+    served = call_signature(tf.saved_model.load(tiny_exports[name]["export"]).signatures["serving_default"], inputs)
+    for output in (target, f"{target}_p10", f"{target}_p90"):
+        np.testing.assert_array_equal(arrays[f"forecast/{output}"], served[output])
+    low, point, high = (arrays[f"forecast/{target}{suffix}"] for suffix in ("_p10", "", "_p90"))
+    assert (low < point).all() and (point < high).all()
+
+
+@pytest.mark.parametrize("name", ["weather_forecasting", "load_forecasting"])
+def test_mae_by_lead_of_the_model_and_baselines_is_the_brute_force_per_step_error(tiny_exports, name, tiny_report):
+    pipeline, result, _, state = saved_report(tiny_report, tiny_exports, name)
+    (target,), horizon, day = state["target_cols"], state["horizon"], state["daily_lag"]
+    scores = {"model": result["metrics"], **result["baseline"]}
+    for score in scores.values():  # equal weights per step: the mean over leads is the MAE
+        assert len(score["mae_by_lead"]) == horizon
+        assert np.mean(score["mae_by_lead"]) == pytest.approx(score["mae"], rel=1e-12)
+    # Same time yesterday, by hand over every test window (a day is the horizon in both pipelines).
+    assert day == horizon
+    frame = pipeline.default_data()
+    values = frame[target].to_numpy("float64")
+    first, last = pd.Index(frame["timestamp"]).get_indexer(pd.to_datetime(result["data"]["test_period"]))
+    origins = np.arange(first - 1, last - horizon + 1)
+    leads = np.arange(1, horizon + 1)
+    errors = np.abs(values[origins[:, None] + leads] - values[origins[:, None] + leads - day])
+    assert len(origins) == result["data"]["windows"]["test"]
+    # The pipeline reads the true values from the float32 series: each error moves by half a float32 step at most.
+    np.testing.assert_allclose(scores["naive_daily"]["mae_by_lead"], errors.mean(axis=0), rtol=0,
+                               atol=float(np.spacing(np.float32(np.abs(values).max()))))
+
+
+def decoded_sizes(sections):
+    return [Image.open(io.BytesIO(figure.png)).size for figure in figures_of(sections)]
+
+
+@pytest.mark.parametrize("name", ["weather_forecasting", "load_forecasting"])
+def test_report_sections_draw_the_forecasts_and_the_mae_per_lead_and_build_without_report_data(tiny_exports, name, tiny_report):
+    pipeline, result, arrays, state = saved_report(tiny_report, tiny_exports, name)
+    sections = {section.id(): section for section in pipeline.report_sections(result, arrays)}
+    assert list(sections) == ["forecast", "mae-by-lead"]  # no backtest in a one-fold run
+    assert [block.name for block in sections["forecast"].blocks] == [f"forecast_{state['target_cols'][0]}"]
+    assert all(width > 0 and height > 0 for width, height in decoded_sizes(sections.values()))
+    (table,) = [block for block in sections["mae-by-lead"].blocks if isinstance(block, Table)]
+    scores = {"model": result["metrics"], **result["baseline"]}
+    assert [row[0] for row in table.rows] == list(scores)
+    assert table.rows[0][-1] == result["metrics"]["mae_by_lead"][-1]  # the last column: the whole horizon ahead
+    # seqapps report on an export without its run folder: no forecasts, the rest from the result alone.
+    bare = {section.id(): section for section in pipeline.report_sections(result, {})}
+    assert list(bare) == ["forecast", "mae-by-lead"]
+    assert not any(isinstance(block, Figure) for block in bare["forecast"].blocks)
+    assert [figure.name for figure in figures_of(bare.values())] == ["mae_by_lead"]
+
+
+def test_report_backtest_section_shows_each_folds_headline_metric_from_the_result(tiny_exports, tiny_report):
+    pipeline, result, _, _ = saved_report(tiny_report, tiny_exports, "load_forecasting")
+    earlier = ({key: np.add(value, 100).tolist() for key, value in result["metrics"].items()},
+               {name: {"mae": score["mae"] + 50} for name, score in result["baseline"].items()})
+    backtest = runner.backtest_summary([earlier, (result["metrics"], result["baseline"])],
+                                       [["2000-07-01 00:00:00", "2000-07-31 23:30:00"], result["data"]["test_period"]])
+    # A list metric is summarised per element: the mean MAE over the folds at each lead time.
+    lead = backtest["metrics"]["mae_by_lead"]
+    assert lead["mean"] == pytest.approx(np.add(result["metrics"]["mae_by_lead"], 50))
+    assert lead["std"] == pytest.approx(np.full(len(lead["mean"]), np.std([100, 0], ddof=1)))
+    sections = {s.id(): s for s in pipeline.report_sections({**result, "backtest": backtest}, {})}
+    (figure,) = [block for block in sections["backtest"].blocks if isinstance(block, Figure)]
+    (table,) = [block for block in sections["backtest"].blocks if isinstance(block, Table)]
+    assert figure.name == "backtest" and decoded_sizes([sections["backtest"]])[0][0] > 0
+    assert table.columns == ["fold", "test period", "model", *result["baseline"]]
+    mae = [result["metrics"]["mae"], *(score["mae"] for score in result["baseline"].values())]
+    assert table.rows[0] == ["fold 1", "2000-07-01 00:00:00 to 2000-07-31 23:30:00", mae[0] + 100,
+                             *(value + 50 for value in mae[1:])]
+    assert table.rows[1] == ["fold 2", " to ".join(result["data"]["test_period"]), *mae]
+    assert table.rows[2][2] == f"{mae[0] + 50:.4g} ± {np.std([mae[0] + 100, mae[0]], ddof=1):.4g}"

@@ -10,9 +10,11 @@ from pipelines.hrnn_char_lm import HRNNCharLM, weighted_windows
 from seqapps import serializable
 from seqapps.config import resolve_config
 from seqapps.data import text as text_data
-from seqapps.pipeline import VOCABULARIES
+from seqapps.pipeline import EPOCH_METRIC_EXAMPLES, VOCABULARIES
 from tests.pipelines.cli_runner import (assert_rejected_in_one_line, export_metrics, finetune_on_sample, run_cli,
                                        run_tiny, sample_fine_tuning)
+from tests.pipelines.epoch_reports import (assert_sections, last_epoch_values, reference_log_probs,
+                                           trained_model_and_data)
 
 pytestmark = pytest.mark.large
 
@@ -110,3 +112,18 @@ def test_a_fine_tuned_export_scores_text_with_a_new_character(lm_run, tmp_path, 
     serve = tf.saved_model.load(str(info.path)).signatures["serving_default"]
     bpc = serve(text=tf.constant(["el señor"]))["bits_per_character"].numpy()[0]
     np.testing.assert_allclose(bpc, expected, rtol=1e-4)
+
+
+def test_epoch_bits_per_char_are_those_of_the_main_output_on_the_first_validation_windows(tiny_exports, tiny_report):
+    result, _ = tiny_report("hrnn_char_lm")[1:]
+    logged = last_epoch_values(result, ["bpc"])
+    model, data = trained_model_and_data(tiny_exports, "hrnn_char_lm")
+    inputs, targets = (part[:EPOCH_METRIC_EXAMPLES] for part in data.arrays["val"])
+    log_probs = reference_log_probs(model.predict(inputs, verbose=0), targets[..., 0])
+    # float32 logits reduced in another order: 1e-5 relative is rounding, far below a training step's change
+    np.testing.assert_allclose(logged["bpc"], -log_probs.mean() / np.log(2), rtol=1e-5)
+
+
+def test_report_names_the_mode_beside_the_bits_per_char_curve(tiny_exports, tiny_report):
+    result, arrays = tiny_report("hrnn_char_lm")[1:]
+    assert_sections("hrnn_char_lm", result, arrays, ["task-metric", "memory-bench"], figures=1)

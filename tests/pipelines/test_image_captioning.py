@@ -1,4 +1,5 @@
-"""Tests of the image_captioning pipeline: baselines, a tiny end-to-end run, real image bytes and bad input."""
+"""Tests of the image_captioning pipeline: baselines, a tiny end-to-end run, its report, real image bytes and
+bad input."""
 import io
 
 import numpy as np
@@ -7,8 +8,12 @@ from PIL import Image
 
 from pipelines import image_captioning
 from seqapps import runner
+from seqapps.export import ExportCalls
+from seqapps.report import run_folder
+from seqapps.report.document import Table, figures_of
 from tests.export_harness import call_in_tensorflow_only_process, decoded
 from tests.pipelines.cli_runner import assert_rejected_in_one_line
+from tests.pipelines.report_checks import assert_attention_sums_to_one, assert_figures_decode, sections_by_anchor
 
 
 def test_most_frequent_and_nearest_neighbour_baselines():
@@ -57,6 +62,58 @@ def test_export_captions_jpeg_png_gray_rgba_and_large_images_in_a_tensorflow_onl
     words = np.array([[w != "" for w in row] for row in decoded(attention["words"])])
     assert attention["attention"].shape[:2] == words.shape and attention["attention"].shape[2] == 8 * 8  # 32px / 4
     np.testing.assert_allclose(attention["attention"].sum(-1)[words], 1.0, atol=1e-5)
+
+
+def _png(pixels: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+@pytest.mark.large
+def test_report_data_holds_the_pixels_the_export_captions_and_its_attention_per_word(tiny_exports, tiny_report):
+    _, result, arrays = tiny_report("image_captioning")
+    assert arrays["split"].tolist() == ["test"] * 3 + ["test_novel"] * 3
+    assert arrays["image"].tolist() == [sample["image"] for split in ("test", "test_novel")
+                                        for sample in result["metrics"][f"samples/{split}"][:3]]
+    assert arrays["pixels"].dtype == np.uint8 and arrays["pixels"].shape == (6, 32, 32, 3)
+    # The stored pixels, sent again as lossless PNGs, get the captions the report shows.
+    export = ExportCalls(tiny_exports["image_captioning"]["export"])
+    images = {"image_bytes": np.array([_png(pixels) for pixels in arrays["pixels"]], dtype=object)}
+    assert arrays["greedy"].tolist() == decoded(export("serving_default", images)["caption"])
+    assert arrays["beam"].tolist() == [row[0] for row in decoded(export("beam", images)["captions"])]
+    assert [image_captioning.TOKENIZER.join([word for word in row if word]) for row in arrays["words"].tolist()] == \
+        arrays["greedy"].tolist()
+    # Each word's weights over the 8x8 feature-map grid sum to 1; the padding after the caption gets none.
+    assert arrays["attention"].shape == (*arrays["words"].shape, 8 * 8)
+    assert_attention_sums_to_one(arrays["attention"], arrays["words"] != "")
+
+
+@pytest.mark.large
+def test_report_sections_show_captions_attention_and_fact_accuracy_per_split_even_without_report_data(tiny_report):
+    folder, result, arrays = tiny_report("image_captioning")
+    sections = sections_by_anchor(image_captioning.ImageCaptioning(), result, arrays)
+    assert list(sections) == ["captions", "attention", "fact-accuracy"]
+    metrics, baselines = result["metrics"], result["baseline"]
+    facts = next(block for block in sections["fact-accuracy"].blocks if isinstance(block, Table))
+    assert list(facts.columns) == ["", "seen (test)", "novel (test_novel)"]
+    assert [list(row) for row in facts.rows] == [
+        ["greedy search", *(100 * metrics[f"{split}/greedy_fact_accuracy"] for split in ("test", "test_novel"))],
+        ["beam search", *(100 * metrics[f"{split}/beam_fact_accuracy"] for split in ("test", "test_novel"))],
+        *([name, *(100 * baselines[key][f"{split}/fact_accuracy"] for split in ("test", "test_novel"))]
+          for name, key in (("most frequent caption", "most_frequent"), ("nearest neighbour", "nearest_neighbour")))]
+    captioned = [split for split, caption in zip(arrays["split"], arrays["greedy"]) if caption]
+    expected = [f"attention_{split}" for split in ("test", "test_novel") if split in captioned]
+    assert [figure.name for figure in figures_of([sections["attention"]])] == expected
+    assert_figures_decode(sections.values())
+    samples = next(block for block in sections["captions"].blocks if isinstance(block, Table))
+    assert len(samples.rows) == len(metrics["samples/test"]) + len(metrics["samples/test_novel"])
+    page = (folder / run_folder.REPORT_FILE).read_text(encoding="utf-8")
+    assert all(f'id="{anchor}"' in page for anchor in sections) and 'id="figure-test_captions"' in page
+    # Rebuilt from an export alone (no report data): no pictures of images, the tables and charts stay.
+    without = sections_by_anchor(image_captioning.ImageCaptioning(), result, {})
+    assert list(without) == list(sections)
+    assert [figure.name for figure in figures_of(list(without.values()))] == ["splits_fact_accuracy", "splits_bleu4"]
 
 
 @pytest.mark.large

@@ -13,9 +13,11 @@ from seqapps.data import samples
 from seqapps.data import text as text_data
 from seqapps.export_format import read_export
 from seqapps.layers.batch_nce import unigram_distribution
-from seqapps.pipeline import VOCABULARIES
+from seqapps.pipeline import EPOCH_METRIC_EXAMPLES, VOCABULARIES
 from tests.export_harness import call_in_tensorflow_only_process, decoded
 from tests.pipelines.cli_runner import finetune_on_sample, run_cli, sample_fine_tuning, weights_by_path
+from tests.pipelines.epoch_reports import (assert_sections, last_epoch_values, reference_log_probs,
+                                           trained_model_and_data)
 
 pytestmark = pytest.mark.large
 
@@ -154,3 +156,33 @@ def test_a_fine_tuned_export_scores_the_new_words(lm_export, tmp_path, capsys):
     code, answer, _ = run_cli(capsys, "predict", str(info.path), f"the old man sees a {new_word}", "--json")
     assert [w["word"] for w in answer["results"][0]["words"]] == ["the", "old", "man", "sees", "a",
                                                                                  new_word]
+
+
+def test_epoch_perplexities_are_those_of_the_first_validation_windows(tiny_exports, tiny_report):
+    result, _ = tiny_report("language_model")[1:]
+    logged = last_epoch_values(result, ["ppl_full", "ppl_self_normalized"])
+    model, data = trained_model_and_data(tiny_exports, "language_model")
+    body = keras.Model(model.inputs[0], model.get_layer("hidden").output)
+    output = model.get_layer("output")
+    kernel, bias = output.kernel.numpy().astype(np.float64), output.bias.numpy().astype(np.float64)
+    full, normalized = [], []
+    for inputs, _ in data.val.take(EPOCH_METRIC_EXAMPLES).batch(500):
+        logits = body(inputs["tokens"], training=False).numpy().astype(np.float64) @ kernel.T + bias
+        targets = inputs["targets"].numpy()
+        full.append(reference_log_probs(logits, targets).reshape(-1))
+        normalized.append((np.take_along_axis(logits, targets[..., None], -1)[..., 0] - output.log_z).reshape(-1))
+    # float32 scores reduced in another order: 1e-4 relative is rounding, far below a training step's change
+    np.testing.assert_allclose(logged["ppl_full"], np.exp(-np.concatenate(full).mean()), rtol=1e-4)
+    np.testing.assert_allclose(logged["ppl_self_normalized"], np.exp(-np.concatenate(normalized).mean()), rtol=1e-4)
+
+
+def test_report_draws_both_perplexities_and_scores_test_sentences_through_the_export(tiny_exports, tiny_report):
+    result, arrays = tiny_report("language_model")[1:]
+    assert_sections("language_model", result, arrays, ["perplexity", "sentences"], figures=1)
+    sentences = arrays["sentences/text"]
+    assert 1 <= len(sentences) <= language_model.REPORT_SENTENCES
+    assert all(4 <= len(sentence.split()) <= language_model.REPORT_MAX_WORDS for sentence in sentences)
+    assert np.all(np.isfinite(arrays["sentences/perplexity"])) and np.all(arrays["sentences/perplexity"] > 1)
+    assert arrays["sentences/next_words"].shape == (len(sentences), 5)
+    probabilities = np.exp(arrays["sentences/next_log_probs"])
+    assert np.all(np.diff(probabilities, axis=1) <= 0) and np.all(probabilities.sum(1) <= 1 + 1e-5)

@@ -16,8 +16,12 @@ from seqapps.config import resolve_config
 from seqapps.data import music
 from seqapps.errors import DataError
 from seqapps.export_format import read_export
+from seqapps.metrics import roc_curves
 from seqapps.pipeline import VOCABULARIES
+from seqapps.report import run_folder
+from seqapps.report.document import Table, figures_of
 from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli
+from tests.pipelines.report_checks import assert_figures_decode
 
 RATE = music.SAMPLE_RATE
 
@@ -320,3 +324,58 @@ def test_thirty_user_clips_split_as_requested(tmp_path):
     assert data.report["split_counts"] == {"unit": "clips", "train": 21, "val": 6, "test": 3}
     paths = [path for split in ("train", "val", "test") for path in data.arrays[split]["paths"]]
     assert sorted(paths) == sorted(str(tmp_path / f"{i}.wav") for i in range(30))
+
+
+@pytest.fixture(scope="module")
+def music_report(tiny_report):
+    """The tiny run's folder: its result (``result.json``) and report data."""
+    return tiny_report("music_tagging")
+
+
+@pytest.mark.large
+def test_report_roc_curves_run_to_one_one_and_their_areas_are_the_per_tag_aucs(music_report):
+    _, result, arrays = music_report
+    tags = list(arrays["tags"])
+    assert arrays["scores"].shape == arrays["targets"].shape == (result["data"]["clips"]["test"], len(tags))
+    curves = roc_curves(arrays["targets"], arrays["scores"], tags)
+    assert curves and set(curves) == set(result["metrics"]["roc_auc_per_tag"])
+    assert set(tags) - set(curves) == set(result["metrics"]["skipped_tags"])
+    for tag, (false_positives, true_positives) in curves.items():
+        assert (false_positives[0], true_positives[0]) == (0, 0) and (false_positives[-1], true_positives[-1]) == (1, 1)
+        assert np.all(np.diff(false_positives) >= 0) and np.all(np.diff(true_positives) >= 0)
+        # the export's scores, clip by clip, rank the clips as evaluate's did
+        assert np.trapezoid(true_positives, false_positives) == pytest.approx(result["metrics"]["roc_auc_per_tag"][tag])
+
+
+@pytest.mark.large
+def test_report_taggrams_have_a_window_per_hop_ending_at_the_clip_end_and_average_to_the_scores(music_report):
+    _, result, arrays = music_report
+    window, clip = result["config"]["window_seconds"], result["config"]["clip_seconds"]
+    assert list(arrays["taggram_tags"]) == list(arrays["tags"])
+    for i in range(2):  # the tiny run's two test clips (REPORT_TAGGRAMS is 3)
+        starts, ends, taggram = arrays[f"window_start/{i}"], arrays[f"window_end/{i}"], arrays[f"taggram/{i}"]
+        count = int(np.ceil(clip / window))
+        np.testing.assert_allclose(starts, np.minimum(np.arange(count) * window, clip - window), atol=1e-4)
+        np.testing.assert_allclose(ends, starts + window, atol=1e-4)
+        assert taggram.shape == (count, len(arrays["tags"])) and np.all((taggram >= 0) & (taggram <= 1))
+        np.testing.assert_allclose(taggram.mean(axis=0), arrays["scores"][i], atol=1e-6)  # aggregate: mean
+    assert "taggram/2" not in arrays
+
+
+@pytest.mark.large
+def test_report_sections_draw_rocs_taggrams_and_per_tag_aucs_and_build_without_report_data(music_report):
+    folder, result, arrays = music_report
+    page = (folder / run_folder.REPORT_FILE).read_text()
+    assert all(f'id="{anchor}"' in page for anchor in ("roc-curves", "taggram", "per-tag-auc"))
+    sections = {section.id(): section for section in MusicTagging().report_sections(result, arrays)}
+    assert list(sections) == ["roc-curves", "taggram", "per-tag-auc"]
+    figures = figures_of(sections.values())
+    assert [f.name for f in figures] == ["roc_curves", "taggram_0", "taggram_1", "per_tag_auc"]
+    assert_figures_decode(sections.values())
+    (table, *_) = [block for block in sections["per-tag-auc"].blocks if isinstance(block, Table)]
+    baseline = result["baseline"]["mfcc_logistic_regression"]["roc_auc_per_tag"]
+    assert [row[:3] for row in table.rows] == [[tag, auc, baseline[tag]]
+                                               for tag, auc in result["metrics"]["roc_auc_per_tag"].items()]
+    bare = MusicTagging().report_sections(result, {})
+    assert [s.id() for s in bare] == ["roc-curves", "taggram", "per-tag-auc"]
+    assert [f.name for f in figures_of(bare)] == ["per_tag_auc"]

@@ -6,7 +6,9 @@ import pytest
 import tensorflow as tf
 
 from pipelines.pixel_mnist import digits_images, pixel_order
+from seqapps.pipeline import EPOCH_METRIC_EXAMPLES
 from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli, run_tiny
+from tests.pipelines.epoch_reports import assert_sections, last_epoch_values, trained_model_and_data
 
 pytestmark = pytest.mark.large
 
@@ -72,3 +74,18 @@ def test_bad_digit_folders_are_one_line_errors_naming_the_folder_or_file(capsys,
     (folder / "7").mkdir()
     (folder / "7" / "scan.png").write_bytes(b"not an image")
     assert_rejected_in_one_line(capsys, tmp_path / "out", "pixel_mnist", ["--data", str(folder)], "scan.png")
+
+
+def test_epoch_accuracy_is_that_of_the_first_validation_images(tiny_exports, tiny_report):
+    result, _ = tiny_report("pixel_mnist")[1:]
+    logged = last_epoch_values(result, ["accuracy"])
+    model, data = trained_model_and_data(tiny_exports, "pixel_mnist")
+    pixels, labels = data.arrays["val"][0][:EPOCH_METRIC_EXAMPLES], data.arrays["val_labels"][:EPOCH_METRIC_EXAMPLES]
+    assert len(labels) >= 5
+    predicted = model.predict(pixels, verbose=0)[:, -1].argmax(-1)
+    assert logged["accuracy"] == (predicted == labels).mean()  # a share of whole images: exact
+
+
+def test_report_names_the_mode_beside_the_accuracy_curve(tiny_exports, tiny_report):
+    result, arrays = tiny_report("pixel_mnist")[1:]
+    assert_sections("pixel_mnist", result, arrays, ["task-metric", "memory-bench"], figures=1)

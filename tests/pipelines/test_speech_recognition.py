@@ -1,6 +1,8 @@
 """End-to-end checks of the speech_recognition pipeline on its tiny preset (espeak-ng corpus), through the CLI."""
 import csv
 import dataclasses
+import itertools
+import json
 import shutil
 from pathlib import Path
 
@@ -17,7 +19,10 @@ from seqapps.data import speech
 from seqapps.errors import DataError
 from seqapps.export_format import read_export
 from seqapps.pipeline import VOCABULARIES
+from seqapps.report import run_folder
+from seqapps.report.document import Table, figures_of
 from tests.pipelines.cli_runner import assert_rejected_in_one_line, run_cli
+from tests.pipelines.report_checks import assert_figures_decode
 
 pytestmark = pytest.mark.large
 
@@ -254,8 +259,6 @@ def test_word_timings_of_a_model_that_transcribes_fall_inside_espeaks_word_spans
     posteriors as the ``words`` signature does, must fall inside that word's span in
     ``words.json`` (espeak-ng's word events; words without their own event share their group's span).
     """
-    import json
-
     import keras
 
     from seqapps.layers import ctc
@@ -295,3 +298,65 @@ def test_word_timings_of_a_model_that_transcribes_fall_inside_espeaks_word_spans
         assert [w.decode() for w in words[:len(expected)]] == row["transcript"].split()
         for word, start, (low, high) in zip(row["transcript"].split(), starts, expected):
             assert low - frame <= start < high + frame, (row["transcript"], word, start, (low, high))
+
+
+@pytest.fixture(scope="module")
+def speech_report(tiny_report):
+    """The tiny run's folder: its result (``result.json``) and report data."""
+    return tiny_report("speech_recognition")
+
+
+def test_report_data_times_ordered_words_inside_each_utterance_as_its_posteriors_spell_them(speech_report):
+    _, result, arrays = speech_report
+    config = result["config"]
+    classes = [{"blank": "", "space": " "}.get(label, label) for label in arrays["classes"]]
+    assert classes[0] == "" and " " in classes
+    for i in range(3):  # REPORT_UTTERANCES of the tiny run's 4 test utterances
+        seconds, starts, ends = float(arrays[f"seconds/{i}"]), arrays[f"start/{i}"], arrays[f"end/{i}"]
+        samples = round(seconds * speech.SAMPLE_RATE)
+        log_mel, posteriors = arrays[f"log_mel/{i}"], arrays[f"posteriors/{i}"]
+        assert log_mel.shape == (1 + samples // config["hop_length"], config["n_mels"])  # centred STFT frames
+        assert posteriors.shape == (-(-log_mel.shape[0] // config["stride"]), len(classes))
+        np.testing.assert_allclose(posteriors.sum(axis=1), 1.0, atol=1e-5)
+        assert np.all((0 <= starts) & (starts < ends) & (ends <= seconds + 1e-6))
+        assert np.all(ends[:-1] <= starts[1:])  # in order, not overlapping
+        # the export's words are the greedy path of the model's posteriors: the figure shows one decoding
+        path = [key for key, _ in itertools.groupby(np.argmax(posteriors, axis=1)) if key != 0]
+        assert list(arrays[f"words/{i}"]) == "".join(classes[k] for k in path).split()
+    assert "seconds/3" not in arrays
+
+
+def test_per_voice_error_rates_weigh_up_to_the_test_splits(speech_report, tiny_corpus):
+    _, result, _ = speech_report
+    _, rows = tiny_corpus
+    per_voice = result["metrics"]["per_voice"]
+    test = [row for row in rows if row["split"] == "test"]
+    voices = {row["voice"].partition("+")[2] for row in test}
+    assert set(per_voice) == voices and voices <= set(speech.VARIANTS["test"])
+    assert sum(v["utterances"] for v in per_voice.values()) == len(test)
+    # corpus rates: the whole split's is each voice's weighted by its reference characters (words)
+    for rate, count in (("cer", len), ("wer", lambda text: len(text.split()))):
+        size = {voice: sum(count(r["transcript"]) for r in test if r["voice"].endswith(f"+{voice}"))
+                for voice in voices}
+        for kind in ("greedy", "beam"):
+            weighted = sum(per_voice[v][f"{kind}_{rate}"] * size[v] for v in voices) / sum(size.values())
+            assert weighted == pytest.approx(result["metrics"][f"{kind}_{rate}"], rel=1e-9)
+
+
+def test_report_sections_draw_each_utterance_and_the_voices_and_build_without_report_data(speech_report):
+    folder, result, arrays = speech_report
+    page = (folder / run_folder.REPORT_FILE).read_text()
+    assert 'id="word-timings"' in page and 'id="per-voice"' in page
+    sections = {section.id(): section for section in SpeechRecognition().report_sections(result, arrays)}
+    assert list(sections) == ["word-timings", "per-voice"]
+    figures = figures_of(sections.values())
+    assert [f.name for f in figures] == ["word_timings_0", "word_timings_1", "word_timings_2", "per_voice_error_rates"]
+    assert_figures_decode(sections.values())
+    (table,) = [block for block in sections["per-voice"].blocks if isinstance(block, Table)]
+    voices = [f"voice {voice}" for voice in result["metrics"]["per_voice"]]
+    assert [row[0] for row in table.rows] == [*voices, "all test voices", "baseline: empty transcript",
+                                              "baseline: most frequent sentence"]
+    assert table.rows[-2][2:] == [100.0] * 4  # the empty transcript: every character and word deleted
+    bare = SpeechRecognition().report_sections(result, {})
+    assert [s.id() for s in bare] == ["word-timings", "per-voice"]
+    assert [f.name for f in figures_of(bare)] == ["per_voice_error_rates"]

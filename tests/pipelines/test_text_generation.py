@@ -12,9 +12,11 @@ from seqapps import cli, serializable
 from seqapps.config import resolve_config
 from seqapps.data import text as text_data
 from seqapps.export_format import read_export, read_limits
-from seqapps.pipeline import VOCABULARIES
+from seqapps.pipeline import EPOCH_METRIC_EXAMPLES, VOCABULARIES
 from tests.export_harness import call_in_tensorflow_only_process, decoded
 from tests.pipelines.cli_runner import finetune_on_sample, run_cli, sample_fine_tuning, weights_by_path
+from tests.pipelines.epoch_reports import (assert_sections, last_epoch_values, reference_log_probs,
+                                           trained_model_and_data)
 
 pytestmark = pytest.mark.large
 
@@ -185,3 +187,26 @@ def test_a_fine_tuned_export_reads_and_continues_a_prompt_with_a_new_character(c
         ids.append(int(np.argmax(logits[1:])) + 1)  # the export never generates <unk>
     assert generated == "".join(chars[i] for i in ids[-5:])
     assert cli.main(["predict", str(info.path), "señor"]) == 0 and "señor" in capsys.readouterr().out
+
+
+def test_epoch_bits_per_char_are_those_of_the_first_validation_windows(tiny_exports, tiny_report):
+    result, _ = tiny_report("text_generation")[1:]
+    logged = last_epoch_values(result, ["bits_per_char"])
+    model, data = trained_model_and_data(tiny_exports, "text_generation")
+    log_probs = [reference_log_probs(model(chars, training=False).numpy(), targets.numpy()).reshape(-1)
+                 for chars, targets in data.val.take(EPOCH_METRIC_EXAMPLES).batch(500)]
+    # float32 logits reduced in another order: 1e-5 relative is rounding, far below a training step's change
+    np.testing.assert_allclose(logged["bits_per_char"], -np.concatenate(log_probs).mean() / np.log(2), rtol=1e-5)
+
+
+def test_report_shows_greedy_and_sampled_texts_from_test_prompts(tiny_exports, tiny_report):
+    result, arrays = tiny_report("text_generation")[1:]
+    assert_sections("text_generation", result, arrays, ["samples"], figures=0)
+    prompts = arrays["samples/prompt"]
+    assert len(prompts) == text_generation.REPORT_PROMPTS * len(text_generation.REPORT_TEMPERATURES)
+    assert sorted(set(arrays["samples/temperature"])) == sorted(text_generation.REPORT_TEMPERATURES)
+    assert all(1 <= len(prompt.split()) <= text_generation.REPORT_PROMPT_WORDS for prompt in prompts)
+    # each sample is as long as asked: one character per step, <unk> never generated
+    assert [len(text) for text in arrays["samples/generated"]] == [text_generation.REPORT_SAMPLE_CHARS] * len(prompts)
+    table = text_generation.TextGeneration().report_sections(result, arrays)[0].blocks[0]
+    assert [row[0] for row in table.rows] == [repr(str(prompt)) for prompt in prompts]

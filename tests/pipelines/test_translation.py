@@ -1,4 +1,4 @@
-"""Tests of the translation pipeline: a tiny end-to-end run, fine-tuning and bad input."""
+"""Tests of the translation pipeline: a tiny end-to-end run, its report, fine-tuning and bad input."""
 import json
 from pathlib import Path
 
@@ -9,9 +9,13 @@ import pytest
 from pipelines import translation
 from seqapps import runner
 from seqapps.config import resolve_config
+from seqapps.export import ExportCalls
 from seqapps.pipeline import VOCABULARIES
+from seqapps.report import run_folder
+from seqapps.report.document import Table, figures_of
 from tests.export_harness import call_in_tensorflow_only_process, decoded
 from tests.pipelines.cli_runner import assert_rejected_in_one_line
+from tests.pipelines.report_checks import assert_attention_sums_to_one, assert_figures_decode, sections_by_anchor
 
 
 # --- the pipeline, end to end on the tiny preset (num2words pairs: no apt step) -------------------------------
@@ -67,6 +71,47 @@ def test_export_translates_empty_long_and_unknown_text_in_a_tensorflow_only_proc
     words = np.array([[token != "" for token in row] for row in target])
     np.testing.assert_allclose(attention.sum(-1)[words], 1.0, atol=1e-5)
     assert np.all(attention.sum(-1)[~words] == 0)
+
+
+@pytest.mark.large
+def test_report_data_is_what_the_export_serves_for_the_first_sample_sentences(tiny_exports, tiny_report):
+    _, result, arrays = tiny_report("translation")
+    samples = result["metrics"]["samples/translations"][: translation.REPORT_SENTENCES]
+    assert arrays["source"].tolist() == [sample["source"] for sample in samples]
+    served = ExportCalls(tiny_exports["translation"]["export"])("serving_default",
+                                                                 {"text": arrays["source"].astype(object)})
+    assert arrays["translation"].tolist() == decoded(served["translation"])
+    assert [[word for word in row if word] for row in arrays["source_tokens"].tolist()] == [
+        translation.TOKENIZER.tokenize(source) for source in arrays["source"]]
+    rows, columns = arrays["target_tokens"].shape[1], arrays["source_tokens"].shape[1]
+    assert arrays["attention"].shape == (len(samples), rows, columns)
+    assert_attention_sums_to_one(arrays["attention"], arrays["target_tokens"] != "", arrays["source_tokens"] != "")
+
+
+@pytest.mark.large
+def test_report_sections_show_scores_attention_per_sentence_and_samples_even_without_report_data(tiny_report):
+    folder, result, arrays = tiny_report("translation")
+    sections = sections_by_anchor(translation.Translation(), result, arrays)
+    assert list(sections) == ["scores", "attention", "samples"]
+    metrics, lexical = result["metrics"], result["baseline"]["lexical_ibm1"]
+    scores = next(block for block in sections["scores"].blocks if isinstance(block, Table))
+    assert [list(row) for row in scores.rows] == [
+        ["greedy search", metrics["greedy_bleu"], metrics["greedy_chrf"]],
+        ["beam search", metrics["beam_bleu"], metrics["beam_chrf"]],
+        ["word by word (IBM Model 1)", lexical["bleu"], lexical["chrf"]]]
+    with_words = sum(1 for source, target in zip(arrays["source_tokens"], arrays["target_tokens"])
+                     if any(source) and any(target))
+    assert [figure.name for figure in figures_of([sections["attention"]])] == [
+        f"attention_{row + 1}" for row in range(with_words)]
+    assert_figures_decode(sections.values())
+    samples = sections["samples"].blocks[0]
+    assert [row[0] for row in samples.rows] == [s["source"] for s in metrics["samples/translations"]]
+    page = (folder / run_folder.REPORT_FILE).read_text(encoding="utf-8")
+    assert all(f'id="{anchor}"' in page for anchor in sections) and 'id="figure-attention_1"' in page
+    # Rebuilt from an export alone (no report data): the attention is left out, the rest is drawn.
+    without = sections_by_anchor(translation.Translation(), result, {})
+    assert list(without) == list(sections) and figures_of([without["attention"]]) == []
+    assert [figure.name for figure in figures_of(list(without.values()))] == ["translation_scores"]
 
 
 @pytest.mark.large
