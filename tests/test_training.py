@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -19,6 +20,7 @@ from seqapps import training
 from seqapps.config import TrainingConfig
 from seqapps.pipeline import Splits
 from seqapps.training import batch_datasets, clip_by_global_norm, make_optimizer
+from tests.tensorboard_events import scalars
 
 pytestmark = pytest.mark.large
 
@@ -90,6 +92,9 @@ def test_killed_runs_resume_to_the_uninterrupted_result_to_the_last_digit(tmp_pa
     assert resumed["export"] == str(killed / "load_forecasting" / "1")
     assert not list(killed.glob("load_forecasting/.tmp-*"))
     assert not (killed / "load_forecasting" / ".checkpoints").exists()
+    # The three processes logged into one pending run folder, renamed after the export: each epoch once.
+    assert list(scalars(Path(resumed["run_folder"]) / "train", "epoch_loss").values()) == \
+        [np.float32(loss) for loss in whole["training"]["loss_history"]]
     # Same seed, same batches, same callback state: equal to the last digit, not approximately.
     for run in (in_export, resumed):
         assert run["metrics"] == whole["metrics"] and run["baseline"] == whole["baseline"]

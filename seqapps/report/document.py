@@ -144,5 +144,5 @@ def render_html(title: str, sections: Sequence[Section], max_bytes: int = MAX_RE
         if len(page.encode("utf-8")) <= max_bytes or not figures:
             return page
         largest = max(figures, key=lambda figure: len(figure.png))
-        note = Text(f"(figure {largest.name!r} left out: the report is kept under {max_bytes // 2**20} MB)")
+        note = Text(f"(figure {largest.name!r} left out: the report is kept under {max_bytes / 2**20:.3g} MB)")
         sections = [dataclasses.replace(s, blocks=[note if b is largest else b for b in s.blocks]) for s in sections]

@@ -76,6 +76,8 @@ def line_chart(name: str, title: str, series: Mapping[str, tuple[Sequence[float]
         bands: label -> ``(x, low, high)``, drawn under the lines.
         log_y: a logarithmic y axis.
         markers: mark each point (for short series, such as a few epochs).
+
+    Where every x is an integer (epochs, lead times), the x ticks are whole numbers (never 0.98).
     """
     figure, axes = canvas()
     for label, (x, low, high) in (bands or {}).items():
@@ -85,6 +87,10 @@ def line_chart(name: str, title: str, series: Mapping[str, tuple[Sequence[float]
     axes.set(title=title, xlabel=xlabel, ylabel=ylabel)
     if log_y:
         axes.set_yscale("log")
+    if all(np.asarray(x).dtype.kind in "iu" for x, *_ in [*series.values(), *(bands or {}).values()]):
+        from matplotlib.ticker import MaxNLocator
+
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     if len(series) + len(bands or {}) > 1:
         axes.legend(fontsize="small")
     axes.grid(alpha=0.3)

@@ -162,7 +162,8 @@ def _training_section(result: dict[str, Any]) -> Section:
 
     training = result.get("training") or {}
     history: dict[str, list[float | None]] = training.get("history") or {}
-    blocks: list[Any] = [Text(f"{training.get('epochs_run', 0)} epochs in {training.get('seconds', '?')} s"
+    epochs = training.get("epochs_run", 0)
+    blocks: list[Any] = [Text(f"{epochs} epoch{'' if epochs == 1 else 's'} in {training.get('seconds', '?')} s"
                               + (f", resumed after epoch {training['resumed_from_epoch']}"
                                  if training.get("resumed_from_epoch") else "")
                               + (f"; best validation loss {training['best_val_loss']:.4g}"
@@ -219,11 +220,12 @@ def log_test_summaries(folder: Path, result: dict[str, Any], figures: Sequence[F
     """Logs the test metrics, each baseline's, and the figures to TensorBoard (``folder/test``).
 
     Scalars are tagged ``test/KEY`` and ``baseline/NAME/KEY``; images by figure name; all at the
-    last epoch, so TensorBoard shows them beside the training curves.
+    last epoch's step (Keras logs epoch e, from 0, at step e), so TensorBoard shows them beside the
+    training curves' last point.
     """
     import tensorflow as tf
 
-    step = int((result.get("training") or {}).get("epochs_run") or 0)
+    step = max(int((result.get("training") or {}).get("epochs_run") or 0) - 1, 0)
     writer = tf.summary.create_file_writer(str(folder / TEST_LOGS))
     with writer.as_default():
         for key, value in _flat_numbers(result.get("metrics", {})):
