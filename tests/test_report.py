@@ -129,6 +129,25 @@ def test_a_pipeline_whose_report_fails_still_exports_and_says_so_in_one_line(mon
     folder = tmp_path / "runs" / "copy_task" / "1"  # the logs and the result are kept; no page
     assert (folder / run_folder.RESULT_FILE).is_file() and not (folder / run_folder.REPORT_FILE).exists()
     assert scalars(folder / "train", "epoch_loss")
+    metrics = json.loads((export / ASSETS_EXTRA / "metrics.json").read_text())["metrics"]
+    assert list(scalars(folder / "test", "test/bpc").values()) == pytest.approx([metrics["bpc"]], rel=1e-6)  # float32
+
+
+def test_a_run_folder_keeps_its_name_from_another_existing_export_and_replaces_a_gone_ones(tmp_path):
+    def left_by(export: Path) -> Path:
+        folder = tmp_path / "runs" / "copy_task" / export.name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / run_folder.RESULT_FILE).write_text(json.dumps({"export": str(export)}))
+        return folder
+
+    runs = tmp_path / "runs" / "copy_task"
+    ours, theirs = tmp_path / "a" / "copy_task" / "1", tmp_path / "b" / "copy_task" / "1"
+    ours.mkdir(parents=True)
+    assert run_folder._free_name(runs, ours) == runs / "1"  # nothing there yet
+    left_by(theirs)  # another export root's run folder; its export is gone
+    assert run_folder._free_name(runs, ours) == runs / "1"
+    theirs.mkdir(parents=True)  # now it exists: its run folder is kept
+    assert run_folder._free_name(runs, ours) == runs / "1-2"
 
 
 @pytest.mark.parametrize("name", REGISTRY.names())

@@ -257,24 +257,47 @@ def finish(pending: Path, result: dict[str, Any], config: dict[str, Any]) -> Pat
         config: the resolved config, as a dict.
 
     Returns:
-        The final folder ``runs/NAME/VERSION``; a folder of that name left by an export that no
-        longer exists is replaced.
+        The final folder ``runs/NAME/VERSION``: a folder of that name left by an export that no
+        longer exists is replaced; one of another export that exists (another export root logging
+        into the same ``runs``) is kept, and this run's is ``VERSION-2`` (``-3``, ...).
     """
     pending.mkdir(parents=True, exist_ok=True)
     saved = {**result, "config": config}
     (pending / RESULT_FILE).write_text(json.dumps(saved, indent=2, default=str), encoding="utf-8")
+    built: list[Section] | None = None
     try:
         built = sections(saved, load_report_data(pending))
-        log_test_summaries(pending, saved, figures_of(built))
-        write_report(pending, built, _title(saved))
-    except Exception as error:  # the report is never required: the run and its export stand
+    except Exception as error:  # the report is never required: the run, its logs and its export stand
         print(f"seqapps: report not built ({type(error).__name__}: {error}); the run and its export are complete",
               file=sys.stderr)
-    final = pending.parent / Path(result["export"]).name
+    try:
+        log_test_summaries(pending, saved, figures_of(built or []))  # the test metrics even without a report
+        if built is not None:
+            write_report(pending, built, _title(saved))
+    except Exception as error:
+        print(f"seqapps: report not written ({type(error).__name__}: {error}); the run and its export are complete",
+              file=sys.stderr)
+    final = _free_name(pending.parent, Path(result["export"]))
     if final.exists():
         shutil.rmtree(final)
     os.rename(pending, final)
     return final
+
+
+def _free_name(folder: Path, export: Path) -> Path:
+    """``folder/VERSION`` for the export ``.../VERSION``, unless a run folder of another export that still
+    exists holds that name (two export roots logging into one ``runs``): then ``VERSION-2``, ``VERSION-3``, ...
+    """
+    candidates = [folder / export.name, *(folder / f"{export.name}-{n}" for n in range(2, 1000))]
+    for candidate in candidates:
+        saved = candidate / RESULT_FILE
+        try:
+            other = Path(json.loads(saved.read_text(encoding="utf-8"))["export"]) if saved.is_file() else None
+        except (OSError, ValueError, KeyError, TypeError):
+            other = None
+        if other is None or not other.is_dir() or other.resolve() == export.resolve():
+            return candidate  # free, or left by an export that no longer exists, or this export's own
+    raise OSError(f"{folder}: no free run folder name for {export}")
 
 
 def run_folder_of(info: "ExportInfo", logdir: str | Path | None = None) -> Path:
