@@ -42,7 +42,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from seqapps import metrics, predictions
+from seqapps import compat, metrics, predictions
 from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
@@ -213,7 +213,8 @@ class TextGeneration(Pipeline):
             model: the model.
             windows: a split, unbatched.
         """
-        log_probs = [metrics.label_log_probs(model.predict_on_batch(chars), targets).reshape(-1)
+        predict = compat.batch_predictor(model)  # predict_on_batch repeats rows under a mirrored strategy
+        log_probs = [metrics.label_log_probs(predict(chars).numpy(), targets).reshape(-1)
                      for chars, targets in windows.batch(64)]
         return metrics.bits_per_char(np.concatenate(log_probs))
 
