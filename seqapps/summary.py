@@ -59,13 +59,13 @@ def _wrapped(label: str, items: Iterable[str]) -> list[str]:
     return textwrap.wrap(text, LINE_WIDTH, subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
 
 
-def _flat(value: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+def flat_numbers(value: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     """The numbers of a nested dict as ``(dotted key, value)`` pairs."""
     pairs = []
     for key, item in value.items():
         name = f"{prefix}{key}"
         if isinstance(item, dict):
-            pairs += _flat(item, f"{name}.")
+            pairs += flat_numbers(item, f"{name}.")
         elif _is_number(item):
             pairs.append((name, item))
     return pairs
@@ -80,7 +80,7 @@ def _other_metrics(metrics: dict[str, Any], headlines: Sequence[Headline]) -> li
         if key in shown:
             continue
         if isinstance(value, dict):
-            pairs = _flat(value)
+            pairs = flat_numbers(value)
             if pairs:
                 lines += _wrapped(key, (f"{name} {number(item)}" for name, item in pairs))
         elif _is_number(value):
@@ -133,6 +133,12 @@ def _backtest(backtest: dict[str, Any], headlines: Sequence[Headline]) -> list[s
     return lines
 
 
+def headline_rows(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The rows of the headline table: the model before fine-tuning (if it was), the model, each baseline."""
+    rows = {"model": result["metrics"], **result.get("baseline", {})}
+    return {"before finetune": result["metrics_before"], **rows} if "metrics_before" in result else rows
+
+
 def run_summary(result: dict[str, Any], declared: Sequence[Headline] = ()) -> str:
     """The terminal summary of a run or fine-tuning.
 
@@ -144,9 +150,7 @@ def run_summary(result: dict[str, Any], declared: Sequence[Headline] = ()) -> st
         The lines to print, the last two ``report: PATH`` (where it was built) and ``export: PATH``.
     """
     headlines = headlines_of(result, declared)
-    rows = {"model": result["metrics"], **result.get("baseline", {})}
-    if "metrics_before" in result:
-        rows = {"before finetune": result["metrics_before"], **rows}
+    rows = headline_rows(result)
     finetuned = "finetuned_from" in result
     verb = f"fine-tuned from {result['finetuned_from']}" if finetuned else f"{result['preset']} preset"
     lines = [f"{result['pipeline']} ({verb}) in {result['seconds']} s"]

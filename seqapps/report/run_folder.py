@@ -83,23 +83,19 @@ def load_report_data(folder: Path) -> dict[str, np.ndarray]:
         return {name: archive[name] for name in archive.files}
 
 
-def _flat_numbers(value: Any, prefix: str = "") -> list[tuple[str, float]]:
-    """The numbers of a nested dict as ``(dotted key, value)`` pairs, in order."""
-    if isinstance(value, dict):
-        return [pair for key, item in value.items() for pair in _flat_numbers(item, f"{prefix}{key}.")]
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return [(prefix.rstrip("."), float(value))]
-    return []
+def _flat_numbers(value: dict[str, Any]) -> list[tuple[str, float]]:
+    """The numbers of a nested dict as ``(dotted key, float)`` pairs, in order (``summary.flat_numbers``)."""
+    from seqapps.summary import flat_numbers
+
+    return [(key, float(number)) for key, number in flat_numbers(value)]
 
 
 def _headline_section(result: dict[str, Any], pipeline: Any) -> Section:
-    from seqapps.summary import headlines_of
+    from seqapps.summary import headline_rows, headlines_of
 
     headlines = headlines_of(result, pipeline.headline_metrics)
     baselines = result.get("baseline", {})
-    rows = {"model": result["metrics"], **baselines}
-    if "metrics_before" in result:
-        rows = {"before finetune": result["metrics_before"], **rows}
+    rows = headline_rows(result)
     table = Table(["", *(h.title() for h in headlines)],
                   [[name, *(h.value(values, baseline=name in baselines) for h in headlines)]
                    for name, values in rows.items()],
