@@ -38,6 +38,7 @@ KERAS_MODEL_FILE = "model.keras"
 WARMUP_FILE = "tf_serving_warmup_requests"  # the name TF Serving looks for in assets.extra
 STAGING_PREFIX = ".tmp-"  # hidden folder an export is written to before it is renamed into place
 DEFAULT_SIGNATURE = "serving_default"
+LENGTH_INPUT = re.compile(r"(.*_)?length")  # an integer input so named is a generated length (max_generated_length)
 VERSION = re.compile(r"[0-9]{1,18}")  # ASCII digits only; 18 digits fit an int64, as TF Serving's
 
 

@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import shutil
 import sys
 import time
@@ -17,7 +18,7 @@ from typing import Any, Iterable
 
 from seqapps.config import TrainingConfig, check_names, dump_config, resolve_config
 from seqapps.errors import DataError, ExportError
-from seqapps.export_format import read_export
+from seqapps.export_format import LENGTH_INPUT, Limits, read_export, read_limits
 from seqapps.metrics import nan_reason
 from seqapps.pipeline import REGISTRY, Pipeline, Splits
 from seqapps.report import run_folder
@@ -342,7 +343,11 @@ def predict(model_path: str | Path, inputs: list[str], signature_name: str = "se
     spec = SignatureSpec(inputs=function.structured_input_signature[1])
     built = pipeline.predict_inputs(info.state, inputs, spec)  # keys the signature lacks are row metadata
     features = {name: value for name, value in built.items() if name in spec.inputs}
-    features.update(_input_overrides(overrides, spec.inputs, features, signature_name))
+    features.update(_input_overrides(overrides, spec.inputs, features, signature_name, read_limits(info.path)))
+    for name, value in features.items():
+        for text in (value.ravel() if value.dtype == object else ()):
+            if isinstance(text, str) and not _is_utf8(text):
+                raise DataError(f"INPUT {os.fsencode(text)!r} (input {name!r}): not UTF-8 text; expected UTF-8 text")
     missing = [name for name in spec.inputs if name not in features]
     if missing:
         raise DataError(f"signature {signature_name!r} needs input {missing[0]!r}; pass --set {missing[0]}=VALUE")
@@ -351,8 +356,12 @@ def predict(model_path: str | Path, inputs: list[str], signature_name: str = "se
 
 
 def _input_overrides(overrides: tuple[str, ...] | list[str], specs: dict[str, Any], features: dict[str, Any],
-                     signature_name: str) -> dict[str, Any]:
-    """Parses ``--set input=value`` into arrays of each input's dtype and shape, one row per batch row."""
+                     signature_name: str, limits: Limits | None = None) -> dict[str, Any]:
+    """Parses ``--set input=value`` into arrays of each input's dtype and shape, one row per batch row.
+
+    Integer values must fit the input's dtype, float values be finite, and a generated length
+    (``length`` or ``*_length``) stay within the export's ``max_generated_length``.
+    """
     import numpy as np
     import yaml
 
@@ -368,6 +377,7 @@ def _input_overrides(overrides: tuple[str, ...] | list[str], specs: dict[str, An
         dtype = object if spec.dtype.name == "string" else spec.dtype.as_numpy_dtype
         try:
             value = raw if dtype is object else yaml.safe_load(raw)
+            _within_range(item, name, np.asarray(value), spec.dtype, limits)
             array = np.asarray(value, dtype=dtype)
             shape = [rows, *(dim if dim is not None else array.shape[-1] for dim in spec.shape.as_list()[1:])]
             parsed[name] = np.broadcast_to(array, shape).copy()
@@ -375,3 +385,29 @@ def _input_overrides(overrides: tuple[str, ...] | list[str], specs: dict[str, An
             raise DataError(f"--set {item!r}: expected {spec.dtype.name} values for input {name!r} of shape "
                             f"{spec.shape.as_list()} (the batch first)") from None
     return parsed
+
+
+def _within_range(item: str, name: str, value: Any, dtype: Any, limits: Limits | None) -> None:
+    """Refuses a ``--set`` value outside its input's dtype, or a generated length past the export's limit."""
+    import numpy as np
+
+    numbers = np.ravel(value).tolist()
+    if dtype.is_integer and numbers and all(isinstance(number, int) for number in numbers):
+        info = np.iinfo(dtype.as_numpy_dtype)
+        bound = limits.max_generated_length if limits is not None and LENGTH_INPUT.fullmatch(name) else None
+        if bound is not None and max(numbers) > bound:
+            raise DataError(f"--set {item}: {name} is at most {bound} for this export (limits.json "
+                            "max_generated_length)")
+        if min(numbers) < info.min or max(numbers) > info.max:
+            raise DataError(f"--set {item}: {name} is a {dtype.name}, from {info.min} to {info.max}")
+    if dtype.is_floating and value.dtype.kind in "iuf" and not np.isfinite(value.astype(np.float64)).all():
+        raise DataError(f"--set {item}: expected a finite number for {name}")
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether a command-line string is UTF-8 text (not bytes Python kept as lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

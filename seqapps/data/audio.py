@@ -41,6 +41,8 @@ ZERO_CROSSINGS = 32
 KAISER_BETA = 10.0
 ROLLOFF = 0.94
 _CHUNK = 4096  # output samples per resampling step (memory: _CHUNK x taps floats)
+#: The sample rates ``read_audio`` accepts from a file's header, in Hz (resampling work grows with the ratio).
+FILE_RATES = (1000, 384000)
 
 
 # --- Python: files ---------------------------------------------------------------------------------------------------
@@ -50,13 +52,19 @@ def _decode_file(path: Path, where: str, max_seconds: float | None) -> tuple[np.
     """Frames [n, channels] and the rate, through soundfile, else audioread."""
     import soundfile
 
+    def valid_rate(rate: int) -> int:
+        if not FILE_RATES[0] <= rate <= FILE_RATES[1]:
+            raise DataError(f"{where}: the header gives a sample rate of {rate} Hz; expected "
+                            f"{FILE_RATES[0]} to {FILE_RATES[1]} Hz")
+        return rate
+
     def too_long(seconds: float) -> None:
         if max_seconds is not None and seconds > max_seconds:
             raise DataError(f"{where}: {seconds:.1f} s long, longer than the limit of {max_seconds:g} s")
 
     try:
         with soundfile.SoundFile(str(path)) as file:
-            too_long(file.frames / file.samplerate)
+            too_long(file.frames / valid_rate(file.samplerate))
             return file.read(dtype="float32", always_2d=True), file.samplerate
     except (RuntimeError, TypeError) as error:  # LibsndfileError is a RuntimeError
         reason = str(error).splitlines()[0] if str(error) else error.__class__.__name__
@@ -64,8 +72,8 @@ def _decode_file(path: Path, where: str, max_seconds: float | None) -> tuple[np.
 
     try:
         with audioread.audio_open(str(path)) as file:
+            rate, channels = valid_rate(file.samplerate), file.channels
             too_long(file.duration)
-            rate, channels = file.samplerate, file.channels
             pcm = np.frombuffer(b"".join(file), dtype="<i2")
     except (audioread.exceptions.NoBackendError, audioread.exceptions.DecodeError, OSError, EOFError):
         raise DataError(f"{where}: cannot be read as audio (soundfile: {reason}; no audioread backend decodes it "
@@ -89,7 +97,8 @@ def read_audio(path: str | Path, sample_rate: int, max_seconds: float | None = N
 
     Raises:
         DataError: the file is missing, empty, unreadable, corrupt, has no samples, holds
-            NaN or Inf, or is too long; one line naming the file (and the CSV line).
+            NaN or Inf, declares a sample rate outside ``FILE_RATES``, or is too long; one line
+            naming the file (and the CSV line).
     """
     path = Path(path)
     where = name_file(path, csv_path, row, "audio")
