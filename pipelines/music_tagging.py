@@ -41,12 +41,13 @@ Export (waveforms at 16 kHz):
 - ``serving_default``: ``waveform`` float32 [batch, samples] -> ``scores`` float32
   [batch, n_tags] (tag order of the state), ``tags`` string [batch, n_tags] (best first),
   ``detected`` bool [batch, n_tags] (score >= the tag's threshold).
-- ``wav_bytes``: ``wav`` string [batch] (16-bit PCM WAV at any rate, resampled in-graph) -> the same.
+- ``wav_bytes``: ``wav`` string [batch] (WAV: PCM of 8 to 32 bits or float, 1 to 384 kHz, resampled
+  in-graph; ``audio.decode_wav``) -> the same.
 - ``taggram``: ``waveform`` -> ``window_scores`` float32 [batch, windows, n_tags] (tag order of the
   state), ``tags`` string [batch, n_tags] (that order), ``window_start`` and ``window_end`` float32
   [batch, windows] seconds (the same for every row of a zero-padded batch).
 A waveform with NaN or Inf, empty, or longer than ``max_seconds`` is rejected
-(InvalidArgument); silence is valid (its scores are what the model gives floor-level features).
+(InvalidArgument); samples beyond full scale are clipped to [-1, 1] (``audio.bounded``); silence is valid (its scores are what the model gives floor-level features).
 """
 from __future__ import annotations
 
@@ -451,7 +452,7 @@ class MusicTagging(Pipeline):
         example = {"waveform": audio.signature_rows(first, rate, wav=False)["waveform"]}
 
         def checked(raw: dict[str, tf.Tensor]) -> tf.Tensor:
-            waveform = audio.assert_finite(raw["waveform"])
+            waveform = audio.bounded(raw["waveform"])
             samples = tf.shape(waveform)[1]
             checks = [tf.debugging.assert_less_equal(samples, max_samples, message=(
                           f"a waveform is longer than max_seconds ({max_samples} samples at {rate} Hz); cut it")),

@@ -38,13 +38,15 @@ Export (waveforms at 16 kHz, zero-padded):
 - ``serving_default``: ``waveform`` float32 [batch, samples], ``length`` int32 [batch]
   -> ``transcript`` string [batch], ``score`` float32 [batch] (greedy path log-probability).
 - ``beam``: the same inputs -> the CTC beam-search transcript and its log-probability.
-- ``wav_bytes``: ``wav`` string [batch] (encoded WAV at any rate, resampled in-graph)
+- ``wav_bytes``: ``wav`` string [batch] (WAV: PCM of 8 to 32 bits or float, 1 to 384 kHz,
+  resampled in-graph; ``audio.decode_wav``)
   -> ``transcript``, ``score``.
 - ``words``: the same inputs as ``serving_default`` -> ``words`` string [batch, W],
   ``start``/``end`` seconds and ``confidence`` float32 [batch, W], ``num_words`` int32
   [batch]: the words of the greedy transcript with their times from the CTC posteriors.
 A waveform holding NaN or Inf, or longer than ``max_seconds``, is rejected
-(InvalidArgument, HTTP 400; ``seqapps predict`` cuts long files itself). Silence is
+(InvalidArgument, HTTP 400; ``seqapps predict`` cuts long files itself); samples beyond full
+scale are clipped to [-1, 1] (``audio.bounded``), so no score is NaN. Silence is
 valid input; what it decodes to is whatever the model emits for floor-level features
 (an untrained model may emit characters).
 """
@@ -378,7 +380,7 @@ class SpeechRecognition(Pipeline):
         example = audio.signature_rows([inputs["waveform"].numpy() for inputs, _ in data.test.take(2)], rate, wav=False)
 
         def checked(raw: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            waveform = audio.assert_finite(raw["waveform"])
+            waveform = audio.bounded(raw["waveform"])
             bounded = tf.debugging.assert_less_equal(
                 tf.shape(waveform)[1], max_samples,
                 message=f"a waveform is longer than max_seconds ({max_samples} samples at {rate} Hz); cut it")

@@ -6,17 +6,17 @@
   soxr's "HQ" quality (what ``librosa.resample`` does by default).
 - ``wav_bytes`` (export examples): a waveform written as WAV bytes at another rate.
 - ``signature_rows`` (``predict``): clips as a zero-padded batch or as WAV bytes, with their lengths.
-- ``decode_wav`` (exports): a batch of 16-bit PCM WAV bytes -> a zero-padded mono
-  float32 batch and the lengths, resampled in the graph by ``resample_waveform``, a windowed-sinc
-  (Kaiser) band-limited interpolator written in core TensorFlow ops.
+- ``decode_wav`` (exports): a batch of WAV bytes (PCM of 8 to 32 bits, float, extensible) parsed
+  in TensorFlow ops -> a zero-padded mono float32 batch and the lengths, resampled in the graph by
+  ``resample_waveform``, a windowed-sinc (Kaiser) band-limited interpolator in core TensorFlow ops.
 - ``window_starts``, ``cut_windows``, ``window_dataset``: a track cut into fixed-length windows
   (the last one ending at the track's end, a short track zero-padded), in the graph or as a
   ``tf.data`` dataset of training windows.
 
-Non-finite samples: ``read_audio`` raises ``DataError``; 16-bit WAV bytes cannot hold
-them; a float waveform sent to an export should pass ``assert_finite`` (InvalidArgument
-for NaN or Inf), since the log-mel front end in the model
-(``seqapps.layers.spectrogram.LogMelSpectrogram``) passes NaN through. Silence is valid: its
+Non-finite samples: ``read_audio`` raises ``DataError``; in the graph, a float waveform sent to
+an export and the samples of a float WAV pass ``bounded`` (InvalidArgument for NaN or Inf, then
+clipped to [-1, 1], so that huge amplitudes cannot overflow the features to NaN), since the
+log-mel front end in the model (``seqapps.layers.spectrogram.LogMelSpectrogram``) passes NaN through. Silence is valid: its
 log-mel features are the floor, ``log(log_floor)``.
 
 soundfile, soxr and audioread are imported only where they are used.
@@ -40,9 +40,14 @@ DEFAULT_MAX_SECONDS = 30.0
 ZERO_CROSSINGS = 32
 KAISER_BETA = 10.0
 ROLLOFF = 0.94
-_CHUNK = 4096  # output samples per resampling step (memory: _CHUNK x taps floats)
-#: The sample rates ``read_audio`` accepts from a file's header, in Hz (resampling work grows with the ratio).
-FILE_RATES = (1000, 384000)
+_CHUNK_TAPS = 1 << 20  # (output sample, tap) pairs per resampling step: about 4 MB per float32 tensor
+#: Sample rates a WAV file may declare, in Hz: the resampler's taps grow with the source rate.
+MIN_SAMPLE_RATE, MAX_SAMPLE_RATE = 1000, 384000
+#: Channels a WAV file may declare (libsndfile's own bound).
+MAX_CHANNELS = 1024
+#: RIFF chunks ``decode_wav`` reads while looking for ``fmt `` and ``data``.
+MAX_CHUNKS = 64
+_PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE  # WAVE format tags
 
 
 # --- Python: files ---------------------------------------------------------------------------------------------------
@@ -53,9 +58,9 @@ def _decode_file(path: Path, where: str, max_seconds: float | None) -> tuple[np.
     import soundfile
 
     def valid_rate(rate: int) -> int:
-        if not FILE_RATES[0] <= rate <= FILE_RATES[1]:
+        if not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
             raise DataError(f"{where}: the header gives a sample rate of {rate} Hz; expected "
-                            f"{FILE_RATES[0]} to {FILE_RATES[1]} Hz")
+                            f"{MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz")
         return rate
 
     def too_long(seconds: float) -> None:
@@ -97,7 +102,7 @@ def read_audio(path: str | Path, sample_rate: int, max_seconds: float | None = N
 
     Raises:
         DataError: the file is missing, empty, unreadable, corrupt, has no samples, holds
-            NaN or Inf, declares a sample rate outside ``FILE_RATES``, or is too long; one line
+            NaN or Inf, declares a sample rate outside ``MIN_SAMPLE_RATE``-``MAX_SAMPLE_RATE``, or is too long; one line
             naming the file (and the CSV line).
     """
     path = Path(path)
@@ -130,11 +135,14 @@ def resample_waveform(waveform: tf.Tensor, source_rate: tf.Tensor | int, target_
     ``ROLLOFF`` times the lower of the two Nyquist frequencies, truncated at
     ``ZERO_CROSSINGS`` zero crossings each side by a Kaiser window (beta ``KAISER_BETA``);
     beyond the ends the signal is zero. Positions are exact integer ratios (no drift).
-    Work runs in chunks of output samples, so memory is O(chunk x taps), not O(length x taps).
+    The taps grow with ``source_rate / target_rate``; work runs in chunks of output samples
+    sized so that a chunk holds at most ``_CHUNK_TAPS`` (sample, tap) pairs, one or two chunks
+    at a time, so memory does not grow with the rate or the length. Callers bound the source
+    rate (``decode_wav`` takes ``MIN_SAMPLE_RATE`` to ``MAX_SAMPLE_RATE``).
 
     Args:
         waveform: float32 [samples].
-        source_rate: its sample rate in Hz (a scalar tensor, e.g. from ``tf.audio.decode_wav``).
+        source_rate: its sample rate in Hz (a positive scalar tensor, e.g. from a WAV header).
         target_rate: the rate to produce, in Hz.
 
     Returns:
@@ -150,10 +158,11 @@ def resample_waveform(waveform: tf.Tensor, source_rate: tf.Tensor | int, target_
         half_taps = tf.cast(tf.math.ceil(ZERO_CROSSINGS / cutoff), tf.int64)
         taps = tf.range(-half_taps + 1, half_taps + 1)  # source offsets around floor(t)
         padded = tf.pad(waveform, [[half_taps, half_taps + 1]])
-        chunks = (out_length + _CHUNK - 1) // _CHUNK
+        size = tf.maximum(_CHUNK_TAPS // (2 * half_taps), 1)  # output samples per chunk
+        chunks = (out_length + size - 1) // size
 
         def chunk(index: tf.Tensor) -> tf.Tensor:
-            n = index * _CHUNK + tf.range(_CHUNK, dtype=tf.int64)
+            n = index * size + tf.range(size, dtype=tf.int64)
             base = n * source // target
             frac = tf.cast(n * source - base * target, tf.float32) / tf.cast(target, tf.float32)
             tau = frac[:, None] - tf.cast(taps[None, :], tf.float32)  # t - k, in source samples
@@ -165,7 +174,8 @@ def resample_waveform(waveform: tf.Tensor, source_rate: tf.Tensor | int, target_
                                                          tf.cast(tf.shape(padded)[0], tf.int64) - 1))
             return tf.reduce_sum(samples * kernel, axis=1)
 
-        values = tf.map_fn(chunk, tf.range(chunks), fn_output_signature=tf.TensorSpec([_CHUNK], tf.float32))
+        values = tf.map_fn(chunk, tf.range(chunks), fn_output_signature=tf.TensorSpec([None], tf.float32),
+                           parallel_iterations=2)
         return tf.reshape(values, [-1])[:out_length]
 
     return tf.cond(tf.equal(source, target), lambda: tf.identity(waveform), interpolate)
@@ -177,52 +187,161 @@ def _sinc(x: tf.Tensor) -> tf.Tensor:
     return tf.where(tf.equal(x, 0.0), tf.ones_like(x), tf.sin(math.pi * safe) / (math.pi * safe))
 
 
-def decode_wav(wav_bytes: tf.Tensor, sample_rate: int, resample: bool = True,
-               max_samples: int | None = None) -> tuple[tf.Tensor, tf.Tensor]:
-    """Decodes a batch of 16-bit PCM WAV files in the graph into mono waveforms at ``sample_rate``.
+def _bytes(contents: tf.Tensor, offset: Any, count: Any) -> tf.Tensor:
+    """Up to ``count`` bytes of ``contents`` from ``offset`` (int64 positions, clamped to the string)."""
+    size = tf.cast(tf.strings.length(contents), tf.int64)
+    offset = tf.clip_by_value(tf.cast(offset, tf.int64), 0, size)
+    count = tf.clip_by_value(tf.cast(count, tf.int64), 0, size - offset)
+    return tf.strings.substr(contents, tf.cast(offset, tf.int32), tf.cast(count, tf.int32))
+
+
+def _uint(contents: tf.Tensor, offset: tf.Tensor, width: int) -> tf.Tensor:
+    """The little-endian unsigned integer of ``width`` bytes at ``offset`` (int64; bytes past the end read as 0)."""
+    raw = tf.cast(tf.io.decode_raw(_bytes(contents, offset, width), tf.uint8), tf.int64)
+    raw = tf.pad(raw, [[0, width - tf.size(raw)]])
+    return tf.reduce_sum(raw * tf.constant([256 ** i for i in range(width)], tf.int64))
+
+
+def _chunks(contents: tf.Tensor, size: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Walks a RIFF file's chunks (from byte 12) to its first ``fmt `` and ``data`` chunks, at most ``MAX_CHUNKS``.
+
+    Returns:
+        ``(fmt_start, fmt_size, data_start, data_size)``, int64: each chunk's first byte after its
+        8-byte header and its declared size; -1 for a chunk not found.
+    """
+    def walking(offset, count, fmt_start, fmt_size, data_start, data_size):
+        return (offset + 8 <= size) & (count < MAX_CHUNKS) & ((fmt_start < 0) | (data_start < 0))
+
+    def step(offset, count, fmt_start, fmt_size, data_start, data_size):
+        name, declared, start = _bytes(contents, offset, 4), _uint(contents, offset + 4, 4), offset + 8
+        is_fmt, is_data = tf.equal(name, "fmt ") & (fmt_start < 0), tf.equal(name, "data") & (data_start < 0)
+        return (start + declared + declared % 2, count + 1,  # chunks are padded to an even size
+                tf.where(is_fmt, start, fmt_start), tf.where(is_fmt, declared, fmt_size),
+                tf.where(is_data, start, data_start), tf.where(is_data, declared, data_size))
+
+    minus = tf.constant(-1, tf.int64)
+    found = tf.while_loop(walking, step, (tf.constant(12, tf.int64), tf.constant(0, tf.int64), minus, minus, minus,
+                                          minus), maximum_iterations=MAX_CHUNKS)
+    return found[2:]
+
+
+def _in_order(checks: list[tuple[tf.Tensor, list[Any]]]) -> list[tf.Operation]:
+    """Asserts each ``(condition, message)`` after the ones before it, so that the first failing one is reported."""
+    dependencies: list[tf.Operation] = []
+    for condition, message in checks:
+        with tf.control_dependencies(dependencies):
+            dependencies = [tf.debugging.Assert(condition, message)]
+    return dependencies
+
+
+def _wav_samples(contents: tf.Tensor, sample_rate: int, limit: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """Parses one WAV file's header and samples (see ``decode_wav`` for the formats and checks).
 
     Args:
-        wav_bytes: string tensor [batch] of WAV file contents (16-bit PCM, any rate and channels).
+        contents: a string scalar, the file.
+        sample_rate: the model's rate in Hz.
+        limit: the most samples accepted, counted at ``sample_rate``.
+
+    Returns:
+        ``(frames, rate)``: float32 [frames, channels] in [-1, 1] (PCM scaled as soundfile does) and the int64 rate.
+    """
+    size = tf.cast(tf.strings.length(contents), tf.int64)
+    riff = tf.equal(_bytes(contents, 0, 4), "RIFF") & tf.equal(_bytes(contents, 8, 4), "WAVE")
+    fmt_start, fmt_size, data_start, data_size = _chunks(contents, size)
+    tag, channels, rate = _uint(contents, fmt_start, 2), _uint(contents, fmt_start + 2, 2), _uint(contents,
+                                                                                                  fmt_start + 4, 4)
+    bits = _uint(contents, fmt_start + 14, 2)
+    extensible = tf.equal(tag, _EXTENSIBLE)
+    tag = tf.where(extensible, _uint(contents, fmt_start + 24, 2), tag)  # the sub-format GUID's first two bytes
+    kind = tf.where(tf.equal(tag, _PCM) & tf.equal(bits, 8), 0, tf.where(tf.equal(tag, _PCM) & tf.equal(bits, 16), 1,
+           tf.where(tf.equal(tag, _PCM) & tf.equal(bits, 24), 2, tf.where(tf.equal(tag, _PCM) & tf.equal(bits, 32), 3,
+           tf.where(tf.equal(tag, _FLOAT) & tf.equal(bits, 32), 4, -1)))))
+    frame_bytes = tf.maximum(channels, 1) * tf.maximum(bits // 8, 1)
+    frames = tf.maximum(tf.minimum(data_size, size - data_start), 0) // frame_bytes
+    at_model_rate = (frames * sample_rate + tf.maximum(rate, 1) - 1) // tf.maximum(rate, 1)
+    checks = _in_order([
+        (riff, ["not a WAV file: expected a RIFF/WAVE header (RIFF at byte 0, WAVE at byte 8)"]),
+        ((fmt_start >= 0) & (data_start >= 0), [
+            f"a WAV file has no fmt and data chunks within its first {MAX_CHUNKS} chunks (expected a WAV file)"]),
+        ((fmt_size >= 16) & (~extensible | (fmt_size >= 40)) & (fmt_start + fmt_size <= size),
+         ["a WAV file has a fmt chunk cut short (expected a WAV file)"]),
+        (kind >= 0, [tf.strings.format(
+            "a WAV file holds format {} with {} bits per sample; expected PCM of 8, 16, 24 or 32 bits or 32-bit "
+            "float (plain or WAVE_FORMAT_EXTENSIBLE)", (tag, bits))]),
+        ((channels >= 1) & (channels <= MAX_CHANNELS), [tf.strings.format(
+            f"a WAV file declares {{}} channels; expected 1 to {MAX_CHANNELS}", channels)]),
+        ((rate >= MIN_SAMPLE_RATE) & (rate <= MAX_SAMPLE_RATE), [tf.strings.format(
+            f"a WAV file declares a sample rate of {{}} Hz; expected {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz",
+            rate)]),
+        (frames > 0, ["a WAV file has no samples"]),
+        (at_model_rate <= limit, [tf.strings.format(
+            f"a WAV file is longer than the limit of {limit} samples at {sample_rate} Hz ({limit / sample_rate:g} s)"
+            f": it holds {{}} samples at {{}} Hz", (frames, rate))]),
+    ])
+    with tf.control_dependencies(checks):
+        data = _bytes(contents, data_start, frames * frame_bytes)
+
+    def integers(dtype: tf.DType, scale: float) -> Any:
+        return lambda: tf.cast(tf.io.decode_raw(data, dtype, little_endian=True), tf.float32) / scale
+
+    def unsigned_8() -> tf.Tensor:
+        return (tf.cast(tf.io.decode_raw(data, tf.uint8), tf.float32) - 128.0) / 128.0
+
+    def signed_24() -> tf.Tensor:
+        raw = tf.reshape(tf.cast(tf.io.decode_raw(data, tf.uint8), tf.int32), [-1, 3])
+        value = raw[:, 0] + raw[:, 1] * 256 + raw[:, 2] * 65536
+        return tf.cast(value - tf.where(value >= 1 << 23, 1 << 24, 0), tf.float32) / float(1 << 23)
+
+    def floats() -> tf.Tensor:
+        return tf.io.decode_raw(data, tf.float32, little_endian=True)
+
+    samples = tf.switch_case(tf.cast(tf.maximum(kind, 0), tf.int32), [
+        unsigned_8, integers(tf.int16, 32768.0), signed_24, integers(tf.int32, 2.0 ** 31), floats])
+    return tf.reshape(bounded(samples, "a WAV file holds NaN or infinite samples"), [-1, channels]), rate
+
+
+def decode_wav(wav_bytes: tf.Tensor, sample_rate: int, resample: bool = True,
+               max_samples: int | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+    """Decodes a batch of WAV files in the graph into mono waveforms at ``sample_rate``.
+
+    The RIFF chunks are walked to the ``fmt `` and ``data`` chunks (at most ``MAX_CHUNKS``; a
+    ``data`` size past the end of the file is cut to it, as libsndfile does). Formats: PCM of 8
+    (unsigned), 16, 24 or 32 bits and 32-bit float, plain or WAVE_FORMAT_EXTENSIBLE, any number
+    of channels up to ``MAX_CHANNELS`` (averaged). PCM is scaled to [-1, 1) by 2^(bits-1), as
+    soundfile reads it; float samples are clipped to [-1, 1] (``bounded``). Every size read from
+    the header is checked before the samples are decoded: the rate (``MIN_SAMPLE_RATE`` to
+    ``MAX_SAMPLE_RATE``), the channels, and the length at the model's rate.
+
+    Args:
+        wav_bytes: string tensor [batch] of WAV file contents.
         sample_rate: the model's rate in Hz.
         resample: resample other rates with ``resample_waveform``; if False a WAV at another
             rate raises InvalidArgument.
         max_samples: the longest accepted waveform, counted at ``sample_rate`` (default
-            ``DEFAULT_MAX_SECONDS`` of audio); longer raises InvalidArgument before resampling.
+            ``DEFAULT_MAX_SECONDS`` of audio); longer raises InvalidArgument before decoding.
 
     Returns:
-        ``(waveform, lengths)``: float32 [batch, longest] zero-padded after each waveform,
-        and int32 [batch] sample counts.
+        ``(waveform, lengths)``: float32 [batch, longest] zero-padded after each waveform (to the
+        longest in the batch, not to ``max_samples``), and int32 [batch] sample counts.
 
     Raises:
-        tf.errors.InvalidArgumentError (when run): not 16-bit PCM WAV, no samples, too long,
-            or another rate with ``resample=False``.
+        tf.errors.InvalidArgumentError (when run): not a WAV file, an unsupported format, a rate,
+            channel count or length out of bounds, no samples, NaN or Inf, or another rate with
+            ``resample=False``; the message says what was expected.
     """
     limit = int(max_samples if max_samples is not None else DEFAULT_MAX_SECONDS * sample_rate)
 
-    def decode(contents: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        audio, rate = tf.audio.decode_wav(contents)
-        frames = tf.cast(tf.shape(audio)[0], tf.int64)
-        out_length = (frames * sample_rate + tf.cast(rate, tf.int64) - 1) // tf.cast(rate, tf.int64)
-        checks = [
-            tf.debugging.Assert(frames > 0, ["a WAV file has no samples"]),
-            tf.debugging.Assert(out_length <= limit, [
-                f"a WAV file is longer than the limit of {limit} samples at {sample_rate} Hz; samples:", out_length]),
-        ]
-        if not resample:
-            checks.append(tf.debugging.Assert(tf.equal(rate, sample_rate), [
-                f"a WAV file is not at the model rate of {sample_rate} Hz and resampling is off; its rate:",
-                rate]))
+    def decode(contents: tf.Tensor) -> tf.Tensor:
+        frames, rate = _wav_samples(contents, sample_rate, limit)
+        checks = [] if resample else [tf.debugging.Assert(tf.equal(rate, sample_rate), [tf.strings.format(
+            f"a WAV file is at {{}} Hz, not at the model rate of {sample_rate} Hz, and resampling is off", rate)])]
         with tf.control_dependencies(checks):
-            mono = tf.reduce_mean(audio, axis=1)
-        if resample:
-            mono = resample_waveform(mono, rate, sample_rate)
-        length = tf.shape(mono)[0]
-        return tf.pad(mono, [[0, limit - length]]), length
+            mono = tf.reduce_mean(frames, axis=1)
+        return resample_waveform(mono, rate, sample_rate) if resample else mono
 
-    waveforms, lengths = tf.map_fn(decode, tf.reshape(wav_bytes, [-1]),
-                                   fn_output_signature=(tf.TensorSpec([limit], tf.float32),
-                                                        tf.TensorSpec([], tf.int32)))
-    return waveforms[:, :tf.reduce_max(tf.concat([lengths, [0]], 0))], lengths
+    waveforms = tf.map_fn(decode, tf.reshape(wav_bytes, [-1]),
+                          fn_output_signature=tf.RaggedTensorSpec([None], tf.float32, ragged_rank=0))
+    return waveforms.to_tensor(), tf.cast(waveforms.row_lengths(), tf.int32)
 
 
 def wav_bytes(waveform: np.ndarray, sample_rate: int, file_rate: int = 22050) -> bytes:
@@ -274,9 +393,22 @@ def signature_rows(waveforms: list[np.ndarray], sample_rate: int, wav: bool) -> 
     return {"waveform": batch, "length": lengths}
 
 
-def assert_finite(waveform: tf.Tensor) -> tf.Tensor:
-    """Returns ``waveform``, raising InvalidArgument (when run) if it holds NaN or Inf."""
-    return tf.debugging.assert_all_finite(waveform, "a waveform holds NaN or Inf samples")
+def bounded(waveform: tf.Tensor, message: str = "a waveform holds NaN or Inf samples") -> tf.Tensor:
+    """Returns ``waveform`` clipped to [-1, 1] (full scale), raising InvalidArgument (when run) for NaN or Inf.
+
+    Every float waveform a signature takes goes through it: louder samples are not audio a
+    microphone or a PCM file can hold, and amplitudes such as 1e38 overflow the log-mel power
+    (inf, then NaN scores). Clipping keeps such input an answerable request, as a PCM file
+    would have held it (``soundfile`` clips the same way when writing floats to PCM).
+
+    Args:
+        waveform: float32 samples, any shape.
+        message: the error for NaN or Inf.
+
+    Returns:
+        The waveform, clipped.
+    """
+    return tf.clip_by_value(tf.debugging.assert_all_finite(waveform, message), -1.0, 1.0)
 
 
 # --- Windows of a track ----------------------------------------------------------------------------------------------

@@ -470,8 +470,10 @@ def tf_error_message(error: Exception) -> str:
     text = str(getattr(error, "message", error))
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith(
         ("Graph execution error", "Detected at node", "<stack traces", "[["))]
-    line = lines[-1] if lines else text.strip()
-    return re.sub(r"\s*\[Op:[^\]]*\]$", "", line) or type(error).__name__
+    line = re.sub(r"^(\{\{function_node [^}]*\}\}\s*)+", "", lines[-1] if lines else text.strip())
+    line = re.sub(r"\s*\[Op:[^\]]*\]$", "", line)
+    assertion = re.fullmatch(r"assertion failed: \[(.*)\]", line)  # tf.debugging.Assert's message, unwrapped
+    return (assertion.group(1).replace("] [", " ") if assertion else line) or type(error).__name__
 
 
 def version_from_url(version: str) -> int:

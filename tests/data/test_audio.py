@@ -1,6 +1,7 @@
 """Audio files, in-graph WAV decoding and resampling, and the log-mel front end, against soundfile/soxr/librosa."""
 import io
 import json
+import struct
 import subprocess
 import sys
 import textwrap
@@ -12,7 +13,9 @@ import soundfile
 import tensorflow as tf
 
 from seqapps.data.audio import (
-    assert_finite,
+    MAX_SAMPLE_RATE,
+    MIN_SAMPLE_RATE,
+    bounded,
     cut_windows,
     decode_wav,
     read_audio,
@@ -36,10 +39,23 @@ def tone_and_chirp(rate: int, seconds: float = 1.0, top: float = 6000.0) -> np.n
     return (0.4 * np.sin(2 * np.pi * 440 * t) + 0.4 * chirp).astype(np.float32)
 
 
-def wav_bytes(samples: np.ndarray, rate: int, subtype: str = "PCM_16") -> bytes:
+def wav_bytes(samples: np.ndarray, rate: int, subtype: str = "PCM_16", fmt: str = "WAV") -> bytes:
     buffer = io.BytesIO()
-    soundfile.write(buffer, samples, rate, format="WAV", subtype=subtype)
+    soundfile.write(buffer, samples, rate, format=fmt, subtype=subtype)
     return buffer.getvalue()
+
+
+def riff(chunks: list[tuple[bytes, bytes]]) -> bytes:
+    """A RIFF/WAVE file of these (id, payload) chunks, each padded to an even size."""
+    body = b"".join(name + struct.pack("<I", len(data)) + data + b"\0" * (len(data) % 2) for name, data in chunks)
+    return b"RIFF" + struct.pack("<I", 4 + len(body)) + b"WAVE" + body
+
+
+def fmt_chunk(rate: int, channels: int = 1, floats: bool = False) -> tuple[bytes, bytes]:
+    """A plain ``fmt `` chunk: 16-bit PCM (or 32-bit float) at ``rate``, whatever the rate."""
+    width = 4 if floats else 2
+    return b"fmt ", struct.pack("<HHIIHH", 3 if floats else 1, channels, rate, rate * channels * width % 2 ** 32,
+                                channels * width, 8 * width)
 
 
 # --- read_audio ------------------------------------------------------------------------------------------------------
@@ -129,8 +145,18 @@ def test_decode_wav_pads_a_batch_of_rates_and_channels_to_the_models_rate():
     (wav_bytes(tone_and_chirp(8000), 8000), {"resample": False}, "not at the model rate of 16000 Hz"),
     (wav_bytes(tone_and_chirp(RATE), RATE), {"max_samples": 1000}, "longer than the limit of 1000 samples"),
     (wav_bytes(np.zeros(0, np.float32), RATE), {}, "has no samples"),
-    (wav_bytes(tone_and_chirp(RATE), RATE, subtype="PCM_24"), {}, "16-bit"),
-    (b"RIFF, but not really", {}, "."),
+    (wav_bytes(tone_and_chirp(RATE), RATE, subtype="DOUBLE"), {}, "format 3 with 64 bits per sample; expected PCM"),
+    (wav_bytes(tone_and_chirp(RATE), RATE, subtype="IMA_ADPCM"), {}, "format 17 with 4 bits"),
+    (b"RIFF, but not really", {}, "not a WAV file: expected a RIFF/WAVE header"),
+    (np.random.default_rng(0).bytes(3000), {}, "not a WAV file: expected a RIFF/WAVE header"),
+    (b"RIFF\x04\x00\x00\x00WAVE", {}, "no fmt and data chunks"),
+    (riff([(b"LIST", b"x")] * 70), {}, "no fmt and data chunks within its first 64 chunks"),
+    (riff([(b"fmt ", b"\x01\x00")]), {}, "no fmt and data chunks"),
+    (riff([(b"fmt ", b"\x01\x00\x01\x00"), (b"data", b"\x00\x00")]), {}, "fmt chunk cut short"),
+    (riff([fmt_chunk(rate=RATE, channels=0), (b"data", b"\x00\x00")]), {}, "declares 0 channels; expected 1 to 1024"),
+    (riff([fmt_chunk(rate=RATE), (b"data", b"")]), {}, "has no samples"),
+    (riff([fmt_chunk(rate=RATE, floats=True), (b"data", np.array([0.5, np.inf], "<f4").tobytes())]), {},
+     "NaN or infinite"),
 ])
 def test_decode_wav_rejects_with_invalid_argument(data, options, message):
     decode = tf.function(lambda contents: decode_wav(contents, RATE, **options))
@@ -138,11 +164,65 @@ def test_decode_wav_rejects_with_invalid_argument(data, options, message):
         decode(tf.constant([data]))
 
 
-def test_nan_waveforms_are_rejected_and_silence_gives_the_floor():
+def test_nan_waveforms_are_rejected_huge_ones_clipped_and_silence_gives_the_floor():
     with pytest.raises(tf.errors.InvalidArgumentError, match="NaN or Inf"):
-        assert_finite(tf.constant([[0.0, np.nan]]))
+        bounded(tf.constant([[0.0, np.nan]]))
+    np.testing.assert_array_equal(bounded(tf.constant([[1e38, -3e38, 0.25, -1.5]])), [[1.0, -1.0, 0.25, -1.0]])
     features = LogMelSpectrogram(sample_rate=RATE, n_mels=8, log_floor=1e-5)(np.zeros((1, 1600), np.float32))
     np.testing.assert_allclose(features, np.log(1e-5), rtol=1e-6)
+
+
+@pytest.mark.parametrize("subtype", ["PCM_U8", "PCM_16", "PCM_24", "PCM_32", "FLOAT"])
+@pytest.mark.parametrize("fmt", ["WAV", "WAVEX"])
+def test_decode_wav_reads_every_pcm_and_float_format_as_soundfile_does(subtype, fmt):
+    rng = np.random.default_rng(1)
+    stereo = np.stack([0.9 * tone_and_chirp(RATE, seconds=0.1), rng.uniform(-1, 1, 1600)], axis=1)
+    data = wav_bytes(stereo, RATE, subtype, fmt)
+    reference, _ = soundfile.read(io.BytesIO(data), dtype="float32")
+    waveform, length = decode_wav(tf.constant([data]), RATE, resample=False)
+    assert int(length[0]) == 1600 and waveform.shape == (1, 1600)
+    # The same scaling (2^(bits - 1); unsigned 8-bit offset by 128) and a float32 mean of two channels:
+    # measured 0 difference in every format; 1e-7 allows a different order of float32 additions.
+    np.testing.assert_allclose(waveform[0], reference.mean(axis=1), rtol=0, atol=1e-7)
+
+
+def test_decode_wav_walks_past_other_chunks_and_cuts_a_data_size_past_the_end():
+    samples = (0.5 * tone_and_chirp(8000, seconds=0.05) * 32767).astype("<i2")
+    data = riff([(b"LIST", b"odd"), fmt_chunk(rate=8000), (b"fact", b"\0" * 4), (b"data", samples.tobytes())])
+    data = data[:-8]  # the last 4 samples lost: the data chunk claims more than the file holds
+    reference, _ = soundfile.read(io.BytesIO(data), dtype="float32")
+    waveform, length = decode_wav(tf.constant([data]), 8000, resample=False)
+    assert int(length[0]) == reference.size == samples.size - 4
+    np.testing.assert_array_equal(waveform[0], reference)
+
+
+@pytest.mark.parametrize("rate, subtype", [(11025, "PCM_24"), (44100, "PCM_U8"), (MAX_SAMPLE_RATE, "FLOAT")])
+def test_decode_wav_resamples_odd_rates_and_formats_like_librosa(rate, subtype):
+    stereo = np.stack([tone_and_chirp(rate, seconds=0.25, top=4000), 0.5 * tone_and_chirp(rate, seconds=0.25, top=3000)], 1)
+    data = wav_bytes(stereo, rate, subtype, "WAVEX")
+    reference, _ = soundfile.read(io.BytesIO(data), dtype="float32")
+    expected = librosa.resample(reference.mean(axis=1), orig_sr=rate, target_sr=RATE)
+    waveform, length = decode_wav(tf.constant([data]), RATE)
+    assert int(length[0]) == expected.size == 4000
+    # As test_in_graph_resampler_matches_librosa_from_22050_to_16000_hz: two band-limited resamplers, apart from
+    # the last 128 samples (8 ms), where soxr's flush differs from our zero extension.
+    np.testing.assert_allclose(waveform[0, :-128], expected[:-128], atol=5e-4)
+
+
+@pytest.mark.parametrize("rate", [0, 1, MIN_SAMPLE_RATE - 1, MAX_SAMPLE_RATE + 1, 5_000_000, 2 ** 31 - 1, 2 ** 32 - 1])
+def test_decode_wav_refuses_rates_out_of_bounds_before_resampling(rate):
+    data = riff([fmt_chunk(rate=rate % 2 ** 32), (b"data", b"\x01\x00" * 4000)])
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=f"declares a sample rate of {rate} Hz; expected 1000 to 384000 Hz"):
+        decode_wav(tf.constant([data]), RATE)
+
+
+def test_decode_wav_accepts_the_bounds_and_pads_a_batch_to_its_longest_clip():
+    clips = [riff([fmt_chunk(rate=rate), (b"data", b"\x00\x10" * count)])
+             for rate, count in [(MIN_SAMPLE_RATE, 100), (MAX_SAMPLE_RATE, 4800)]]
+    waveform, lengths = decode_wav(tf.constant(clips), RATE, max_samples=10 ** 7)
+    assert lengths.numpy().tolist() == [1600, 200] and waveform.shape == (2, 1600)  # not padded to max_samples
+    np.testing.assert_allclose(waveform[1, 20:180], 4096 / 32768, atol=1e-3)  # a constant stays itself
 
 
 # --- LogMelSpectrogram -----------------------------------------------------------------------------------------------
