@@ -20,13 +20,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from seqapps.export_format import DEFAULT_SIGNATURE, Limits, parse_version
+from seqapps.export_format import DEFAULT_SIGNATURE, LENGTH_INPUT, Limits, parse_version
 from seqapps.serving.repository import LoadedSignature, LoadedVersion, RequestError, TensorInfo
 
 BYTES_SUFFIX = "_bytes"
 MAX_RANK = 32  # TensorFlow's own limit for many kernels; tf.constant of a rank-33 string array segfaults
 CLASSIFY, REGRESS = "tensorflow/serving/classify", "tensorflow/serving/regress"
-LENGTH_INPUT = re.compile(r"(.*_)?length")
 
 
 def request_limits(server: Limits, export: Limits | None) -> Limits:
