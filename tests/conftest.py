@@ -36,6 +36,10 @@ def tiny_exports(tmp_path_factory: pytest.TempPathFactory) -> dict:
     The exports go to ``<root>/saved_models`` and, as a person's would, the run folders to the
     default ``--logdir``, ``<root>/runs`` beside them. Tests only read them.
 
+    For developers only: ``SEQAPPS_TINY_EXPORTS_CACHE=DIR`` keeps them in DIR across sessions and trains
+    only the pipelines without a ``DIR/results/NAME.json``; delete that file (or the folder) after
+    changing what a pipeline exports. CI never sets it.
+
     Returns:
         ``{name: {"export", "run_folder", "code", "out", "err"}}``: the export folder
         (``<root>/saved_models/<name>/1``), the run folder (``<root>/runs/<name>/1``, with
@@ -44,14 +48,25 @@ def tiny_exports(tmp_path_factory: pytest.TempPathFactory) -> dict:
     from seqapps import cli
     from seqapps.pipeline import REGISTRY
 
-    root = tmp_path_factory.mktemp("tiny_exports")
+    cache = os.environ.get("SEQAPPS_TINY_EXPORTS_CACHE")
+    root = Path(cache) if cache else tmp_path_factory.mktemp("tiny_exports")
     found = {}
     for name in REGISTRY.names():
+        record = root / "results" / f"{name}.json"
+        if cache and record.exists():  # paths relative to the cache, so that a copied cache works too
+            found[name] = {**json.loads(record.read_text()), "export": str(root / "saved_models" / name / "1"),
+                           "run_folder": str(root / "runs" / name / "1")}
+            continue
+        for folder in (root / "saved_models" / name, root / "runs" / name):  # a partial run of an earlier session
+            shutil.rmtree(folder, ignore_errors=True)
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = cli.main(["run", name, "--preset", "tiny", "--out", str(root / "saved_models")])
         found[name] = {"export": str(root / "saved_models" / name / "1"), "run_folder": str(root / "runs" / name / "1"),
                        "code": code, "out": out.getvalue(), "err": err.getvalue()}
+        if cache:
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(json.dumps(found[name]))
     return found
 
 

@@ -33,8 +33,13 @@ OVERRIDES = ["epochs=5", "steps_per_epoch=3", "learning_rate=0.02", "early_stopp
 
 SCRIPT = """
 import json, os, sys
-import keras
-from seqapps import cli, export, training
+from seqapps import cli
+
+# TensorFlow's C++ start-up lines (absl, oneDNN; printed on some CPUs whatever TF_CPP_MIN_LOG_LEVEL says)
+# are held back as cli.main holds them back for the imports it makes itself.
+with cli.native_stderr_to_file(True):
+    import keras
+    from seqapps import export, training
 
 kill_after = int(os.environ.get("KILL_AFTER_EPOCH", "0"))
 if kill_after:
