@@ -3,7 +3,8 @@ answers formatted.
 
 Requests are bounded before anything reaches TensorFlow (``seqapps.export_format.Limits``): the
 nesting depth (the signature's rank, at most 32: deeper string tensors crash TensorFlow), rows per
-request, bytes per string, and generated length (integer inputs named ``length`` or ``*_length``).
+request, bytes per string, and generated length (integer inputs named ``length`` or ``*_length``);
+batched inputs must agree on their row count.
 An export's ``assets.extra/limits.json`` sets them; the server's options are the defaults for the
 bounds an export leaves unset (``request_limits``). Nothing here imports FastAPI: the gRPC API uses
 it too.

@@ -14,13 +14,18 @@ from tests.serving.hostile import Outcome, ServerProcess
 pytestmark = pytest.mark.large
 
 
-def test_the_harness_measures_a_refused_request_and_the_server_serves_on(hostile_server):
-    def normal():
-        return hostile_server.post("/v1/models/text_generation:predict",
-                                   json={"instances": [{"prompt": "a", "length": 2, "temperature": 1.0, "top_k": 0}]})
+TEXT = "/v1/models/text_generation:predict"
 
-    too_many = hostile_server.post("/v1/models/text_generation:predict",
-                                   json={"instances": [{"prompt": "a", "length": 1, "temperature": 1.0, "top_k": 0}] * 100_000})
+
+def normal_text(server: ServerProcess) -> Callable[[], Outcome]:
+    """A normal request to text_generation: two characters after "a"."""
+    return lambda: server.post(TEXT, json={"instances": [{"prompt": "a", "length": 2, "temperature": 1.0, "top_k": 0}]})
+
+
+def test_the_harness_measures_a_refused_request_and_the_server_serves_on(hostile_server):
+    normal = normal_text(hostile_server)
+    row = {"prompt": "a", "length": 1, "temperature": 1.0, "top_k": 0}
+    too_many = hostile_server.post(TEXT, json={"instances": [row] * 100_000})
     assert too_many.status == 400 and "limit" in too_many.body["error"]
     assert hostile_server.grpc_port
     hostile_server.check(too_many, normal)
@@ -28,7 +33,7 @@ def test_the_harness_measures_a_refused_request_and_the_server_serves_on(hostile
         hostile_server.check(normal(), normal, answered=lambda body: False)
 
 
-# --- audio: speech_recognition and music_tagging (issue 25, items 2, 3, 6, 7 and 8) ------------------------------------
+# --- audio: speech_recognition and music_tagging (issue 25, items 2, 3, 6, 7 and 8) ---------------------------------
 
 RATE = 16000  # both audio pipelines' model rate
 SPEECH, MUSIC = "/v1/models/speech_recognition:predict", "/v1/models/music_tagging:predict"
@@ -133,13 +138,6 @@ def test_random_bytes_as_a_wav_get_a_400_in_the_users_terms(hostile_server, path
 
 
 # --- requests whose inputs disagree with the signature's batch (issue 25, item 7) -------------------------------------
-
-TEXT = "/v1/models/text_generation:predict"
-
-
-def normal_text(server: ServerProcess) -> Callable[[], Outcome]:
-    return lambda: server.post(TEXT, json={"instances": [{"prompt": "a", "length": 2, "temperature": 1.0, "top_k": 0}]})
-
 
 def grpc_predict(server: ServerProcess, model: str, inputs: dict[str, np.ndarray]) -> Any:
     """Sends a gRPC Predict to the server; returns the ``grpc.RpcError`` it raised (or fails)."""
