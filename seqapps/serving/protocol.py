@@ -3,7 +3,8 @@ answers formatted.
 
 Requests are bounded before anything reaches TensorFlow (``seqapps.export_format.Limits``): the
 nesting depth (the signature's rank, at most 32: deeper string tensors crash TensorFlow), rows per
-request, bytes per string, and generated length (integer inputs named ``length`` or ``*_length``).
+request, bytes per string, and generated length (integer inputs named ``length`` or ``*_length``);
+batched inputs must agree on their row count.
 An export's ``assets.extra/limits.json`` sets them; the server's options are the defaults for the
 bounds an export leaves unset (``request_limits``). Nothing here imports FastAPI: the gRPC API uses
 it too.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import dataclasses
 import json
 import re
@@ -84,6 +86,15 @@ def _is_b64(value: Any) -> bool:
     return isinstance(value, dict) and list(value) == ["b64"]
 
 
+def _depth(value: Any) -> int:
+    """The nesting depth of a JSON value along its first elements: its rank, if it is rectangular
+    (an empty list counts as one level, as NumPy's ``[]`` has rank 1)."""
+    depth = 0
+    while isinstance(value, list):
+        value, depth = value[0] if value else None, depth + 1
+    return depth
+
+
 def _string_leaf(value: Any, name: str, limit: int | None) -> bytes:
     if isinstance(value, str):
         leaf = value.encode("utf-8")
@@ -124,11 +135,8 @@ def _string_array(value: Any, name: str, max_rank: int, limit: int | None) -> np
 
 
 def _numeric_array(value: Any, name: str, dtype: tf.DType, max_rank: int) -> np.ndarray:
-    node, depth = value, 0
-    while isinstance(node, list) and node:  # the depth along the first elements, before NumPy sees it
-        node, depth = node[0], depth + 1
-        if depth > max_rank:
-            raise _too_deep(name, max_rank)
+    if _depth(value) > max_rank:  # before NumPy sees it
+        raise _too_deep(name, max_rank)
     try:
         array = np.asarray(value)
     except (ValueError, TypeError, OverflowError):
@@ -182,11 +190,49 @@ def _fit_shape(name: str, array: np.ndarray, info: TensorInfo) -> tuple[np.ndarr
         array = array.reshape(array.shape + (1,) * missing)
     else:
         missing = 0
+    if missing == 0 and array.ndim < len(info.shape):
+        _check_batched(name, array.ndim, array.shape[0] if array.ndim else 0, info)
     if array.ndim != len(info.shape) or any(want is not None and want != got
                                             for want, got in zip(info.shape, array.shape)):
         raise RequestError(400, f"Input '{name}' has shape {_format_shape(array.shape)}; the signature "
                                 f"expects {_format_shape(info.shape)}")
     return array, missing
+
+
+def _check_batched(name: str, rank: int, first: int, info: TensorInfo) -> None:
+    """Refuses an input sent as one example without its batch dimension (a waveform as one list of
+    samples), which would otherwise be read as that many rows.
+
+    Args:
+        name: the input's name.
+        rank: the rank sent.
+        first: the length of the first axis sent (0 for a scalar).
+        info: the signature's input.
+
+    Raises:
+        RequestError: 400 saying that a batch of rows was expected, with its shape.
+    """
+    if not info.batched or rank != len(info.shape) - 1 or all(dim == 1 for dim in info.shape[rank:]):
+        return
+    sent = "a single value" if rank == 0 else f"a rank-{rank} list of {first} entries"
+    raise RequestError(400, f"Input '{name}' is {sent}; the signature expects rank {len(info.shape)}, shape "
+                            f"{_format_shape(info.shape)}: a list of rows, one per example (send one example "
+                            "inside a list)")
+
+
+def _check_rows_agree(inputs: dict[str, np.ndarray], signature: LoadedSignature) -> None:
+    """Refuses batched inputs of different row counts (a ``length`` per prompt, but one too many).
+
+    Raises:
+        RequestError: 400 naming two inputs and their row counts.
+    """
+    rows = {key: inputs[key].shape[0] for key in sorted(inputs) if signature.inputs[key].batched}
+    if len(set(rows.values())) > 1:
+        usual = collections.Counter(rows.values()).most_common(1)[0][0]
+        agreeing = next(key for key, count in rows.items() if count == usual)
+        odd = next(key for key, count in rows.items() if count != usual)
+        raise RequestError(400, f"Input '{odd}' has {rows[odd]} rows but '{agreeing}' has {usual}: every input "
+                                "needs one entry per example")
 
 
 def _check_limits(name: str, array: np.ndarray, info: TensorInfo, limits: Limits) -> None:
@@ -264,6 +310,8 @@ def parse_predict_request(body: Any, loaded: LoadedVersion,
         instances = body["instances"]
         if not isinstance(instances, list) or not instances:
             raise RequestError(400, "'instances' must be a non-empty list")
+        if single is not None and not isinstance(instances[0], dict):  # one waveform's samples as instances
+            _check_batched(single, _depth(instances), len(instances), signature.inputs[single])
         _rows_within(len(instances), limits, "'instances'")
         named = [isinstance(row, dict) and not _is_b64(row) for row in instances]
         if all(named):
@@ -288,10 +336,13 @@ def parse_predict_request(body: Any, loaded: LoadedVersion,
     inputs, squeeze = {}, 0
     for key, info in signature.inputs.items():
         if (info.batched or info.shape is None) and isinstance(columns[key], list):
+            if info.shape is not None:
+                _check_batched(key, _depth(columns[key]), len(columns[key]), info)
             _rows_within(len(columns[key]), limits, f"Input '{key}'")
         array, added = _fit_shape(key, _to_array(columns[key], key, info, limits), info)
         _check_limits(key, array, info, limits)
         inputs[key], squeeze = array, max(squeeze, added)
+    _check_rows_agree(inputs, signature)
     return CheckedRequest(signature, inputs, row_format, squeeze)
 
 
@@ -328,6 +379,7 @@ def check_arrays(loaded: LoadedVersion, signature_name: str, arrays: dict[str, n
         array, added = _fit_shape(key, array, info)
         _check_limits(key, array, info, limits)
         inputs[key], squeeze = array, max(squeeze, added)
+    _check_rows_agree(inputs, signature)
     return CheckedRequest(signature, inputs, row_format=False, squeeze=squeeze)
 
 
@@ -492,6 +544,9 @@ def decode_and_parse(body: bytes, loaded: LoadedVersion, limits: Limits,
     """Decodes a JSON body and parses it as a predict request (or, with ``method``, classify/regress)."""
     try:
         decoded = json.loads(body)
+    except UnicodeDecodeError as error:  # a ValueError whose text names a codec, not the request
+        raise RequestError(400, f"The request body is not UTF-8 JSON (byte {error.start}); expected a JSON object, "
+                                "with binary data such as WAV files as {\"b64\": \"...\"} strings") from None
     except (ValueError, RecursionError) as error:
         raise RequestError(400, f"JSON Parse error: {error}") from None
     try:
