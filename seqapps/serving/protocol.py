@@ -15,17 +15,18 @@ import binascii
 import dataclasses
 import json
 import re
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from seqapps.export_format import DEFAULT_SIGNATURE, LENGTH_INPUT, Limits, parse_version
+from seqapps.export_format import (CLASSIFY_METHOD, DEFAULT_SIGNATURE, LENGTH_INPUT, REGRESS_METHOD, Limits,
+                                   parse_version)
 from seqapps.serving.repository import LoadedSignature, LoadedVersion, RequestError, TensorInfo
 
 BYTES_SUFFIX = "_bytes"
 MAX_RANK = 32  # TensorFlow's own limit for many kernels; tf.constant of a rank-33 string array segfaults
-CLASSIFY, REGRESS = "tensorflow/serving/classify", "tensorflow/serving/regress"
+CLASSIFY, REGRESS = CLASSIFY_METHOD, REGRESS_METHOD
 
 
 def request_limits(server: Limits, export: Limits | None) -> Limits:
@@ -367,20 +368,66 @@ def parse_examples_request(body: Any, loaded: LoadedVersion, method: str,
     if not isinstance(body, dict):
         raise RequestError(400, "The request body must be a JSON object")
     limits = request_limits(limits, loaded.limits)
-    signature = _signature(body, loaded, (method,))
     examples, context = body.get("examples"), body.get("context", {})
     if not isinstance(examples, list) or not examples or not all(isinstance(e, dict) for e in examples):
         raise RequestError(400, "'examples' must be a non-empty list of objects keyed by feature name")
     if not isinstance(context, dict):
         raise RequestError(400, "'context' must be an object keyed by feature name")
-    _rows_within(len(examples), limits, "'examples'")
-    if len(signature.inputs) != 1 or next(iter(signature.inputs.values())).dtype != tf.string:
-        raise RequestError(400, f"Signature '{signature.name}' does not take one string tensor of tf.Examples")
+    signature = _examples_signature(loaded, body.get("signature_name", DEFAULT_SIGNATURE), method,
+                                    len(examples), limits)
     shared = {name: _feature(value, name, limits) for name, value in context.items()}
     serialized = np.empty(len(examples), dtype=object)
     for i, example in enumerate(examples):
         features = {**shared, **{name: _feature(value, name, limits) for name, value in example.items()}}
         serialized[i] = tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
+    return _examples_request(signature, serialized)
+
+
+def check_examples(loaded: LoadedVersion, signature_name: str, method: str, examples: Sequence[Any],
+                   context: Any | None, limits: Limits) -> CheckedRequest:
+    """Checks the ``tensorflow.Example`` messages of a gRPC ``Input`` for a classify or regress signature.
+
+    Args:
+        loaded: the model version asked for.
+        signature_name: the signature (empty: ``serving_default``).
+        method: ``CLASSIFY`` or ``REGRESS``.
+        examples: the examples (``ExampleList.examples``).
+        context: the features every example shares (``ExampleListWithContext.context``), or ``None``;
+            an example's own feature of the same name takes its place, as in the REST API.
+        limits: the server's bounds (the export's ``limits.json`` overrides them).
+
+    Returns:
+        The request, its one string input holding each example serialized.
+
+    Raises:
+        RequestError: 400 naming what is wrong.
+    """
+    limits = request_limits(limits, loaded.limits)
+    if not examples:
+        raise RequestError(400, "Input is empty: it needs at least one tf.Example")
+    signature = _examples_signature(loaded, signature_name or DEFAULT_SIGNATURE, method, len(examples), limits)
+    for example in [*([] if context is None else [context]), *examples]:
+        for name, feature in example.features.feature.items():
+            if limits.max_string_bytes is not None and any(
+                    len(value) > limits.max_string_bytes for value in feature.bytes_list.value):
+                raise RequestError(400, f"Feature '{name}': a string is over the limit of {limits.max_string_bytes} "
+                                        "bytes")
+    shared = b"" if context is None else context.SerializeToString()  # parsing the two merges their features
+    serialized = np.array([shared + example.SerializeToString() for example in examples], dtype=object)
+    return _examples_request(signature, serialized)
+
+
+def _examples_signature(loaded: LoadedVersion, signature_name: Any, method: str, rows: int,
+                        limits: Limits) -> LoadedSignature:
+    """The classify or regress signature a request names, checked to take ``rows`` serialized tf.Examples."""
+    signature = _signature({"signature_name": signature_name}, loaded, (method,))
+    _rows_within(rows, limits, "'examples'")
+    if len(signature.inputs) != 1 or next(iter(signature.inputs.values())).dtype != tf.string:
+        raise RequestError(400, f"Signature '{signature.name}' does not take one string tensor of tf.Examples")
+    return signature
+
+
+def _examples_request(signature: LoadedSignature, serialized: np.ndarray) -> CheckedRequest:
     (key, info), = signature.inputs.items()
     array, _ = _fit_shape(key, serialized, info)
     return CheckedRequest(signature, {key: array}, row_format=True)
