@@ -85,23 +85,27 @@ def _is_b64(value: Any) -> bool:
     return isinstance(value, dict) and list(value) == ["b64"]
 
 
-def _string_leaf(value: Any, name: str, limit: int | None) -> bytes:
+def _string_leaf(value: Any, name: str, limit: int | None, what: str = "Input") -> bytes:
     if isinstance(value, str):
         leaf = value.encode("utf-8")
     elif _is_b64(value) and isinstance(value["b64"], str):
         try:
             leaf = base64.b64decode(value["b64"], validate=True)
         except (binascii.Error, ValueError) as error:
-            raise RequestError(400, f"Input '{name}': bad base64 string ({error})") from None
+            raise RequestError(400, f"{what} '{name}': bad base64 string ({error})") from None
     else:
         leaf = None
     if leaf is not None:
-        if limit is not None and len(leaf) > limit:
-            raise RequestError(400, f"Input '{name}': a string of {len(leaf)} bytes is over the limit of "
-                                    f"{limit} bytes")
+        _string_within(leaf, name, limit, what)
         return leaf
-    raise RequestError(400, f"Input '{name}' is a string tensor: expected strings or {{\"b64\": ...}} objects, "
+    raise RequestError(400, f"{what} '{name}' is a string tensor: expected strings or {{\"b64\": ...}} objects, "
                             f"got {json.dumps(value)[:80]}")
+
+
+def _string_within(leaf: bytes, name: str, limit: int | None, what: str) -> None:
+    """Refuses a string over ``max_string_bytes``; ``what`` is ``Input`` or ``Feature``."""
+    if limit is not None and len(leaf) > limit:
+        raise RequestError(400, f"{what} '{name}': a string of {len(leaf)} bytes is over the limit of {limit} bytes")
 
 
 def _string_array(value: Any, name: str, max_rank: int, limit: int | None) -> np.ndarray:
@@ -337,7 +341,7 @@ def _feature(value: Any, name: str, limits: Limits) -> Any:
     values = value if isinstance(value, list) else [value]
     if all(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
         return tf.train.Feature(bytes_list=tf.train.BytesList(
-            value=[_string_leaf(v, name, limits.max_string_bytes) for v in values]))
+            value=[_string_leaf(v, name, limits.max_string_bytes, "Feature") for v in values]))
     if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
         raise RequestError(400, f"Feature '{name}' mixes numbers with other values")
     if all(isinstance(v, int) for v in values):
@@ -408,10 +412,8 @@ def check_examples(loaded: LoadedVersion, signature_name: str, method: str, exam
     signature = _examples_signature(loaded, signature_name or DEFAULT_SIGNATURE, method, len(examples), limits)
     for example in [*([] if context is None else [context]), *examples]:
         for name, feature in example.features.feature.items():
-            if limits.max_string_bytes is not None and any(
-                    len(value) > limits.max_string_bytes for value in feature.bytes_list.value):
-                raise RequestError(400, f"Feature '{name}': a string is over the limit of {limits.max_string_bytes} "
-                                        "bytes")
+            for value in feature.bytes_list.value:
+                _string_within(value, name, limits.max_string_bytes, "Feature")
     shared = b"" if context is None else context.SerializeToString()  # parsing the two merges their features
     serialized = np.array([shared + example.SerializeToString() for example in examples], dtype=object)
     return _examples_request(signature, serialized)
@@ -511,6 +513,14 @@ def format_examples_response(outputs: dict[str, np.ndarray], method: str) -> dic
                          for j in range(width)] for i in range(rows)]}
 
 
+# tf.io.parse_example's errors, said in the terms of TF Serving's tf.Example JSON (``examples``, features)
+_EXAMPLE_ERRORS = [
+    (re.compile(r"^Name: [^,]*, Feature: (\S+) \(data type: (\w+)\) is required but could not be found\.?$"),
+     r"Every example needs the feature '\1' (\2)"),
+    (re.compile(r"^Name: [^,]*, Key: (\S+), Index: (\d+)\.\s+(.*)$"), r"examples[\2], feature '\1': \3"),
+]
+
+
 def tf_error_message(error: Exception) -> str:
     """The one line of a TensorFlow error that says what went wrong (no graph node or op trace)."""
     text = str(getattr(error, "message", error))
@@ -519,7 +529,12 @@ def tf_error_message(error: Exception) -> str:
     line = re.sub(r"^(\{\{function_node [^}]*\}\}\s*)+", "", lines[-1] if lines else text.strip())
     line = re.sub(r"\s*\[Op:[^\]]*\]$", "", line)
     assertion = re.fullmatch(r"assertion failed: \[(.*)\]", line)  # tf.debugging.Assert's message, unwrapped
-    return (assertion.group(1).replace("] [", " ") if assertion else line) or type(error).__name__
+    if assertion:
+        line = assertion.group(1).replace("] [", " ")
+    for pattern, replacement in _EXAMPLE_ERRORS:
+        line = pattern.sub(replacement, line)
+    return line or type(error).__name__
+
 
 
 def version_from_url(version: str) -> int:
