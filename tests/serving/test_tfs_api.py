@@ -236,3 +236,14 @@ def test_grpc_classify_regress_and_multi_inference_with_tf_servings_stubs(hostil
                                                                   "the limit of 65536 bytes"}, long_string
     assert reload["code"] == "FAILED_PRECONDITION", reload
     assert "only legal to transition from one ModelConfigList" in reload["details"], reload
+
+
+def test_predict_sends_a_classify_signature_user_to_serving_default(tiny_exports, tmp_path):
+    path = tmp_path / "digit.png"
+    path.write_bytes(_pngs(1)[0])
+    done = subprocess.run([sys.executable, "-m", "seqapps.cli", "predict", tiny_exports["pixel_mnist"]["export"],
+                           "--signature", "classify", str(path)], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and len(lines) == 1, lines
+    assert "Classify or Regress API" in lines[0] and "serving_default" in lines[0]
