@@ -5,9 +5,9 @@ uses, written for seqapps with TF Serving's package, names and field numbers, so
 clients, stubs and warm-up readers interoperate: ``PredictRequest`` and the other messages of
 the gRPC services (``grpc_service``), and ``PredictionLog``, the warm-up records an export carries
 (``seqapps.export_format``). They import TensorFlow's ``tensor.proto``, ``example.proto``,
-``meta_graph.proto`` and ``error_codes.proto``, which the TensorFlow wheel ships compiled but not as ``.proto`` text: their
-descriptors are handed to ``grpc_tools.protoc`` as a descriptor set. The modules are generated on
-first use into ``~/.cache/seqapps/grpc-<hash>/`` (``$XDG_CACHE_HOME`` is honoured), so neither
+``meta_graph.proto`` and ``error_codes.proto``, which the TensorFlow wheel ships compiled but not as
+``.proto`` text: their descriptors are handed to ``grpc_tools.protoc`` as a descriptor set. The modules
+are generated on first use into ``~/.cache/seqapps/grpc-<hash>/`` (``$XDG_CACHE_HOME`` is honoured), so neither
 ``tensorflow-serving-api`` nor the full ``tensorflow`` package is needed. Their messages have TF
 Serving's full names: do not import them in one process together with ``tensorflow_serving.apis``
 (the protobuf registry refuses duplicates).

@@ -28,7 +28,8 @@ from seqapps.serving.repository import LoadedVersion, ModelRepository, RequestEr
 from seqapps.serving.runner import ModelRunner, ServingOptions
 
 CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND,
-         412: grpc.StatusCode.FAILED_PRECONDITION, 499: grpc.StatusCode.CANCELLED, 504: grpc.StatusCode.DEADLINE_EXCEEDED}
+         412: grpc.StatusCode.FAILED_PRECONDITION, 499: grpc.StatusCode.CANCELLED,
+         504: grpc.StatusCode.DEADLINE_EXCEEDED}
 # TF Serving's answer to a reload that is not from one ModelConfigList to another (ServerCore::ReloadConfig).
 RELOAD_REFUSED = ("Cannot transition to requested config. It is only legal to transition from one ModelConfigList "
                   "to another. seqapps serve serves every model folder under its model root, which is not a "

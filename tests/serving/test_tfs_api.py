@@ -186,8 +186,8 @@ def test_grpc_classify_regress_and_multi_inference_with_tf_servings_stubs(hostil
         ("Regress", {"modelSpec": _spec("weather_forecasting", "regress"), "input": window_input}),
         ("MultiInference", {"tasks": [classify_task], "input": image_input}),
         ("MultiInference", {"tasks": [classify_task, classify_task], "input": image_input}),
-        ("MultiInference", {"tasks": [classify_task, {**classify_task, "modelSpec": _spec("music_tagging", "classify")}],
-                            "input": image_input}),
+        ("MultiInference", {"input": image_input, "tasks": [
+            classify_task, {**classify_task, "modelSpec": _spec("music_tagging", "classify")}]}),
         ("Regress", {"modelSpec": _spec("pixel_mnist", "classify"), "input": image_input}),
         ("Classify", {"modelSpec": _spec("pixel_mnist", "classify"), "input": {"exampleList": {
             "examples": _examples([{"image": images[0]}] * 1025)}}}),
