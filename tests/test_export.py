@@ -170,7 +170,8 @@ def test_an_examples_signature_parses_tf_examples_and_carries_its_method_name(tm
     assert defs["regress"].method_name == export_format.REGRESS_METHOD
     assert defs["serving_default"].method_name == export_format.PREDICT_METHOD
     x = np.random.default_rng(0).normal(size=(3, 3, 2)).astype("float32")
-    served = tf.saved_model.load(str(path)).signatures["regress"](inputs=tf.constant(export.serialize_examples({"x": x})))
+    regress_served = tf.saved_model.load(str(path)).signatures["regress"]
+    served = regress_served(inputs=tf.constant(export.serialize_examples({"x": x})))
     np.testing.assert_allclose(served["outputs"].numpy(), model(x).numpy()[:, 0], atol=1e-6)
 
     with pytest.raises(ExportError, match="'n' .*cannot be a tf.Example feature"):
