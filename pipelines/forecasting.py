@@ -30,7 +30,8 @@ from seqapps.data.series import (END_TIME, cross_fit_blocks, csv_columns, recent
                                  series_windows, split_inputs, window_datasets)
 from seqapps.data.tables import DECIMAL_MARKS, FILL_METHODS, check_timezone, local_times, read_csv
 from seqapps.errors import DataError
-from seqapps.export import ExportCalls, ServingModule, Signature
+from seqapps.export import ExportCalls, ServingModule, Signature, examples_signature
+from seqapps.export_format import REGRESS_METHOD
 from seqapps.forecaster import (encoder_inputs, forecast_batches, forecast_model, recurrent_correction,
                                 ridge_extractor, scaled_window, target_scale, window_inputs)
 from seqapps.losses import ScaledMeanAbsoluteError
@@ -446,7 +447,12 @@ class Forecasting(Pipeline):
     # --- serving --------------------------------------------------------------------------
 
     def serving_module(self, model: keras.Model, config: ForecastingConfig, data: Splits) -> ServingModule:
-        """``serving_default``: the forecast in user units, its interval's quantiles and the forecast times."""
+        """``serving_default``: the forecast in user units, its interval's quantiles and the forecast times.
+
+        ``regress``: TF Serving's regression API over the same graph: serialized ``tf.train.Example``s
+        (``inputs``) whose features are ``serving_default``'s inputs (a float list of ``lookback`` values per
+        column, ``end_time`` an integer), in; ``outputs``, the first target's forecast one step ahead, out.
+        """
         state = data.state
         interval = state["interval"]
         future_offsets = tf.constant(np.arange(1, state["horizon"] + 1) * state["step_seconds"], tf.int64)
@@ -465,8 +471,11 @@ class Forecasting(Pipeline):
             return outputs
 
         example = {name: value.numpy() for name, value in next(iter(split_inputs(data, "test", 2))).items()}
-        return ServingModule(model, {"serving_default": Signature(
-            inputs, example, postprocess=readable, run=lambda x: tf.reduce_mean(model(x, training=False), axis=1))})
+        default = Signature(inputs, example, postprocess=readable,
+                            run=lambda x: tf.reduce_mean(model(x, training=False), axis=1))
+        first = state["target_cols"][0]
+        regress = examples_signature(default, REGRESS_METHOD, lambda outputs: {"outputs": outputs[first][:, 0]})
+        return ServingModule(model, {"serving_default": default, "regress": regress})
 
     # --- report ---------------------------------------------------------------------------
 

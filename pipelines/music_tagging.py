@@ -46,6 +46,9 @@ Export (waveforms at 16 kHz):
 - ``taggram``: ``waveform`` -> ``window_scores`` float32 [batch, windows, n_tags] (tag order of the
   state), ``tags`` string [batch, n_tags] (that order), ``window_start`` and ``window_end`` float32
   [batch, windows] seconds (the same for every row of a zero-padded batch).
+- ``classify``: TF Serving's classification API over ``wav_bytes``: serialized ``tf.train.Example``s
+  (``inputs``), each with the WAV file as the bytes feature ``wav``, -> ``classes`` string [batch, n_tags]
+  and ``scores`` float32 [batch, n_tags], best first.
 A waveform with NaN or Inf, empty, or longer than ``max_seconds`` is rejected
 (InvalidArgument); samples beyond full scale are clipped to [-1, 1] (``audio.bounded``); silence is valid (its scores are what the model gives floor-level features).
 """
@@ -64,7 +67,8 @@ from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import audio, music, samples
 from seqapps.data import splits as split_rule
 from seqapps.errors import DataError
-from seqapps.export import ExportCalls, Limits, ServingModule, Signature
+from seqapps.export import ExportCalls, Limits, ServingModule, Signature, examples_signature, ranked_classes
+from seqapps.export_format import CLASSIFY_METHOD
 from seqapps.finetuning import VocabularyMap, grow_vocabulary, transfer_weights
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 from seqapps.layers.spectrogram import LogMelSpectrogram, SpecAugment, TimeStatistics
@@ -432,7 +436,7 @@ class MusicTagging(Pipeline):
     # --- export and prediction --------------------------------------------------------------
 
     def serving_module(self, model: keras.Model, config: MusicTaggingConfig, data: Splits) -> ServingModule:
-        """The tagging signatures (``serving_default``, ``wav_bytes``, ``taggram``) of the module docstring.
+        """The signatures (``serving_default``, ``wav_bytes``, ``taggram``, ``classify``) of the module docstring.
 
         Args:
             model: the trained model.
@@ -478,11 +482,13 @@ class MusicTagging(Pipeline):
                     "window_end": tf.tile(tf.cast(ends, tf.float32)[None, :] / rate, per_row)}
 
         wav_example = {"wav": np.array([audio.wav_bytes(w, rate) for w in first], dtype=object)}
+        wav = Signature({"wav": tf.TensorSpec([None], tf.string, name="wav")}, wav_example, tagged, from_wav)
         return ServingModule(model, {
             "serving_default": Signature(spec, example, tagged, checked),
-            "wav_bytes": Signature({"wav": tf.TensorSpec([None], tf.string, name="wav")}, wav_example, tagged,
-                                   from_wav),
-            "taggram": Signature(spec, example, taggram, checked)})
+            "wav_bytes": wav,
+            "taggram": Signature(spec, example, taggram, checked),
+            "classify": examples_signature(wav, CLASSIFY_METHOD,
+                                           lambda outputs: ranked_classes(names, outputs["scores"]))})
 
     # --- report -----------------------------------------------------------------------------
 

@@ -15,7 +15,10 @@ The export's ``serving_default`` takes ``image``, a string tensor [batch] of
 encoded grayscale or colour JPEG/PNG/GIF/BMP bytes (any size up to the limits of
 ``seqapps.data.images.decode_images``: converted to gray and resized to ``image_size``
 in the graph; pixels 0..255, white digit on black as in MNIST), and
-returns ``label`` (int64 digit) and ``probabilities`` (float32 [batch, 10]).
+returns ``label`` (int64 digit) and ``probabilities`` (float32 [batch, 10]). Its ``classify``
+signature is TF Serving's classification API over the same graph: serialized ``tf.train.Example``s
+(``inputs``), each with the encoded image as the bytes feature ``image``, in; ``classes`` (the digits
+"0".."9") and ``scores`` (their probabilities), most probable first, out.
 """
 from __future__ import annotations
 
@@ -32,7 +35,8 @@ from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
 from seqapps.data.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_images, read_image_bytes
 from seqapps.errors import DataError
-from seqapps.export import ExportCalls, Limits, ServingModule, Signature
+from seqapps.export import ExportCalls, Limits, ServingModule, Signature, examples_signature, ranked_classes
+from seqapps.export_format import CLASSIFY_METHOD
 from seqapps.hrnn import bench_report_data, build_hrnn, mode_and_bench_sections
 from seqapps.layers.hrnn_model import HRNNSequenceModel
 from seqapps.metrics import label_log_probs
@@ -258,8 +262,11 @@ class PixelMnist(Pipeline):
         images = data.arrays["test_images"]
         encoded = [tf.io.encode_png(tf.cast(tf.round(image[..., None]), tf.uint8)).numpy() for image in images]
         example = {"image": np.array(encoded, dtype=object)}
-        return ServingModule(model, {"serving_default": Signature({"image": tf.TensorSpec([None], tf.string)},
-                                                                  example, run=serve)})
+        default = Signature({"image": tf.TensorSpec([None], tf.string)}, example, run=serve)
+        digits = tf.constant([str(digit) for digit in range(10)])
+        classify = examples_signature(default, CLASSIFY_METHOD,
+                                      lambda outputs: ranked_classes(digits, outputs["probabilities"]))
+        return ServingModule(model, {"serving_default": default, "classify": classify})
 
     def limits(self, config: PixelMnistConfig, data: Splits) -> Limits:
         # The bounds decode_images enforces in the graph, declared so that servers answer 400 before decoding.

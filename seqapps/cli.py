@@ -99,7 +99,11 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     report.add_argument("--verbose", action="store_true", help="show TensorFlow's own messages")
     report.add_argument("--json", action="store_true")
 
-    serve = commands.add_parser("serve", help="serve saved_models/NAME/VERSION over TF Serving's REST API")
+    serve = commands.add_parser(
+        "serve", help="serve saved_models/NAME/VERSION over TF Serving's REST API (predict, classify, regress)",
+        description="Serves the latest version of every saved_models/NAME/ over TF Serving's REST API: status, "
+                    "metadata, :predict, and :classify and :regress on the classify and regress signatures "
+                    "(pixel_mnist and music_tagging's 'classify', the forecasting pipelines' 'regress').")
     serve.add_argument("model_root", nargs="?", default="saved_models", metavar="saved_models",
                        help="model root holding NAME/VERSION/ folders (default: saved_models)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
@@ -129,7 +133,9 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     serve.add_argument("--version-labels", default=None, metavar="FILE",
                        help="YAML/JSON file MODEL: {LABEL: VERSION} for /labels/LABEL (reread on every poll)")
     serve.add_argument("--grpc-port", type=int, default=None,
-                       help="also serve TF Serving's gRPC API on this port (TF Serving uses 8500; 0: a free one)")
+                       help="also serve TF Serving's gRPC API on this port: Predict, Classify, Regress, "
+                            "MultiInference, GetModelMetadata and GetModelStatus; HandleReloadConfigRequest is "
+                            "refused, the models are the model root's folders (TF Serving uses 8500; 0: a free one)")
 
     bench = commands.add_parser("bench", help="speed and memory benchmarks")
     benches = bench.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")

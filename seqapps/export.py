@@ -28,9 +28,9 @@ import tensorflow as tf
 
 from seqapps import compat
 from seqapps.errors import ExportError
-from seqapps.export_format import (ASSETS_EXTRA, CONFIG_FILE, DEFAULT_SIGNATURE, KERAS_MODEL_FILE, LIMITS_FILE,
-                                   METRICS_FILE, SAVED_MODEL_FILE, STAGING_PREFIX, STATE_FILE, WARMUP_FILE, Limits,
-                                   version_dirs, write_warmup_requests)
+from seqapps.export_format import (ASSETS_EXTRA, CONFIG_FILE, DEFAULT_SIGNATURE, EXAMPLES_INPUT, KERAS_MODEL_FILE,
+                                   LIMITS_FILE, METRICS_FILE, PREDICT_METHOD, SAVED_MODEL_FILE, STAGING_PREFIX,
+                                   STATE_FILE, WARMUP_FILE, Limits, version_dirs, write_warmup_requests)
 
 
 @dataclasses.dataclass
@@ -46,6 +46,8 @@ class Signature:
         preprocess: raw inputs dict -> what ``run`` takes (default: the dict itself).
         postprocess: ``(model outputs, raw inputs)`` -> dict of readable outputs
             (default: the model outputs, which must then be a dict).
+        method: the SignatureDef's method_name, the TF Serving API that calls it (``PREDICT_METHOD``,
+            ``CLASSIFY_METHOD`` or ``REGRESS_METHOD`` of ``seqapps.export_format``).
     """
 
     inputs: dict[str, tf.TensorSpec]
@@ -53,6 +55,7 @@ class Signature:
     run: Callable[[Any], Any]
     preprocess: Callable[[dict[str, tf.Tensor]], Any] | None = None
     postprocess: Callable[[Any, dict[str, tf.Tensor]], dict[str, tf.Tensor]] | None = None
+    method: str = PREDICT_METHOD
 
     def __call__(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         """Runs the three stages on a dict of raw input tensors."""
@@ -63,6 +66,77 @@ class Signature:
     def input_specs(self) -> dict[str, tf.TensorSpec]:
         """The input specs, each named as its key."""
         return {name: tf.TensorSpec(spec.shape, spec.dtype, name=name) for name, spec in self.inputs.items()}
+
+
+def examples_signature(inner: Signature, method: str,
+                       answer: Callable[[dict[str, tf.Tensor]], dict[str, tf.Tensor]]) -> Signature:
+    """A classify or regress signature over another signature: TF Serving's tf.Example API in front of it.
+
+    Its one input, ``inputs``, holds serialized ``tf.train.Example``s; each has one feature per
+    input of ``inner``, named and shaped as that input's row (``tf.io.parse_example`` in the graph).
+    ``inner`` then runs on them unchanged, and ``answer`` turns its outputs into the API's: ``classes``
+    and ``scores`` for classify, ``outputs`` for regress.
+
+    Args:
+        inner: the signature whose inputs are the features (float32, int64 or string, each row of
+            a fully known shape).
+        method: ``CLASSIFY_METHOD`` or ``REGRESS_METHOD``.
+        answer: ``inner``'s outputs -> the API's outputs.
+
+    Returns:
+        The signature; its example is ``inner``'s, serialized.
+
+    Raises:
+        ExportError: an input of ``inner`` cannot be a tf.Example feature.
+    """
+    features = {}
+    for name, spec in inner.inputs.items():
+        if spec.dtype not in (tf.float32, tf.int64, tf.string) or not spec.shape[1:].is_fully_defined():
+            raise ExportError(f"input {name!r} ({spec.dtype.name}, shape {spec.shape}) cannot be a tf.Example "
+                              "feature: it needs float32, int64 or string, and a known row shape")
+        features[name] = tf.io.FixedLenFeature(spec.shape[1:], spec.dtype)
+    return Signature({EXAMPLES_INPUT: tf.TensorSpec([None], tf.string)},
+                     {EXAMPLES_INPUT: serialize_examples(inner.example)},
+                     run=lambda parsed: answer(inner(parsed)),
+                     preprocess=lambda raw: tf.io.parse_example(raw[EXAMPLES_INPUT], features), method=method)
+
+
+def serialize_examples(columns: dict[str, np.ndarray]) -> np.ndarray:
+    """Serializes rows of arrays as ``tf.train.Example``s, one feature per array.
+
+    Args:
+        columns: name -> array with a leading batch dimension (floats, integers or bytes).
+
+    Returns:
+        A 1-D object array of serialized examples, one per row.
+    """
+    def feature(value: np.ndarray) -> tf.train.Feature:
+        flat = np.asarray(value).reshape(-1)
+        if flat.dtype.kind in "OSU":
+            return tf.train.Feature(bytes_list=tf.train.BytesList(value=list(flat)))
+        if flat.dtype.kind == "f":
+            return tf.train.Feature(float_list=tf.train.FloatList(value=flat))
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=flat))
+
+    rows = len(next(iter(columns.values())))
+    return np.array([tf.train.Example(features=tf.train.Features(feature={
+        name: feature(value[i]) for name, value in columns.items()})).SerializeToString() for i in range(rows)],
+        dtype=object)
+
+
+def ranked_classes(names: tf.Tensor, scores: tf.Tensor) -> dict[str, tf.Tensor]:
+    """A classify signature's outputs: every class name and its score, highest score first.
+
+    Args:
+        names: [classes] string class names.
+        scores: [batch, classes] scores in the order of ``names``.
+
+    Returns:
+        ``classes`` [batch, classes] (strings) and ``scores`` [batch, classes] (float32), row by row
+        in descending score.
+    """
+    order = tf.argsort(scores, axis=1, direction="DESCENDING", stable=True)
+    return {"classes": tf.gather(names, order), "scores": tf.cast(tf.gather(scores, order, batch_dims=1), tf.float32)}
 
 
 class ServingModule(tf.Module):
@@ -177,6 +251,7 @@ def write_export(
             for name, signature in signatures.items():
                 archive.add_endpoint(name, signature, input_signature=[signature.input_specs()])
             archive.write_out(str(staging), verbose=False)
+        _set_method_names(staging, {name: signature.method for name, signature in signatures.items()})
         extra = staging / ASSETS_EXTRA
         extra.mkdir()
         (extra / CONFIG_FILE).write_text(config_yaml, encoding="utf-8")
@@ -191,6 +266,25 @@ def write_export(
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def _set_method_names(export_dir: Path, methods: dict[str, str]) -> None:
+    """Writes each signature's method_name into ``saved_model.pb``.
+
+    ``tf.saved_model.save`` (under Keras' ``ExportArchive``) marks every signature as a predict one,
+    and TF Serving's Classify and Regress APIs refuse those; the method name is only a label of the
+    SignatureDef, which ``tf.saved_model.load`` does not read.
+    """
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    if all(method == PREDICT_METHOD for method in methods.values()):
+        return
+    path = export_dir / SAVED_MODEL_FILE
+    proto = saved_model_pb2.SavedModel.FromString(path.read_bytes())
+    for meta_graph in proto.meta_graphs:
+        for name, method in methods.items():
+            meta_graph.signature_def[name].method_name = method
+    path.write_bytes(proto.SerializeToString())
 
 
 def remove_abandoned_staging(model_root: Path) -> list[Path]:

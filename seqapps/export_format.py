@@ -38,6 +38,11 @@ KERAS_MODEL_FILE = "model.keras"
 WARMUP_FILE = "tf_serving_warmup_requests"  # the name TF Serving looks for in assets.extra
 STAGING_PREFIX = ".tmp-"  # hidden folder an export is written to before it is renamed into place
 DEFAULT_SIGNATURE = "serving_default"
+# A SignatureDef's method_name: what TF Serving's Predict, Classify and Regress APIs accept.
+PREDICT_METHOD = "tensorflow/serving/predict"
+CLASSIFY_METHOD = "tensorflow/serving/classify"
+REGRESS_METHOD = "tensorflow/serving/regress"
+EXAMPLES_INPUT = "inputs"  # the one input of a classify or regress signature: serialized tf.Examples
 LENGTH_INPUT = re.compile(r"(.*_)?length")  # an integer input so named is a generated length (max_generated_length)
 VERSION = re.compile(r"[0-9]{1,18}")  # ASCII digits only; 18 digits fit an int64, as TF Serving's
 

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 from seqapps.config import TrainingConfig, check_names, dump_config, resolve_config
 from seqapps.errors import DataError, ExportError
-from seqapps.export_format import LENGTH_INPUT, Limits, read_export, read_limits
+from seqapps.export_format import EXAMPLES_INPUT, LENGTH_INPUT, Limits, read_export, read_limits
 from seqapps.metrics import nan_reason
 from seqapps.pipeline import REGISTRY, Pipeline, Splits
 from seqapps.report import run_folder
@@ -349,6 +349,9 @@ def predict(model_path: str | Path, inputs: list[str], signature_name: str = "se
             if isinstance(text, str) and not _is_utf8(text):
                 raise DataError(f"INPUT {os.fsencode(text)!r} (input {name!r}): not UTF-8 text; expected UTF-8 text")
     missing = [name for name in spec.inputs if name not in features]
+    if missing == [EXAMPLES_INPUT]:
+        raise DataError(f"signature {signature_name!r} serves TF Serving's Classify or Regress API (serialized "
+                        "tf.Examples); seqapps predict gives the same answer with serving_default")
     if missing:
         raise DataError(f"signature {signature_name!r} needs input {missing[0]!r}; pass --set {missing[0]}=VALUE")
     return pipeline.format_prediction(info.state, {**built, **features}, call_signature(function, features),

@@ -155,3 +155,25 @@ def test_the_export_format_imports_neither_tensorflow_nor_keras():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO)}, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_an_examples_signature_parses_tf_examples_and_carries_its_method_name(tmp_path):
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    model = small_model()
+    default = export.Signature({"x": tf.TensorSpec([None, 3, 2], tf.float32)}, {"x": np.ones((2, 3, 2), "float32")},
+                               run=lambda f: {"y": model(f["x"])})
+    regress = export.examples_signature(default, export_format.REGRESS_METHOD, lambda out: {"outputs": out["y"][:, 0]})
+    path = export.write_export(export.ServingModule(model, {"serving_default": default, "regress": regress}),
+                               tmp_path / "toy", "pipeline: toy\n", {}, {})
+    defs = saved_model_pb2.SavedModel.FromString((path / "saved_model.pb").read_bytes()).meta_graphs[0].signature_def
+    assert defs["regress"].method_name == export_format.REGRESS_METHOD
+    assert defs["serving_default"].method_name == export_format.PREDICT_METHOD
+    x = np.random.default_rng(0).normal(size=(3, 3, 2)).astype("float32")
+    regress_served = tf.saved_model.load(str(path)).signatures["regress"]
+    served = regress_served(inputs=tf.constant(export.serialize_examples({"x": x})))
+    np.testing.assert_allclose(served["outputs"].numpy(), model(x).numpy()[:, 0], atol=1e-6)
+
+    with pytest.raises(ExportError, match="'n' .*cannot be a tf.Example feature"):
+        export.examples_signature(export.Signature({"n": tf.TensorSpec([None], tf.int32)}, {}, run=dict),
+                                  export_format.REGRESS_METHOD, dict)

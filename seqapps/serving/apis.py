@@ -4,10 +4,10 @@ The protos are the subset of TF Serving's public API (``tensorflow_serving/apis`
 uses, written for seqapps with TF Serving's package, names and field numbers, so TF Serving's own
 clients, stubs and warm-up readers interoperate: ``PredictRequest`` and the other messages of
 the gRPC services (``grpc_service``), and ``PredictionLog``, the warm-up records an export carries
-(``seqapps.export_format``). They import TensorFlow's ``tensor.proto``, ``meta_graph.proto`` and
-``error_codes.proto``, which the TensorFlow wheel ships compiled but not as ``.proto`` text: their
-descriptors are handed to ``grpc_tools.protoc`` as a descriptor set. The modules are generated on
-first use into ``~/.cache/seqapps/grpc-<hash>/`` (``$XDG_CACHE_HOME`` is honoured), so neither
+(``seqapps.export_format``). They import TensorFlow's ``tensor.proto``, ``example.proto``,
+``meta_graph.proto`` and ``error_codes.proto``, which the TensorFlow wheel ships compiled but not as
+``.proto`` text: their descriptors are handed to ``grpc_tools.protoc`` as a descriptor set. The modules
+are generated on first use into ``~/.cache/seqapps/grpc-<hash>/`` (``$XDG_CACHE_HOME`` is honoured), so neither
 ``tensorflow-serving-api`` nor the full ``tensorflow`` package is needed. Their messages have TF
 Serving's full names: do not import them in one process together with ``tensorflow_serving.apis``
 (the protobuf registry refuses duplicates).
@@ -35,7 +35,12 @@ class Modules:
     """The generated modules, one per ``.proto`` file (``services_grpc``: the gRPC stubs and servicers)."""
 
     model: ModuleType
+    input: ModuleType
     predict: ModuleType
+    classification: ModuleType
+    regression: ModuleType
+    inference: ModuleType
+    model_management: ModuleType
     prediction_log: ModuleType
     get_model_metadata: ModuleType
     get_model_status: ModuleType
@@ -45,7 +50,8 @@ class Modules:
 
 def _tensorflow_descriptor_set() -> bytes:
     """The descriptors of the TensorFlow and protobuf ``.proto`` files the seqapps protos import."""
-    from google.protobuf import descriptor_pb2, wrappers_pb2
+    from google.protobuf import any_pb2, descriptor_pb2, wrappers_pb2
+    from tensorflow.core.example import example_pb2
     from tensorflow.core.framework import tensor_pb2
     from tensorflow.core.protobuf import error_codes_pb2, meta_graph_pb2
 
@@ -60,7 +66,7 @@ def _tensorflow_descriptor_set() -> bytes:
         file_descriptor.CopyToProto(proto)
         files[file_descriptor.name] = proto
 
-    for module in (wrappers_pb2, tensor_pb2, meta_graph_pb2, error_codes_pb2):
+    for module in (any_pb2, wrappers_pb2, tensor_pb2, example_pb2, meta_graph_pb2, error_codes_pb2):
         add(module.DESCRIPTOR)
     return descriptor_pb2.FileDescriptorSet(file=list(files.values())).SerializeToString()
 

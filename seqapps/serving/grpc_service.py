@@ -1,10 +1,11 @@
-"""TF Serving's gRPC API: ``PredictionService.Predict`` and ``GetModelMetadata``, and
-``ModelService.GetModelStatus``, on the event loop of the REST server.
+"""TF Serving's gRPC API on the event loop of the REST server: ``PredictionService.Predict``,
+``Classify``, ``Regress``, ``MultiInference`` and ``GetModelMetadata``, and ``ModelService.GetModelStatus``
+(``HandleReloadConfigRequest`` is refused: the server serves a model root, not a model config list).
 
 The messages and services are the ones ``apis`` generates from ``protos/seqapps_tfs/*.proto``
 (TF Serving's package, names and field numbers, so TF Serving's own clients and stubs
-interoperate). Requests run through the ``ModelRunner`` the REST API uses. FastAPI is not
-imported here.
+interoperate). Requests run through the ``ModelRunner`` the REST API uses, with the REST API's
+checks and bounds (``seqapps.serving.protocol``). FastAPI is not imported here.
 """
 from __future__ import annotations
 
@@ -20,12 +21,19 @@ from tensorflow.core.protobuf import meta_graph_pb2
 
 from seqapps.serving import apis
 from seqapps.serving.metrics import STATUS_NAMES, Metrics
-from seqapps.serving.protocol import check_arrays, squeeze_outputs
+from seqapps.export_format import DEFAULT_SIGNATURE
+from seqapps.serving.protocol import (CLASSIFY, REGRESS, check_arrays, check_examples, format_examples_response,
+                                      squeeze_outputs)
 from seqapps.serving.repository import LoadedVersion, ModelRepository, RequestError
 from seqapps.serving.runner import ModelRunner, ServingOptions
 
-CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND, 499: grpc.StatusCode.CANCELLED,
+CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND,
+         412: grpc.StatusCode.FAILED_PRECONDITION, 499: grpc.StatusCode.CANCELLED,
          504: grpc.StatusCode.DEADLINE_EXCEEDED}
+# TF Serving's answer to a reload that is not from one ModelConfigList to another (ServerCore::ReloadConfig).
+RELOAD_REFUSED = ("Cannot transition to requested config. It is only legal to transition from one ModelConfigList "
+                  "to another. seqapps serve serves every model folder under its model root, which is not a "
+                  "ModelConfigList: add, replace or remove folders there instead")
 
 
 class GrpcServer:
@@ -99,6 +107,13 @@ def _version_choice(model_spec: Any) -> tuple[int | None, str | None]:
             model_spec.version_label if choice == "version_label" else None)
 
 
+def _answer_spec(spec: Any, loaded: LoadedVersion, signature_name: str) -> None:
+    """Fills an answer's ``ModelSpec``: the model, the version that answered and the signature."""
+    spec.name = loaded.name
+    spec.version.value = loaded.version
+    spec.signature_name = signature_name
+
+
 def _to_array(proto: Any, name: str, max_elements: int) -> np.ndarray:
     dims = [dim.size for dim in proto.tensor_shape.dim]
     if len(dims) > 64 or any(size < 0 for size in dims) or int(np.prod(dims, dtype=np.float64)) > max_elements:
@@ -127,13 +142,93 @@ class _PredictionService:
             if unknown:
                 raise RequestError(400, f"output_filter names unknown output(s) {sorted(unknown)}")
             response = pb.predict.PredictResponse()
-            response.model_spec.name = loaded.name
-            response.model_spec.version.value = loaded.version
-            response.model_spec.signature_name = parsed.signature.name
+            _answer_spec(response.model_spec, loaded, parsed.signature.name)
             for key in sorted(wanted):
                 response.outputs[key].CopyFrom(tf.make_tensor_proto(outputs[key]))
             return response
         return await server.call(context, request.model_spec.name, "predict", work)
+
+    async def Classify(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802 - gRPC name
+        return await self._examples(request, context, CLASSIFY)
+
+    async def Regress(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802 - gRPC name
+        return await self._examples(request, context, REGRESS)
+
+    async def _examples(self, request: Any, context: grpc.aio.ServicerContext, method: str) -> Any:
+        """A ``ClassificationRequest`` or ``RegressionRequest``: one signature over the request's tf.Examples."""
+        server, pb = self.server, self.server.pb
+
+        async def work() -> Any:
+            loaded = server.loaded(request.model_spec)
+            result, signature_name = await self._infer(loaded, request.model_spec.signature_name, method, request.input)
+            response = (pb.classification.ClassificationResponse if method == CLASSIFY
+                        else pb.regression.RegressionResponse)()
+            _answer_spec(response.model_spec, loaded, signature_name)
+            response.result.CopyFrom(result)
+            return response
+        return await server.call(context, request.model_spec.name, method.rpartition("/")[2], work)
+
+    async def MultiInference(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+        server, pb = self.server, self.server.pb
+        tasks = list(request.tasks)
+
+        async def work() -> Any:
+            if not tasks:
+                raise RequestError(400, "MultiInferenceRequest must specify at least one task")
+            if len({task.model_spec.name for task in tasks}) > 1:
+                raise RequestError(400, "All ModelSpecs in a MultiInferenceRequest must access the same model name")
+            if len({_version_choice(task.model_spec) for task in tasks}) > 1:
+                raise RequestError(400, "All ModelSpecs in a MultiInferenceRequest must access the same model "
+                                        "version")
+            names = [task.model_spec.signature_name or DEFAULT_SIGNATURE for task in tasks]
+            repeated = sorted({name for name in names if names.count(name) > 1})
+            if repeated:
+                raise RequestError(400, f"Duplicate evaluation of signature: {repeated[0]}")
+            for task in tasks:
+                if task.method_name not in (CLASSIFY, REGRESS):
+                    raise RequestError(400, f"Unsupported signature method_name: {task.method_name!r}; expected "
+                                            f"{CLASSIFY} or {REGRESS}")
+            loaded = server.loaded(tasks[0].model_spec)
+            answers = await asyncio.gather(*(self._infer(loaded, name, task.method_name, request.input)
+                                             for name, task in zip(names, tasks)))
+            response = pb.inference.MultiInferenceResponse()
+            for task, (result, signature_name) in zip(tasks, answers):
+                entry = response.results.add()
+                _answer_spec(entry.model_spec, loaded, signature_name)
+                field = "classification_result" if task.method_name == CLASSIFY else "regression_result"
+                getattr(entry, field).CopyFrom(result)
+            return response
+        return await server.call(context, tasks[0].model_spec.name if tasks else "", "MultiInference", work)
+
+    async def _infer(self, loaded: LoadedVersion, signature_name: str, method: str, given: Any) -> tuple[Any, str]:
+        """Runs a classify or regress signature on an ``Input``.
+
+        Args:
+            loaded: the model version.
+            signature_name: the signature (empty: ``serving_default``).
+            method: ``CLASSIFY`` or ``REGRESS``.
+            given: the request's ``Input``.
+
+        Returns:
+            The ``ClassificationResult`` or ``RegressionResult``, and the signature's name.
+
+        Raises:
+            RequestError: 400 when the input, the signature or its outputs do not fit the API.
+        """
+        server, pb = self.server, self.server.pb
+        kind = given.WhichOneof("kind")
+        listed = getattr(given, kind) if kind else pb.input.ExampleList()
+        context = listed.context if kind == "example_list_with_context" else None
+        parsed = check_examples(loaded, signature_name, method, listed.examples, context, server.options.limits)
+        rows = format_examples_response(await server.runner.run(parsed), method)["results"]
+        if method == REGRESS:
+            return pb.regression.RegressionResult(
+                regressions=[pb.regression.Regression(value=value) for value in rows]), parsed.signature.name
+        result = pb.classification.ClassificationResult()
+        for row in rows:
+            result.classifications.add().classes.extend(
+                pb.classification.Class(label=label, score=score) for label, score in row)
+        return result, parsed.signature.name
 
     async def GetModelMetadata(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
         server, pb = self.server, self.server.pb
@@ -172,3 +267,12 @@ class _ModelService:
                 version.status.error_message = entry["status"]["error_message"]
             return response
         return await server.call(context, request.model_spec.name, "GetModelStatus", work)
+
+    async def HandleReloadConfigRequest(self, request: Any, context: grpc.aio.ServicerContext) -> Any:  # noqa: N802
+        """Refused as TF Serving refuses a reload it cannot make: the models served are a model root's folders."""
+
+        async def work() -> Any:
+            if request.config.WhichOneof("config") != "model_config_list":
+                raise RequestError(400, "ServerConfig is not of type ModelConfigList.")
+            raise RequestError(412, RELOAD_REFUSED)
+        return await self.server.call(context, "", "HandleReloadConfigRequest", work)

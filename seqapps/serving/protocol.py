@@ -17,17 +17,18 @@ import collections
 import dataclasses
 import json
 import re
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from seqapps.export_format import DEFAULT_SIGNATURE, LENGTH_INPUT, Limits, parse_version
+from seqapps.export_format import (CLASSIFY_METHOD, DEFAULT_SIGNATURE, LENGTH_INPUT, REGRESS_METHOD, Limits,
+                                   parse_version)
 from seqapps.serving.repository import LoadedSignature, LoadedVersion, RequestError, TensorInfo
 
 BYTES_SUFFIX = "_bytes"
 MAX_RANK = 32  # TensorFlow's own limit for many kernels; tf.constant of a rank-33 string array segfaults
-CLASSIFY, REGRESS = "tensorflow/serving/classify", "tensorflow/serving/regress"
+CLASSIFY, REGRESS = CLASSIFY_METHOD, REGRESS_METHOD
 
 
 def request_limits(server: Limits, export: Limits | None) -> Limits:
@@ -95,23 +96,27 @@ def _depth(value: Any) -> int:
     return depth
 
 
-def _string_leaf(value: Any, name: str, limit: int | None) -> bytes:
+def _string_leaf(value: Any, name: str, limit: int | None, what: str = "Input") -> bytes:
     if isinstance(value, str):
         leaf = value.encode("utf-8")
     elif _is_b64(value) and isinstance(value["b64"], str):
         try:
             leaf = base64.b64decode(value["b64"], validate=True)
         except (binascii.Error, ValueError) as error:
-            raise RequestError(400, f"Input '{name}': bad base64 string ({error})") from None
+            raise RequestError(400, f"{what} '{name}': bad base64 string ({error})") from None
     else:
         leaf = None
     if leaf is not None:
-        if limit is not None and len(leaf) > limit:
-            raise RequestError(400, f"Input '{name}': a string of {len(leaf)} bytes is over the limit of "
-                                    f"{limit} bytes")
+        _string_within(leaf, name, limit, what)
         return leaf
-    raise RequestError(400, f"Input '{name}' is a string tensor: expected strings or {{\"b64\": ...}} objects, "
+    raise RequestError(400, f"{what} '{name}' is a string tensor: expected strings or {{\"b64\": ...}} objects, "
                             f"got {json.dumps(value)[:80]}")
+
+
+def _string_within(leaf: bytes, name: str, limit: int | None, what: str) -> None:
+    """Refuses a string over ``max_string_bytes``; ``what`` is ``Input`` or ``Feature``."""
+    if limit is not None and len(leaf) > limit:
+        raise RequestError(400, f"{what} '{name}': a string of {len(leaf)} bytes is over the limit of {limit} bytes")
 
 
 def _string_array(value: Any, name: str, max_rank: int, limit: int | None) -> np.ndarray:
@@ -388,7 +393,7 @@ def _feature(value: Any, name: str, limits: Limits) -> Any:
     values = value if isinstance(value, list) else [value]
     if all(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
         return tf.train.Feature(bytes_list=tf.train.BytesList(
-            value=[_string_leaf(v, name, limits.max_string_bytes) for v in values]))
+            value=[_string_leaf(v, name, limits.max_string_bytes, "Feature") for v in values]))
     if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
         raise RequestError(400, f"Feature '{name}' mixes numbers with other values")
     if all(isinstance(v, int) for v in values):
@@ -419,20 +424,64 @@ def parse_examples_request(body: Any, loaded: LoadedVersion, method: str,
     if not isinstance(body, dict):
         raise RequestError(400, "The request body must be a JSON object")
     limits = request_limits(limits, loaded.limits)
-    signature = _signature(body, loaded, (method,))
     examples, context = body.get("examples"), body.get("context", {})
     if not isinstance(examples, list) or not examples or not all(isinstance(e, dict) for e in examples):
         raise RequestError(400, "'examples' must be a non-empty list of objects keyed by feature name")
     if not isinstance(context, dict):
         raise RequestError(400, "'context' must be an object keyed by feature name")
-    _rows_within(len(examples), limits, "'examples'")
-    if len(signature.inputs) != 1 or next(iter(signature.inputs.values())).dtype != tf.string:
-        raise RequestError(400, f"Signature '{signature.name}' does not take one string tensor of tf.Examples")
+    signature = _examples_signature(loaded, body.get("signature_name", DEFAULT_SIGNATURE), method,
+                                    len(examples), limits)
     shared = {name: _feature(value, name, limits) for name, value in context.items()}
     serialized = np.empty(len(examples), dtype=object)
     for i, example in enumerate(examples):
         features = {**shared, **{name: _feature(value, name, limits) for name, value in example.items()}}
         serialized[i] = tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
+    return _examples_request(signature, serialized)
+
+
+def check_examples(loaded: LoadedVersion, signature_name: str, method: str, examples: Sequence[Any],
+                   context: Any | None, limits: Limits) -> CheckedRequest:
+    """Checks the ``tensorflow.Example`` messages of a gRPC ``Input`` for a classify or regress signature.
+
+    Args:
+        loaded: the model version asked for.
+        signature_name: the signature (empty: ``serving_default``).
+        method: ``CLASSIFY`` or ``REGRESS``.
+        examples: the examples (``ExampleList.examples``).
+        context: the features every example shares (``ExampleListWithContext.context``), or ``None``;
+            an example's own feature of the same name takes its place, as in the REST API.
+        limits: the server's bounds (the export's ``limits.json`` overrides them).
+
+    Returns:
+        The request, its one string input holding each example serialized.
+
+    Raises:
+        RequestError: 400 naming what is wrong.
+    """
+    limits = request_limits(limits, loaded.limits)
+    if not examples:
+        raise RequestError(400, "Input is empty: it needs at least one tf.Example")
+    signature = _examples_signature(loaded, signature_name or DEFAULT_SIGNATURE, method, len(examples), limits)
+    for example in [*([] if context is None else [context]), *examples]:
+        for name, feature in example.features.feature.items():
+            for value in feature.bytes_list.value:
+                _string_within(value, name, limits.max_string_bytes, "Feature")
+    shared = b"" if context is None else context.SerializeToString()  # parsing the two merges their features
+    serialized = np.array([shared + example.SerializeToString() for example in examples], dtype=object)
+    return _examples_request(signature, serialized)
+
+
+def _examples_signature(loaded: LoadedVersion, signature_name: Any, method: str, rows: int,
+                        limits: Limits) -> LoadedSignature:
+    """The classify or regress signature a request names, checked to take ``rows`` serialized tf.Examples."""
+    signature = _signature({"signature_name": signature_name}, loaded, (method,))
+    _rows_within(rows, limits, "'examples'")
+    if len(signature.inputs) != 1 or next(iter(signature.inputs.values())).dtype != tf.string:
+        raise RequestError(400, f"Signature '{signature.name}' does not take one string tensor of tf.Examples")
+    return signature
+
+
+def _examples_request(signature: LoadedSignature, serialized: np.ndarray) -> CheckedRequest:
     (key, info), = signature.inputs.items()
     array, _ = _fit_shape(key, serialized, info)
     return CheckedRequest(signature, {key: array}, row_format=True)
@@ -516,6 +565,14 @@ def format_examples_response(outputs: dict[str, np.ndarray], method: str) -> dic
                          for j in range(width)] for i in range(rows)]}
 
 
+# tf.io.parse_example's errors, said in the terms of TF Serving's tf.Example JSON (``examples``, features)
+_EXAMPLE_ERRORS = [
+    (re.compile(r"^Name: [^,]*, Feature: (\S+) \(data type: (\w+)\) is required but could not be found\.?$"),
+     r"Every example needs the feature '\1' (\2)"),
+    (re.compile(r"^Name: [^,]*, Key: (\S+), Index: (\d+)\.\s+(.*)$"), r"examples[\2], feature '\1': \3"),
+]
+
+
 def tf_error_message(error: Exception) -> str:
     """The one line of a TensorFlow error that says what went wrong (no graph node or op trace)."""
     text = str(getattr(error, "message", error))
@@ -524,7 +581,12 @@ def tf_error_message(error: Exception) -> str:
     line = re.sub(r"^(\{\{function_node [^}]*\}\}\s*)+", "", lines[-1] if lines else text.strip())
     line = re.sub(r"\s*\[Op:[^\]]*\]$", "", line)
     assertion = re.fullmatch(r"assertion failed: \[(.*)\]", line)  # tf.debugging.Assert's message, unwrapped
-    return (assertion.group(1).replace("] [", " ") if assertion else line) or type(error).__name__
+    if assertion:
+        line = assertion.group(1).replace("] [", " ")
+    for pattern, replacement in _EXAMPLE_ERRORS:
+        line = pattern.sub(replacement, line)
+    return line or type(error).__name__
+
 
 
 def version_from_url(version: str) -> int:
