@@ -184,6 +184,7 @@ class SpeechRecognition(Pipeline):
     Config = SpeechRecognitionConfig
     predict_input = ("audio files (WAV, FLAC, OGG or MP3), one per row (a long one is cut at silences); "
                      "--signature words: word times")
+    predict_rows_per_call = 8  # pieces of max_seconds: a long recording is transcribed 8 pieces at a time
 
     # --- data -------------------------------------------------------------------------------
 
