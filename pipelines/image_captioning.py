@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import math
 from pathlib import Path
 from typing import Any, Sequence
@@ -58,7 +59,8 @@ from seqapps.data.files import data_home
 from seqapps.errors import ConfigError
 from seqapps.export import ExportCalls, Limits, ServingModule, Signature
 from seqapps.finetuning import VOCABULARY_CHOICES, VocabularyMap, grow_vocabulary, transfer_weights, vocabulary_report
-from seqapps.generation import Generation, Generator, generate_texts, strategy_signatures, unicode_texts
+from seqapps.generation import (Generation, Generator, evaluation_decoder, generate_texts, strategy_signatures,
+                                unicode_texts)
 from seqapps.layers.attention_decoder import AttentionDecoder
 from seqapps.layers.decoding import BeamSearch, DecodingStrategy, GreedySearch
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
@@ -334,7 +336,8 @@ class ImageCaptioning(Pipeline):
 
     def evaluate(self, model: keras.Model, config: CaptioningConfig,
                  data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
-        captioner = Captioner(model, data.state)
+        key = json.dumps({name: data.state[name] for name in ("image_size", "max_caption_length", "vocabulary")})
+        captioner, functions = evaluation_decoder(model, key, lambda: Captioner(model, data.state))
         parts, pixels = data.arrays["parts"], data.arrays["pixels"]
         train_captions = parts["train"].captions
         train_features = captioner.features(pixels["train"])
@@ -348,7 +351,7 @@ class ImageCaptioning(Pipeline):
             references = [[TOKENIZER.join(TOKENIZER.tokenize(c)) for c in group] for group in parts[split].captions[:count]]
             truths = data.arrays["truths"].get(split)
             names = [path.name for path in parts[split].images[:count]]
-            found = {name: captioner.caption_pixels(images, strategy) for name, strategy in strategies.items()}
+            found = dict(zip(strategies, captioner.caption_pixels(images, list(strategies.values()), functions)))
             neighbours = nearest_neighbour(train_features, train_captions, captioner.features(images))
             for name, hypotheses in found.items():
                 metrics.update(_scores(references, hypotheses, truths, names, f"{split}/{name}_"))
@@ -588,6 +591,10 @@ class Captioner(tf.Module):
         return np.concatenate([self.encoder(pixels[i: i + batch_size].astype("float32"), training=False)[1].numpy()
                                for i in range(0, len(pixels), batch_size)])
 
-    def caption_pixels(self, pixels: np.ndarray, strategy: DecodingStrategy) -> list[str]:
-        """Captions of uint8 images with ``strategy`` (its best hypothesis), for evaluation."""
-        return generate_texts(self.generator, self.generate, strategy, pixels, batch_size=128)
+    def caption_pixels(self, pixels: np.ndarray, strategies: Sequence[DecodingStrategy],
+                       functions: dict | None = None) -> list[list[str]]:
+        """Captions of uint8 images with each strategy (its best hypothesis), for evaluation.
+
+        ``functions``: the traced functions of earlier calls on this captioner (``generate_texts``).
+        """
+        return generate_texts(self.generator, self.generate, strategies, pixels, batch_size=128, functions=functions)

@@ -45,7 +45,8 @@ Export (waveforms at 16 kHz, zero-padded):
   ``start``/``end`` seconds and ``confidence`` float32 [batch, W], ``num_words`` int32
   [batch]: the words of the greedy transcript with their times from the CTC posteriors.
 A waveform holding NaN or Inf, or longer than ``max_seconds``, is rejected
-(InvalidArgument, HTTP 400; ``seqapps predict`` cuts long files itself); samples beyond full
+(InvalidArgument, HTTP 400; ``seqapps predict`` cuts long files itself, and sends their pieces
+``predict_rows_per_call`` at a time); samples beyond full
 scale are clipped to [-1, 1] (``audio.bounded``), so no score is NaN. Silence is
 valid input; what it decodes to is whatever the model emits for floor-level features
 (an untrained model may emit characters).
@@ -184,6 +185,7 @@ class SpeechRecognition(Pipeline):
     Config = SpeechRecognitionConfig
     predict_input = ("audio files (WAV, FLAC, OGG or MP3), one per row (a long one is cut at silences); "
                      "--signature words: word times")
+    predict_rows_per_call = 8  # pieces of max_seconds: a long recording is transcribed 8 pieces at a time
 
     # --- data -------------------------------------------------------------------------------
 

@@ -61,6 +61,7 @@ does; the server refuses texts over ``max_string_bytes`` (the export's limits).
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -79,7 +80,8 @@ from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
 from seqapps.export import ExportCalls, Limits, ServingModule, Signature
 from seqapps.finetuning import VOCABULARY_CHOICES, VocabularyMap, grow_vocabulary, transfer_weights, vocabulary_report
-from seqapps.generation import Generation, Generator, generate_texts, strategy_signatures, unicode_texts
+from seqapps.generation import (Generation, Generator, evaluation_decoder, generate_texts, strategy_signatures,
+                                unicode_texts)
 from seqapps.layers.attention_decoder import CELLS, AttentionDecoder, PaddingMask
 from seqapps.layers.decoding import BeamSearch, DecodingStrategy, GreedySearch
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
@@ -396,11 +398,10 @@ class Translation(Pipeline):
         if not choices:
             return {}
         sources, references = _eval_pairs(config, data.arrays["val"])
-        translator = Translator(model, data.state)
-        bleu = {}
-        for alpha in choices:
-            hypotheses = translator.translate_texts(sources, BeamSearch(int(data.state["beam_size"]), float(alpha)))
-            bleu[float(alpha)] = seqapps_metrics.bleu(references, hypotheses)["score"]
+        beams = _evaluation_texts(model, data.state, sources, [BeamSearch(int(data.state["beam_size"]), float(alpha))
+                                                               for alpha in choices])
+        bleu = {float(alpha): seqapps_metrics.bleu(references, hypotheses)["score"]
+                for alpha, hypotheses in zip(choices, beams)}
         chosen = max(bleu, key=bleu.get)  # the first of equal scores
         return {"length_penalty": chosen,
                 "val_beam_bleu_by_length_penalty": {str(alpha): score for alpha, score in bleu.items()}}
@@ -413,11 +414,10 @@ class Translation(Pipeline):
             weights.append(weight.numpy().reshape(-1))
         sources, references = _eval_pairs(config, data.arrays["test"])
         count = len(sources)
-        translator = Translator(model, data.state)
         start = time.perf_counter()
-        greedy = translator.translate_texts(sources, GreedySearch())
+        (greedy,) = _evaluation_texts(model, data.state, sources, [GreedySearch()])
         greedy_seconds = time.perf_counter() - start
-        beam = translator.translate_texts(sources, BeamSearch.from_request(data.state, {}))
+        (beam,) = _evaluation_texts(model, data.state, sources, [BeamSearch.from_request(data.state, {})])
         metrics = {"ppl_full": seqapps_metrics.perplexity(-np.concatenate(nll), np.concatenate(weights)),
                    **_bleu_chrf(references, greedy, "greedy"), **_bleu_chrf(references, beam, "beam"),
                    "greedy_sentences_per_s": round(count / greedy_seconds, 1),
@@ -583,6 +583,26 @@ def _vocabularies(state: dict[str, Any]) -> tuple[text_data.Vocabulary, text_dat
     return tuple(text_data.Vocabulary(state[key], [0] * len(state[key])) for key in VOCABULARY_KEYS)
 
 
+def _evaluation_texts(model: keras.Model, state: dict[str, Any], sources: Sequence[str],
+                      strategies: Sequence[DecodingStrategy]) -> list[list[str]]:
+    """Translates Python strings with each strategy (its best hypothesis), for evaluation.
+
+    Args:
+        model: the training model.
+        state: the pipeline state (vocabularies and decoding settings).
+        sources: the source texts.
+        strategies: the decoding strategies.
+
+    Returns:
+        One list of translations per strategy.
+    """
+    key = json.dumps({name: state.get(name) for name in (*VOCABULARY_KEYS, "max_length", "max_decode_length",
+                                                         "replace_unknown", "unknown_replacements")}, sort_keys=True)
+    translator, functions = evaluation_decoder(model, key, lambda: Translator(model, state))
+    return generate_texts(translator.generator, translator.generate, strategies, sources, preprocess=translator.encode,
+                          functions=functions)
+
+
 def _bleu_chrf(references: list[str], hypotheses: list[str], prefix: str) -> dict[str, Any]:
     """``{prefix_bleu, prefix_chrf}`` with sacrebleu, and their signatures."""
     name = f"{prefix}_" if prefix else ""
@@ -675,7 +695,3 @@ class Translator(tf.Module):
         real = tf.cast((words != "")[:, :, None] & (source_words != "")[:, None, :], weights.dtype)
         return {"translation": self.generator.texts(words), "source_tokens": source_words, "target_tokens": words,
                 "attention": weights[:, :, :-1] * real}
-
-    def translate_texts(self, texts: Sequence[str], strategy: DecodingStrategy) -> list[str]:
-        """Translates Python strings with ``strategy`` (its best hypothesis), for evaluation."""
-        return generate_texts(self.generator, self.generate, strategy, texts, preprocess=self.encode)

@@ -325,6 +325,36 @@ def call_signature(function: Any, example: dict[str, np.ndarray]) -> dict[str, n
     return {name: value.numpy() for name, value in outputs.items()}
 
 
+def call_in_batches(function: Any, inputs: dict[str, np.ndarray], rows_per_call: int | None) -> dict[str, np.ndarray]:
+    """Calls a loaded signature on at most ``rows_per_call`` rows at a time; joins the outputs as one call's.
+
+    Each call gets its rows as they are in ``inputs`` (the same padding), so a row's outputs are those
+    of one call on all rows. An output whose later dimensions depend on the call (a longest
+    sequence, a most words) is padded to the longest of the calls with zeros (empty strings).
+
+    Args:
+        function: a loaded signature.
+        inputs: NumPy inputs, all with the same leading batch dimension.
+        rows_per_call: the most rows per call; None calls once.
+
+    Returns:
+        One array per output, ``rows`` first.
+    """
+    rows = len(next(iter(inputs.values()))) if inputs else 0
+    if rows_per_call is None or rows <= rows_per_call:
+        return call_signature(function, inputs)
+    parts = [call_signature(function, {name: value[start:start + rows_per_call] for name, value in inputs.items()})
+             for start in range(0, rows, rows_per_call)]
+    joined = {}
+    for name in parts[0]:
+        shape = np.max([part[name].shape for part in parts], axis=0)
+        joined[name] = np.concatenate([np.pad(part[name], [(0, 0)] + [(0, int(size) - now) for size, now in
+                                                                      zip(shape[1:], part[name].shape[1:])],
+                                              constant_values=b"" if part[name].dtype == object else 0)
+                                       for part in parts])
+    return joined
+
+
 class ExportCalls:
     """Calls the signatures of a written export, loading it on the first call (``Pipeline.report_data``).
 

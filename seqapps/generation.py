@@ -14,7 +14,9 @@ included); a beam's returns ``<texts> [batch, H]`` (best first) and ``scores`` (
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import weakref
 from typing import Any, Callable, Mapping, Sequence
 
 import keras
@@ -163,28 +165,72 @@ def strategy_signatures(generator: Generator, generate: GenerateFn, preprocess: 
     return signatures
 
 
-def generate_texts(generator: Generator, generate: GenerateFn, strategy: decoding.DecodingStrategy,
+def generate_texts(generator: Generator, generate: GenerateFn, strategies: Sequence[decoding.DecodingStrategy],
                    inputs: Sequence[Any] | np.ndarray, preprocess: Callable[[tf.Tensor], Any] | None = None,
-                   batch_size: int = 64) -> list[str]:
-    """The best text of every input, decoded in batches in one traced function (for evaluation).
+                   batch_size: int = 64, functions: dict[tuple, Callable[..., tf.Tensor]] | None = None
+                   ) -> list[list[str]]:
+    """The best text of every input with each strategy, decoded in batches (for evaluation).
+
+    Strategies that differ only in their ``tensor_settings`` (beams with several length penalties)
+    share one traced function, those settings fed to it as tensors: a calibration over many
+    settings traces once, not once per setting.
 
     Args:
         generator: the pipeline's generator.
         generate: the pipeline's encoder and decoding (see ``GenerateFn``).
-        strategy: the decoding strategy.
+        strategies: the decoding strategies.
         inputs: rows of texts or arrays; ``preprocess`` (default: none) turns a batch of them into
             what ``generate`` takes.
         preprocess: batch tensor -> what ``generate`` takes.
         batch_size: rows per call.
-    """
-    def best(batch: tf.Tensor) -> tf.Tensor:
-        return generator.texts(generate(preprocess(batch) if preprocess else batch, strategy).words)[:, 0]
+        functions: the traced functions of earlier calls with the same ``generator``, ``generate`` and
+            ``preprocess``, which this call reuses and adds to (None: none kept).
 
-    run = tf.function(best, reduce_retracing=True)
+    Returns:
+        One list of texts per strategy, in the order of ``strategies``.
+    """
+    functions = {} if functions is None else functions
     found = []
-    for start in range(0, len(inputs), batch_size):
-        found.extend(value.decode("utf-8") for value in run(tf.constant(inputs[start: start + batch_size])).numpy())
+    for strategy in strategies:
+        settings = {name: tf.constant(getattr(strategy, name), tf.float32) for name in strategy.tensor_settings}
+        shape = tuple(sorted((name, value) for name, value in vars(strategy).items() if name not in settings))
+        key = (type(strategy), shape)
+        if key not in functions:
+            def best(batch: tf.Tensor, values: dict[str, tf.Tensor],
+                     template: decoding.DecodingStrategy = strategy) -> tf.Tensor:
+                chosen = copy.copy(template)
+                vars(chosen).update(values)
+                return generator.texts(generate(preprocess(batch) if preprocess else batch, chosen).words)[:, 0]
+
+            functions[key] = tf.function(best, reduce_retracing=True)
+        found.append([value.decode("utf-8") for start in range(0, len(inputs), batch_size)
+                      for value in functions[key](tf.constant(inputs[start: start + batch_size]), settings).numpy()])
     return found
+
+
+#: each model's evaluation decoder (a pipeline's translator or captioner), the state it was built from and
+#: its traced functions: a run's calibration and evaluation, and a fine-tune's evaluations before and after
+#: training, trace each strategy once per model, not once per call (the traced functions read the
+#: weights as they are at each call). A decoder must not hold its model, or the model is never freed.
+_EVALUATION: weakref.WeakKeyDictionary[keras.Model, tuple[str, Any, dict]] = weakref.WeakKeyDictionary()
+
+
+def evaluation_decoder(model: keras.Model, key: str, build: Callable[[], Any]) -> tuple[Any, dict]:
+    """``model``'s evaluation decoder and its traced functions (``generate_texts``'s ``functions``).
+
+    Args:
+        model: the training model.
+        key: what the decoder reads besides the weights (its part of the pipeline state, as a string);
+            another key builds a new decoder.
+        build: builds the decoder.
+
+    Returns:
+        ``(decoder, functions)``.
+    """
+    cached = _EVALUATION.get(model)
+    if cached is None or cached[0] != key:
+        cached = _EVALUATION[model] = (key, build(), {})
+    return cached[1], cached[2]
 
 
 def unicode_texts(values: np.ndarray) -> np.ndarray:

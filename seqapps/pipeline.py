@@ -125,6 +125,9 @@ class Pipeline:
     predict_input: ClassVar[str] = "one text per row for the signature's string input"
     #: the metrics the run summary shows first, beside every baseline that has them (declared once).
     headline_metrics: ClassVar[tuple[Headline, ...]] = ()
+    #: the most rows ``seqapps predict`` sends to the export in one call (None: all rows at once); a
+    #: pipeline that cuts long inputs into many rows sets it, so memory does not grow with an input's length.
+    predict_rows_per_call: ClassVar[int | None] = None
 
     def load_data(self, config: TrainingConfig, data_path: str | None,
                   state: dict[str, Any] | None = None) -> Splits:

@@ -331,7 +331,7 @@ def predict(model_path: str | Path, inputs: list[str], signature_name: str = "se
     """
     import tensorflow as tf
 
-    from seqapps.export import call_signature
+    from seqapps.export import call_in_batches
     from seqapps.pipeline import SignatureSpec
 
     info = read_export(model_path)
@@ -354,8 +354,8 @@ def predict(model_path: str | Path, inputs: list[str], signature_name: str = "se
                         "tf.Examples); seqapps predict gives the same answer with serving_default")
     if missing:
         raise DataError(f"signature {signature_name!r} needs input {missing[0]!r}; pass --set {missing[0]}=VALUE")
-    return pipeline.format_prediction(info.state, {**built, **features}, call_signature(function, features),
-                                      signature_name, inputs)
+    outputs = call_in_batches(function, features, pipeline.predict_rows_per_call)
+    return pipeline.format_prediction(info.state, {**built, **features}, outputs, signature_name, inputs)
 
 
 def _input_overrides(overrides: tuple[str, ...] | list[str], specs: dict[str, Any], features: dict[str, Any],

@@ -4,6 +4,8 @@ import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -116,15 +118,15 @@ def tiny_finetune(tiny_run: Callable[[str], dict], tmp_path_factory: pytest.Temp
 
     The data is the pipeline's sample data (``Pipeline.write_sample_data(folder, seed=3)``), or, for a
     pipeline that reads no user data, the export folder itself (which it must refuse). The command runs
-    without ``--json``, so ``tests/test_user_paths.py`` and the pipelines' own tests read the same
-    fine-tune: what it printed and the export it wrote.
+    without ``--json``, in a process of its own (so its stderr is what a person sees, whatever TensorFlow
+    logged earlier in the session), and ``tests/test_user_paths.py`` and the pipelines' own tests read the
+    same fine-tune: what it printed and the export it wrote.
 
     Returns:
         ``fine_tune(name)`` -> ``{"from", "data", "code", "out", "err", "export"}``: the copy it started
         from (``<tmp>/<name>/1``), the ``--data`` path (None when the pipeline reads none), the exit code,
         what it printed on stdout and stderr, and the new export's folder (``<tmp>/<name>/2``).
     """
-    from seqapps import cli
     from seqapps.pipeline import REGISTRY
 
     done = {}
@@ -133,10 +135,11 @@ def tiny_finetune(tiny_run: Callable[[str], dict], tmp_path_factory: pytest.Temp
         if name not in done:
             source = tiny_run(name)["export"]
             data, _ = REGISTRY.get(name)().write_sample_data(tmp_path_factory.mktemp(f"{name}_sample"), seed=3)
-            out, err = io.StringIO(), io.StringIO()
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                code = cli.main(["finetune", name, "--from", source, "--data", data or source])
-            done[name] = {"from": source, "data": data, "code": code, "out": out.getvalue(), "err": err.getvalue(),
+            ran = subprocess.run([sys.executable, "-c", "import sys; from seqapps import cli; sys.exit(cli.main())",
+                                  "finetune", name, "--from", source, "--data", data or source],
+                                 capture_output=True, text=True,
+                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+            done[name] = {"from": source, "data": data, "code": ran.returncode, "out": ran.stdout, "err": ran.stderr,
                           "export": str(Path(source).parent / "2")}
         return done[name]
 

@@ -7,6 +7,7 @@ the decoded words.
 """
 import re
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -14,6 +15,7 @@ import tensorflow as tf
 from pipelines import image_captioning, translation
 from seqapps import generation
 from seqapps.config import SEQ2SEQ_ATTENTIONS, SEQ2SEQ_CELLS, resolve_config
+from seqapps.data import text as text_data
 from seqapps.errors import ConfigError
 from seqapps.export import write_export
 from seqapps.layers import attention_decoder, decoding
@@ -163,3 +165,30 @@ def test_config_choices_name_what_the_layers_build():
 def test_the_shared_decoder_checks_apply_to_both_configs(config_class, field, value, expected):
     with pytest.raises(ConfigError, match=re.escape(f"config field '{field}': got {value!r}, expected {expected}")):
         resolve_config(config_class, "tiny", overrides=[f"{field}={value}"])
+
+
+def test_beams_that_differ_only_in_length_penalty_share_one_trace_and_decode_as_alone():
+    vocab, units, rows, memory_length = 9, 8, 6, 5
+    rng = np.random.default_rng(SEED)
+    keras.utils.set_random_seed(SEED)
+    decoder = attention_decoder.AttentionDecoder(vocab, 6, units, cell="gru", attention="bahdanau")
+    output = BatchNCE(vocab, loss="softmax")
+    lookup = text_data.Vocabulary([text_data.UNKNOWN, *(f"w{i}" for i in range(1, vocab))], [0] * vocab).lookup()
+    generator = generation.Generator(decoder, output, lookup, translation.TOKENIZER, start_id=2, end_id=1)
+
+    def generate(memory: tf.Tensor, strategy: decoding.DecodingStrategy) -> generation.Generation:
+        state = {"rnn": [tf.reduce_mean(memory, axis=1)], "memory": memory,
+                 "memory_mask": tf.ones(tf.shape(memory)[:2], tf.bool)}
+        found = generator.generate(state, strategy, 8)
+        return generation.Generation(found, generator.words(found.ids))
+
+    memories = rng.normal(size=(rows, memory_length, units)).astype(np.float32)
+    beams = [decoding.BeamSearch(3, penalty) for penalty in (0.0, 0.6, 3.0)]
+    functions = {}
+    together = generation.generate_texts(generator, generate, [decoding.GreedySearch(), *beams], memories,
+                                         batch_size=4, functions=functions)
+    assert len(functions) == 2  # greedy search, and one for the three beams
+    alone = [generation.generate_texts(generator, generate, [strategy], memories)[0]
+             for strategy in [decoding.GreedySearch(), *beams]]
+    assert together == alone
+    assert together[1] != together[3], "the penalties decode alike: the test shows nothing"

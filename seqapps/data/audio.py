@@ -116,12 +116,12 @@ def read_audio(path: str | Path, sample_rate: int, max_seconds: float | None = N
         raise DataError(f"{where}: the audio has no samples")
     if not np.isfinite(frames).all():
         raise DataError(f"{where}: the audio holds NaN or infinite samples")
-    mono = frames.mean(axis=1)
+    mono = frames[:, 0] if frames.shape[1] == 1 else frames.mean(axis=1)  # no copy of a long mono file
     if rate != sample_rate:
         import soxr
 
         mono = soxr.resample(mono, rate, sample_rate, quality="HQ")
-    return mono.astype(np.float32)
+    return np.ascontiguousarray(mono, dtype=np.float32)
 
 
 # --- Graph: WAV bytes, resampling, checks -------------------------------------------------------------------------

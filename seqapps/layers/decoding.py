@@ -81,6 +81,9 @@ class DecodingStrategy:
     hypotheses: int = 1
     #: input name -> (dtype, example value) of the per-row inputs a serving signature adds
     request_inputs: ClassVar[dict[str, tuple[tf.DType, Any]]] = {}
+    #: the float settings (attributes) a traced decoding may take as scalar tensors: strategies that
+    #: differ only in them decode in one graph (``seqapps.generation.generate_texts``)
+    tensor_settings: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_request(cls, settings: Mapping[str, Any], inputs: Mapping[str, tf.Tensor]) -> "DecodingStrategy":
@@ -193,6 +196,8 @@ class BeamSearch(DecodingStrategy):
     Raises:
         ValueError: a beam size below 1 or a negative length penalty.
     """
+
+    tensor_settings = ("length_penalty",)
 
     def __init__(self, beam_size: int, length_penalty: float = 0.0) -> None:
         if int(beam_size) != beam_size or beam_size < 1:

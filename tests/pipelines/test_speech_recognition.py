@@ -13,6 +13,7 @@ import soundfile
 import tensorflow as tf
 
 from pipelines.speech_recognition import SpeechRecognition
+from seqapps import export as export_module
 from seqapps import serializable
 from seqapps.config import resolve_config
 from seqapps.data import speech
@@ -93,6 +94,35 @@ def test_predict_cuts_a_long_file_at_silences_and_joins_the_transcript(speech_ru
     (row,) = answer["predictions"]
     assert code == 0 and row["pieces"] == -(-long.size // (15 * speech.SAMPLE_RATE)) and isinstance(
         row["transcript"], str)
+
+
+@pytest.mark.parametrize("signature", ["serving_default", "words"])
+def test_predict_sends_a_long_files_pieces_a_few_at_a_time_with_one_calls_answer(
+        speech_run, tiny_corpus, tmp_path, capsys, monkeypatch, signature):
+    export, _ = speech_run
+    root, rows = tiny_corpus
+    long = np.concatenate([soundfile.read(f"{root}/{row['path']}", dtype="float32")[0] for row in rows[:16]])
+    soundfile.write(tmp_path / "long.flac", long, speech.SAMPLE_RATE)
+    calls = []
+    monkeypatch.setattr(export_module, "call_signature",
+                        lambda function, inputs, call=export_module.call_signature: calls.append(
+                            len(inputs["length"])) or call(function, inputs))
+    answers = {}
+    for rows_per_call in (None, 1):
+        monkeypatch.setattr(SpeechRecognition, "predict_rows_per_call", rows_per_call)
+        code, answers[rows_per_call], err = run_cli(capsys, "predict", str(export), str(tmp_path / "long.flac"),
+                                                    "--signature", signature, "--json")
+        assert code == 0, err
+    pieces = answers[None]["predictions"][0]["pieces"]
+    assert pieces >= 3 and calls == [pieces] + [1] * pieces
+    (batched,), (one,) = answers[1]["predictions"], answers[None]["predictions"]
+    if signature == "words":  # the same words at the same times; a confidence may differ in float rounding
+        assert [(w["word"], w["start"], w["end"]) for w in batched["words"]] == [
+            (w["word"], w["start"], w["end"]) for w in one["words"]]
+        assert [w["confidence"] for w in batched["words"]] == pytest.approx(
+            [w["confidence"] for w in one["words"]], abs=2e-3)
+    else:
+        assert batched["transcript"] == one["transcript"] and batched["score"] == pytest.approx(one["score"], rel=1e-5)
 
 
 def _user_folder(tmp_path, tiny_corpus, table):

@@ -1,0 +1,69 @@
+"""Issue 25, item 16: slow requests at once, against a real ``seqapps serve`` with a short deadline.
+
+Four valid requests that each take longer than the deadline (text_generation at its row and
+length limits) are sent at once. Each is answered (a 504, or its answer) within the issue's bound;
+a normal request sent while they run is answered before them (they do not hold every model
+thread), and one sent after them too; the server's CPU time stops growing once their deadlines
+have passed: a request past its deadline stops its work.
+"""
+import concurrent.futures
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from seqapps.export_format import read_limits
+from tests.serving.hostile import MAX_SECONDS, ServerProcess
+
+pytestmark = pytest.mark.large
+
+#: the server's deadline, in seconds (``--request-timeout-s``)
+DEADLINE_S = 2
+#: CPU seconds an idle server may spend in a second (its version poll); slow requests still running
+#: would spend about one per core
+IDLE_CPU_S = 0.2
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The process's user and system CPU time (``/proc/PID/stat`` utime + stime), in seconds."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rows(count: int, length: int) -> dict:
+    return {"instances": [{"prompt": "the ", "length": length, "temperature": 1.0, "top_k": 0}] * count}
+
+
+def test_four_slow_requests_stop_at_their_deadline_and_the_server_serves_on(tiny_exports, tmp_path):
+    export = Path(tiny_exports["text_generation"]["export"])
+    (tmp_path / "text_generation").symlink_to(export.parent)
+    limits = read_limits(export)
+    slow = _rows(limits.max_batch_size, limits.max_generated_length)
+    with ServerProcess(tmp_path, ["--request-timeout-s", str(DEADLINE_S)]) as server:
+        def normal():
+            return server.post("/v1/models/text_generation:predict", json=_rows(1, 2))
+
+        assert normal().status == 200
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            hostile = [pool.submit(server.post, "/v1/models/text_generation:predict", json=slow) for _ in range(4)]
+            time.sleep(0.5)
+            during = normal()
+            answered_first = not any(future.done() for future in hostile)
+            outcomes = [future.result() for future in hostile]
+        for outcome in outcomes:
+            assert outcome.seconds < MAX_SECONDS, outcome
+            if outcome.status == 200:
+                assert len(outcome.body["predictions"]) == limits.max_batch_size
+            else:
+                assert outcome.status == 504 and "Deadline of 2 s exceeded" in outcome.body["error"], outcome
+        assert any(outcome.status == 504 for outcome in outcomes), "no request outlasted the deadline: nothing tested"
+        assert during.status == 200 and during.seconds < MAX_SECONDS, during
+        assert answered_first, "the slow requests held every model thread: the normal request waited for them"
+        time.sleep(0.5)  # the cancelled calls unwind
+        before = _cpu_seconds(server.pid)
+        time.sleep(1.0)
+        assert _cpu_seconds(server.pid) - before < IDLE_CPU_S, "the server kept working past the deadlines"
+        after = normal()
+        assert after.status == 200 and after.seconds < MAX_SECONDS, after
