@@ -177,7 +177,8 @@ def decode_files(paths: Sequence[Path], image_size: int, source: str, batch_size
     encoded = [image_data.read_image_bytes(path, source) for path in paths]
     out = np.zeros((len(encoded), image_size, image_size, 3), "uint8")
     for start in range(0, len(encoded), batch_size):
-        batch = image_data.decode_images(tf.constant(encoded[start: start + batch_size]), image_size, image_size)
+        batch = image_data.decode_images(tf.constant(encoded[start: start + batch_size]), image_size, image_size,
+                                         max_request_pixels=None)
         out[start: start + batch_size] = np.clip(np.round(batch.numpy()), 0, 255).astype("uint8")
     return out
 

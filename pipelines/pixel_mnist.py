@@ -128,7 +128,8 @@ def digit_folder(folder: Path, image_size: int) -> tuple[np.ndarray, np.ndarray,
         raise DataError(f"{folder}: the digit folders hold no image files")
     encoded = [read_image_bytes(path) for path, _ in files]
     images = np.concatenate([decode_images(tf.constant(encoded[start: start + 256]), image_size, image_size,
-                                           channels=1).numpy()[..., 0] for start in range(0, len(encoded), 256)])
+                                           channels=1, max_request_pixels=None).numpy()[..., 0]
+                             for start in range(0, len(encoded), 256)])
     return images.astype(np.float32), np.array([label for _, label in files], np.int64), str(folder)
 
 
