@@ -203,6 +203,7 @@ class ImageCaptioning(Pipeline):
 
     Config = CaptioningConfig
     predict_input = "image files (JPEG, PNG, GIF or BMP), one per row; --signature beam or attention"
+    predict_rows_per_call = image_data.IMAGES_PER_CALL  # within the graph's pixel budget of one call
 
     # --- data -------------------------------------------------------------------------------
 

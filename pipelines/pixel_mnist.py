@@ -33,7 +33,7 @@ import tensorflow as tf
 from seqapps.config import HRNNConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
-from seqapps.data.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_images, read_image_bytes
+from seqapps.data.images import IMAGES_PER_CALL, MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_images, read_image_bytes
 from seqapps.errors import DataError
 from seqapps.export import ExportCalls, Limits, ServingModule, Signature, examples_signature, ranked_classes
 from seqapps.export_format import CLASSIFY_METHOD
@@ -138,6 +138,7 @@ class PixelMnist(Pipeline):
 
     Config = PixelMnistConfig
     predict_input = "image files of digits (PNG, JPEG, GIF or BMP), one per row"
+    predict_rows_per_call = IMAGES_PER_CALL  # within the graph's pixel budget of one call, whatever the files' sizes
 
     headline_metrics = (Headline("accuracy", "accuracy", "%", 100.0),
                         Headline("cross_entropy", "cross-entropy", "nats", higher_is_better=False))

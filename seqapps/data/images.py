@@ -46,6 +46,8 @@ MAX_IMAGE_PIXELS = 4096 * 4096
 #: a CPU core, and up to 1 s for a progressive JPEG of ``MAX_JPEG_SCANS`` scans (each refinement scan re-reads
 #: every block), so the slowest admitted request decodes in a few seconds, within a server's deadline.
 MAX_REQUEST_PIXELS = 4 * MAX_IMAGE_PIXELS
+#: Full-size images within one request's budget: what ``seqapps predict`` sends an image export per call.
+IMAGES_PER_CALL = MAX_REQUEST_PIXELS // MAX_IMAGE_PIXELS
 #: Most start-of-scan markers in one JPEG: libjpeg's progressive script (what PIL writes) has 10 for colour and 6
 #: for gray, plus one for an embedded baseline thumbnail; a repeated scan is decoded again over the whole image.
 MAX_JPEG_SCANS = 24
