@@ -49,7 +49,9 @@ MAX_REQUEST_PIXELS = 4 * MAX_IMAGE_PIXELS
 #: Full-size images within one request's budget: what ``seqapps predict`` sends an image export per call.
 IMAGES_PER_CALL = MAX_REQUEST_PIXELS // MAX_IMAGE_PIXELS
 #: Most start-of-scan markers in one JPEG: libjpeg's progressive script (what PIL writes) has 10 for colour and 6
-#: for gray, plus one for an embedded baseline thumbnail; a repeated scan is decoded again over the whole image.
+#: for gray, plus one per embedded thumbnail; 24 leaves room for other encoders' scripts. Every scan is decoded
+#: over the whole image (about 60 ms per refinement scan of a 4096 x 4096 photo on one busy core), so a scan
+#: repeated 6,000 times decoded for a minute.
 MAX_JPEG_SCANS = 24
 #: Most steps of the walk through a GIF's blocks to the end of its first frame (each step is one block or one run
 #: of equal data sub-blocks; a file PIL or giflib writes takes a few steps per extension and frame).
