@@ -177,7 +177,8 @@ def decode_files(paths: Sequence[Path], image_size: int, source: str, batch_size
     encoded = [image_data.read_image_bytes(path, source) for path in paths]
     out = np.zeros((len(encoded), image_size, image_size, 3), "uint8")
     for start in range(0, len(encoded), batch_size):
-        batch = image_data.decode_images(tf.constant(encoded[start: start + batch_size]), image_size, image_size)
+        batch = image_data.decode_images(tf.constant(encoded[start: start + batch_size]), image_size, image_size,
+                                         max_request_pixels=None)
         out[start: start + batch_size] = np.clip(np.round(batch.numpy()), 0, 255).astype("uint8")
     return out
 
@@ -202,6 +203,7 @@ class ImageCaptioning(Pipeline):
 
     Config = CaptioningConfig
     predict_input = "image files (JPEG, PNG, GIF or BMP), one per row; --signature beam or attention"
+    predict_rows_per_call = image_data.IMAGES_PER_CALL  # within the graph's pixel budget of one call
 
     # --- data -------------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ import tensorflow as tf
 from seqapps.config import HRNNConfig, require, require_split_fractions
 from seqapps.data import datasets, samples
 from seqapps.data import splits as split_rule
-from seqapps.data.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_images, read_image_bytes
+from seqapps.data.images import IMAGES_PER_CALL, MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, decode_images, read_image_bytes
 from seqapps.errors import DataError
 from seqapps.export import ExportCalls, Limits, ServingModule, Signature, examples_signature, ranked_classes
 from seqapps.export_format import CLASSIFY_METHOD
@@ -128,7 +128,8 @@ def digit_folder(folder: Path, image_size: int) -> tuple[np.ndarray, np.ndarray,
         raise DataError(f"{folder}: the digit folders hold no image files")
     encoded = [read_image_bytes(path) for path, _ in files]
     images = np.concatenate([decode_images(tf.constant(encoded[start: start + 256]), image_size, image_size,
-                                           channels=1).numpy()[..., 0] for start in range(0, len(encoded), 256)])
+                                           channels=1, max_request_pixels=None).numpy()[..., 0]
+                             for start in range(0, len(encoded), 256)])
     return images.astype(np.float32), np.array([label for _, label in files], np.int64), str(folder)
 
 
@@ -137,6 +138,7 @@ class PixelMnist(Pipeline):
 
     Config = PixelMnistConfig
     predict_input = "image files of digits (PNG, JPEG, GIF or BMP), one per row"
+    predict_rows_per_call = IMAGES_PER_CALL  # within the graph's pixel budget of one call, whatever the files' sizes
 
     headline_metrics = (Headline("accuracy", "accuracy", "%", 100.0),
                         Headline("cross_entropy", "cross-entropy", "nats", higher_is_better=False))

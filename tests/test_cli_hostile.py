@@ -43,3 +43,25 @@ def test_huge_set_value_is_one_line(tiny_exports: dict, value: str, expected: st
     code, lines = _predict(tiny_exports["text_generation"]["export"], "hi", "--set", value)
     assert code == 2 and len(lines) == 1, lines
     assert value in lines[0] and expected in lines[0]
+
+
+def test_image_bombs_through_predict_are_one_line_and_many_large_images_are_answered(tiny_exports: dict, tmp_path: Path) -> None:
+    from seqapps.data.images import MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS
+    from tests.data.image_bombs import flat_png, gif
+
+    lying = tmp_path / "lying.gif"
+    lying.write_bytes(gif((64, 64), [(64, 64, 1)], left=16))  # PIL widens it to 80 x 64; the graph refuses it
+    code, lines = _predict(tiny_exports["pixel_mnist"]["export"], str(lying))
+    assert code == 2 and len(lines) == 1, lines
+    assert "lying.gif" in lines[0] and "does not fit within its screen of 64 x 64 pixels" in lines[0]
+    # Each image within every bound, together over the pixels the export decodes in one call: predict sends
+    # them a few at a time, and every file gets its answer (black digits: all the same).
+    paths = [tmp_path / f"{index}.png" for index in range(MAX_REQUEST_PIXELS // MAX_IMAGE_PIXELS + 1)]
+    for path in paths:
+        path.write_bytes(flat_png(4096))
+    done = subprocess.run([sys.executable, "-m", "seqapps.cli", "predict", tiny_exports["pixel_mnist"]["export"],
+                           *map(str, paths)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr
+    answers = [line for line in done.stdout.splitlines() if line.strip()]
+    assert len(answers) >= len(paths), done.stdout

@@ -1,6 +1,7 @@
 """Image decoding in the graph (formats, colour conversion, resizing, memory bounds) and file validation."""
 import io
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -13,12 +14,17 @@ import tensorflow as tf
 from PIL import Image
 
 from seqapps.data.images import (
+    MAX_GIF_STEPS,
     MAX_IMAGE_PIXELS,
+    MAX_JPEG_SCANS,
+    MAX_REQUEST_PIXELS,
     decode_images,
     read_image,
     read_image_bytes,
 )
 from seqapps.errors import DataError
+from seqapps.serving.protocol import tf_error_message
+from tests.data.image_bombs import flat_png, gif, progressive_jpeg
 
 RNG = np.random.default_rng(7)
 PIXELS = RNG.integers(0, 256, size=(5, 7, 4), dtype=np.uint8)
@@ -115,6 +121,88 @@ def test_a_40000_by_40000_header_is_refused_in_the_graph_and_in_python(tmp_path)
     (tmp_path / "big.png").write_bytes(png_header_only(10_000, 10_000))  # PIL only warns: our limit answers
     with pytest.raises(DataError, match="10000 x 10000 pixels, larger than the limit"):
         read_image_bytes(tmp_path / "big.png")
+
+
+# --- Issue 25: bombs that the header's size does not show --------------------------------------------------------------
+
+LYING_GIFS = {
+    "20000x20000 frame on a 64x64 screen": gif((64, 64), [(20_000, 20_000, 1)]),  # 270 kB, 400 megapixels
+    "three such frames": gif((64, 64), [(20_000, 20_000, 1)] * 3),
+    "a frame past the screen's right edge": gif((64, 64), [(64, 64, 1)], left=16),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LYING_GIFS))
+def test_a_gif_frame_outside_its_screen_is_refused_in_the_graph_and_in_python(tmp_path, name):
+    decode = tf.function(lambda images: decode_images(images, 8, 8))
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        decode(tf.constant([LYING_GIFS[name]]))
+    # The line a server answers with: the frame's size and place, then the screen's, from the header.
+    assert re.fullmatch(r"the first frame of a GIF \(width x height at left, top\): \d+ \d+ \d+ 0 does not fit within "
+                        r"its screen \(width x height, from its header\): 64 64", tf_error_message(error.value))
+    # PIL reads the first frame's size at open (its bomb check or ours refuses it); a frame past the edge widens it.
+    (tmp_path / "lying.gif").write_bytes(LYING_GIFS[name])
+    for read in (read_image, read_image_bytes):
+        with pytest.raises(DataError, match=r"limit of \d+ pixels|does not fit within its screen of 64 x 64") as error:
+            read(tmp_path / "lying.gif")
+        assert "\n" not in str(error.value)
+
+
+def test_gifs_decode_to_pils_first_frame_and_later_frames_are_not_decoded(tmp_path):
+    frames = [Image.fromarray(RNG.integers(0, 256, (12, 16, 3), dtype=np.uint8)) for _ in range(3)]
+    animated = encode(frames[0], "GIF", save_all=True, append_images=frames[1:], duration=50)
+    # A second frame outside the screen: only the first frame is decoded (PIL, too, decodes frames on demand);
+    # TensorFlow's GIF decoder would decode both at the second one's 3000 x 3000.
+    later_bomb = gif((16, 12), [(16, 12, 1), (3000, 3000, 2)])
+    for data in (animated, later_bomb, gif((16, 12), [(16, 12, 2)])):
+        decoded = decode_images(tf.constant([data]), 12, 16).numpy()[0]
+        np.testing.assert_array_equal(decoded, pil_rgb(data))
+        (tmp_path / "x.gif").write_bytes(data)
+        np.testing.assert_array_equal(read_image(tmp_path / "x.gif"), pil_rgb(data))
+    np.testing.assert_array_equal(pil_rgb(later_bomb)[0, 0], [200, 30, 90])  # colour 1 of the table
+
+
+def test_a_gif_walk_past_its_bound_or_the_bytes_is_refused():
+    header = gif((64, 64), [])[:-1] + b"\x2c" + struct.pack("<HHHHB", 0, 0, 64, 64, 0) + b"\x02"
+    # Data sub-blocks of alternating sizes (1, 2, 1, ...): one walk step each.
+    ragged = header + b"\x01\x00\x02\x00\x00" * MAX_GIF_STEPS + b"\x00;"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"more than the limit of {MAX_GIF_STEPS} runs"):
+        decode_images(tf.constant([ragged]), 8, 8)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="truncated or corrupt before its first frame ends"):
+        decode_images(tf.constant([gif((64, 64), [(64, 64, 1)])[:40]]), 8, 8)
+
+
+def test_a_jpeg_of_too_many_scans_is_refused_and_progressive_jpegs_decode_as_pil(tmp_path):
+    image = Image.fromarray(RNG.integers(0, 256, (48, 64, 3), dtype=np.uint8))
+    progressive = progressive_jpeg(image)
+    assert progressive.count(b"\xff\xda") == 10  # libjpeg's script for colour images
+    for data in (progressive, progressive_jpeg(image, repeats=MAX_JPEG_SCANS - 10)):  # at the bound
+        decoded = decode_images(tf.constant([data]), 48, 64).numpy()[0]
+        assert np.abs(decoded - pil_rgb(data)).max() <= 8  # libjpeg(-turbo) IDCT differences
+    repeated = progressive_jpeg(image, repeats=MAX_JPEG_SCANS - 9)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"more than the limit of {MAX_JPEG_SCANS} scans"):
+        decode_images(tf.constant([repeated]), 8, 8)
+    (tmp_path / "scans.jpg").write_bytes(repeated)
+    with pytest.raises(DataError, match=f"{MAX_JPEG_SCANS + 1} scans, more than the limit of {MAX_JPEG_SCANS}$"):
+        read_image(tmp_path / "scans.jpg")
+    (tmp_path / "ok.jpg").write_bytes(progressive)
+    assert read_image(tmp_path / "ok.jpg").shape == (48, 64, 3)
+
+
+def test_the_pixels_of_a_batch_together_are_bounded_before_decoding():
+    pngs = tf.constant([flat_png(64)] * 5)
+    assert decode_images(pngs, 4, 4, max_request_pixels=5 * 64 * 64).shape == (5, 4, 4, 3)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"limit of {5 * 64 * 64 - 1} pixels together"):
+        decode_images(pngs, 4, 4, max_request_pixels=5 * 64 * 64 - 1)
+    # A JPEG counts at the scale it is decoded at: 48 x 40 over a 500-pixel image budget is 24 x 20 = 480 pixels.
+    jpeg = encode(Image.new("RGB", (48, 40)), "JPEG")
+    decode_images(tf.constant([jpeg]), 4, 4, max_pixels=500, max_request_pixels=480)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="limit of 479 pixels together"):
+        decode_images(tf.constant([jpeg]), 4, 4, max_pixels=500, max_request_pixels=479)
+    # The default: a few full-size images, refused from their headers (five 4096 x 4096 PNGs of 16 kB each).
+    count = MAX_REQUEST_PIXELS // MAX_IMAGE_PIXELS + 1
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"limit of {MAX_REQUEST_PIXELS} pixels together"):
+        decode_images(tf.constant([flat_png(4096)] * count), 4, 4)
 
 
 MEMORY_SCRIPT = textwrap.dedent("""

@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 import soundfile
 import tensorflow as tf
+from PIL import Image
 
+from seqapps.data.images import MAX_JPEG_SCANS, MAX_REQUEST_PIXELS
+from tests.data.image_bombs import flat_png, gif, progressive_jpeg
 from tests.serving.hostile import Outcome, ServerProcess
 
 pytestmark = pytest.mark.large
@@ -187,3 +190,41 @@ def test_a_rank_1_waveform_is_refused_saying_a_batch_of_rows_was_expected(hostil
     error = grpc_predict(hostile_server, model, {key: arrays[key] for key in (
         ["waveform", "length"] if model == "speech_recognition" else ["waveform"])})
     assert error.details() == message
+
+
+# --- images: image_captioning and pixel_mnist (issue 25, items 1, 4 and 5) ------------------------------------------
+
+#: The signature input of encoded image bytes, per image pipeline.
+IMAGE_INPUTS = {"image_captioning": "image_bytes", "pixel_mnist": "image"}
+
+
+def _image_bombs() -> dict[str, list[bytes]]:
+    flat = Image.new("RGB", (4096, 4096), (30, 90, 200))
+    return {
+        "lying GIF": [gif((64, 64), [(20_000, 20_000, 1)])],  # 270 kB: TensorFlow decoded 400 megapixels
+        "lying GIF of three frames": [gif((64, 64), [(20_000, 20_000, 1)] * 3)],
+        "repeated-scan JPEG": [progressive_jpeg(flat, repeats=6000)],  # 297 kB of 6,010 scans at 4096 x 4096
+        "256 large PNGs": [flat_png(4096)] * 256,  # each within every bound of one image
+    }
+
+
+BOMB_ERRORS = {"lying GIF": "does not fit within its screen",
+               "lying GIF of three frames": "does not fit within its screen",
+               "repeated-scan JPEG": f"more than the limit of {MAX_JPEG_SCANS} scans",
+               "256 large PNGs": f"larger than the limit of {MAX_REQUEST_PIXELS} pixels together"}
+
+
+def _send_images(server, model: str, images: list[bytes]):
+    return server.post(f"/v1/models/{model}:predict", json={
+        "inputs": {IMAGE_INPUTS[model]: [{"b64": base64.b64encode(image).decode()} for image in images]}})
+
+
+@pytest.mark.parametrize("model", sorted(IMAGE_INPUTS))
+def test_image_bombs_get_a_400_naming_the_problem_quickly(hostile_server, model):
+    def normal():
+        return _send_images(hostile_server, model, [flat_png(28)])
+
+    for name, images in _image_bombs().items():
+        outcome = _send_images(hostile_server, model, images)
+        hostile_server.check(outcome, normal)
+        assert outcome.status == 400 and BOMB_ERRORS[name] in outcome.body["error"], (name, outcome)
