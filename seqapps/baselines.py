@@ -70,24 +70,26 @@ class RidgeFit(LinearFit):
     def out_of_fold_shift(self, features: Any, blocks: Any) -> Any:
         """This fit's forecast minus the forecast of the fit that left each row's block out, in float64.
 
-        Works on NumPy arrays and on tensors in a graph (Keras ops): a ``tf.data`` map shifts
-        training targets by it, so that they are the out-of-fold residuals.
+        Each row is multiplied by its own block's coefficients only: the rows are partitioned by
+        block, each part goes through its block's fit, and the parts are put back in row order.
+        Works on NumPy arrays and on tensors in a graph: a ``tf.data`` map shifts training targets
+        by it, so that they are the out-of-fold residuals.
 
         Args:
             features: shape [N, F].
             blocks: each row's cross-fitting block (see ``blocks``), integers [N].
 
         Returns:
-            Shape [N, outputs].
+            A float64 tensor, shape [N, outputs].
         """
-        from keras import ops
+        import tensorflow as tf
 
-        coef = np.stack([self.coef - fold.coef for fold in self.folds], axis=1)  # [F, folds, outputs]
-        intercept = np.stack([self.intercept - fold.intercept for fold in self.folds])  # [folds, outputs]
-        every = ops.matmul(ops.cast(features, "float64"), coef.reshape(len(coef), -1))
-        every = ops.reshape(every, (-1, *intercept.shape)) + intercept  # [N, folds, outputs]
-        chosen = ops.one_hot(ops.cast(blocks, "int32"), len(self.folds), dtype="float64")[:, :, None]
-        return ops.sum(every * chosen, axis=1)  # exact: the other folds' terms are zeros
+        features = tf.cast(features, tf.float64)
+        blocks = tf.cast(blocks, tf.int32)
+        parts = tf.dynamic_partition(features, blocks, len(self.folds))
+        rows = tf.dynamic_partition(tf.range(tf.shape(features)[0]), blocks, len(self.folds))
+        return tf.dynamic_stitch(rows, [part @ (self.coef - fold.coef) + (self.intercept - fold.intercept)
+                                        for part, fold in zip(parts, self.folds)])
 
 
 @dataclasses.dataclass
