@@ -362,7 +362,10 @@ def holt_winters(series: np.ndarray, fit_end: int, origins: np.ndarray, horizon:
     level, season = np.asarray(states.level), np.asarray(states.season)
     steps = np.arange(1, horizon + 1)
     season_index = origins[:, None] + steps[None, :] - period * ((steps[None, :] - 1) // period + 1)
-    return level[origins][:, None] + season[season_index]
+    forecast = season[season_index]
+    del season_index
+    forecast += level[origins][:, None]  # in place: a long test split's forecasts are hundreds of MB
+    return forecast
 
 
 NULL = "<null>"  # the empty source word of IBM Model 1, which absorbs target words with no source word

@@ -54,10 +54,14 @@ def seasonal_naive(series: np.ndarray, origins: np.ndarray, horizon: int, period
     """
     steps = np.arange(1, horizon + 1)
     lags = period * np.ceil(steps / period).astype(int) - steps
-    index = origins[:, None] - lags[None, :]
-    if index.min() < 0:
-        raise ValueError(f"seasonal naive with period {period} needs {-index.min()} more steps of history")
-    return series[index]
+    if len(origins) and origins.min() < lags.max():
+        raise ValueError(f"seasonal naive with period {period} needs {lags.max() - origins.min()} more steps of history")
+    # Gathered CHUNK values at a time: an index array of the whole [N, horizon] would be as large as the forecasts.
+    forecast = np.empty((len(origins), horizon, *series.shape[1:]), series.dtype)
+    rows = max(1, CHUNK // horizon)
+    for first in range(0, len(origins), rows):
+        forecast[first: first + rows] = series[origins[first: first + rows, None] - lags]
+    return forecast
 
 
 def mase_scale(train_series: np.ndarray, period: int) -> np.ndarray:
