@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from seqapps.metrics import lagged_values
+
 if TYPE_CHECKING:
     from seqapps.data.text import Vocabulary
 
@@ -330,7 +332,8 @@ def fit_window_ridge(extractor: Any, windows: Windows, origins: dict[str, np.nda
     return found
 
 
-def holt_winters(series: np.ndarray, fit_end: int, origins: np.ndarray, horizon: int, period: int) -> np.ndarray:
+def holt_winters(series: np.ndarray, fit_end: int, origins: np.ndarray, horizon: int, period: int,
+                 out: np.ndarray | None = None) -> np.ndarray:
     """Additive Holt-Winters (ETS(A,N,A)) forecasts from many origins, with statsmodels.
 
     The parameters and initial states are fitted on ``series[:fit_end]``. The model is
@@ -343,9 +346,10 @@ def holt_winters(series: np.ndarray, fit_end: int, origins: np.ndarray, horizon:
         origins: indices of the last observed step of each forecast, shape [N].
         horizon: steps ahead.
         period: the season length in steps.
+        out: a float64 array [N, horizon] to write the forecasts into; None: a new one.
 
     Returns:
-        Forecasts of shape [N, horizon].
+        Forecasts of shape [N, horizon] (``out`` if given).
     """
     from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
@@ -361,10 +365,10 @@ def holt_winters(series: np.ndarray, fit_end: int, origins: np.ndarray, horizon:
             optimized=False)
     level, season = np.asarray(states.level), np.asarray(states.season)
     steps = np.arange(1, horizon + 1)
-    season_index = origins[:, None] + steps[None, :] - period * ((steps[None, :] - 1) // period + 1)
-    forecast = season[season_index]
-    del season_index
-    forecast += level[origins][:, None]  # in place: a long test split's forecasts are hundreds of MB
+    # Last season's value of each step, plus the level, added in place: a long test split's forecasts are
+    # hundreds of MB, so no index or sum array of their size is made beside them.
+    forecast = lagged_values(season, origins, period * ((steps - 1) // period + 1) - steps, out)
+    forecast += level[origins][:, None]
     return forecast
 
 

@@ -70,6 +70,9 @@ def test_holt_winters_matches_statsmodels_forecast_and_reads_no_future():
     changed = series.copy()
     changed[fit_end + 51:] += 100.0  # values after the second origin must not move its forecast
     np.testing.assert_allclose(holt_winters(changed, fit_end, origins, horizon, 24), forecast)
+    targets = np.zeros((len(origins), horizon, 2))  # written in place into one target of a [N, horizon, 2] array
+    holt_winters(series, fit_end, origins, horizon, 24, out=targets[..., 1])
+    np.testing.assert_array_equal(targets, np.stack([np.zeros_like(forecast), forecast], axis=-1))
 
 
 def test_fit_ridge_keeps_the_shape_of_a_single_output():
