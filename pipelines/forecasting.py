@@ -419,9 +419,14 @@ class Forecasting(Pipeline):
         if state["ridge_lags"]:
             forecasts["ridge"] = lambda: arrays["ridge_forecast"]
         if arrays["seasonal_baseline"]:
-            forecasts["holt_winters"] = lambda: np.stack(
-                [baselines.holt_winters(arrays["values"][:, i], arrays["fit_end"], origins, horizon,
-                                        arrays["seasonal_baseline"]) for i in range(truth.shape[-1])], axis=-1)
+            def holt_winters() -> np.ndarray:  # each target's forecasts written in place, not stacked from copies
+                found = np.empty(truth.shape)
+                for i in range(truth.shape[-1]):
+                    baselines.holt_winters(arrays["values"][:, i], arrays["fit_end"], origins, horizon,
+                                           arrays["seasonal_baseline"], out=found[..., i])
+                return found
+
+            forecasts["holt_winters"] = holt_winters
         score = {name: self._score(truth, forecast(), arrays["mase_scale"], state["target_cols"])
                  for name, forecast in forecasts.items()}
         metrics = score.pop("model")

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from seqapps.metrics import lagged_values
+
 if TYPE_CHECKING:
     from seqapps.data.text import Vocabulary
 
@@ -70,24 +72,26 @@ class RidgeFit(LinearFit):
     def out_of_fold_shift(self, features: Any, blocks: Any) -> Any:
         """This fit's forecast minus the forecast of the fit that left each row's block out, in float64.
 
-        Works on NumPy arrays and on tensors in a graph (Keras ops): a ``tf.data`` map shifts
-        training targets by it, so that they are the out-of-fold residuals.
+        Each row is multiplied by its own block's coefficients only: the rows are partitioned by
+        block, each part goes through its block's fit, and the parts are put back in row order.
+        Works on NumPy arrays and on tensors in a graph: a ``tf.data`` map shifts training targets
+        by it, so that they are the out-of-fold residuals.
 
         Args:
             features: shape [N, F].
             blocks: each row's cross-fitting block (see ``blocks``), integers [N].
 
         Returns:
-            Shape [N, outputs].
+            A float64 tensor, shape [N, outputs].
         """
-        from keras import ops
+        import tensorflow as tf
 
-        coef = np.stack([self.coef - fold.coef for fold in self.folds], axis=1)  # [F, folds, outputs]
-        intercept = np.stack([self.intercept - fold.intercept for fold in self.folds])  # [folds, outputs]
-        every = ops.matmul(ops.cast(features, "float64"), coef.reshape(len(coef), -1))
-        every = ops.reshape(every, (-1, *intercept.shape)) + intercept  # [N, folds, outputs]
-        chosen = ops.one_hot(ops.cast(blocks, "int32"), len(self.folds), dtype="float64")[:, :, None]
-        return ops.sum(every * chosen, axis=1)  # exact: the other folds' terms are zeros
+        features = tf.cast(features, tf.float64)
+        blocks = tf.cast(blocks, tf.int32)
+        parts = tf.dynamic_partition(features, blocks, len(self.folds))
+        rows = tf.dynamic_partition(tf.range(tf.shape(features)[0]), blocks, len(self.folds))
+        return tf.dynamic_stitch(rows, [part @ (self.coef - fold.coef) + (self.intercept - fold.intercept)
+                                        for part, fold in zip(parts, self.folds)])
 
 
 @dataclasses.dataclass
@@ -328,7 +332,8 @@ def fit_window_ridge(extractor: Any, windows: Windows, origins: dict[str, np.nda
     return found
 
 
-def holt_winters(series: np.ndarray, fit_end: int, origins: np.ndarray, horizon: int, period: int) -> np.ndarray:
+def holt_winters(series: np.ndarray, fit_end: int, origins: np.ndarray, horizon: int, period: int,
+                 out: np.ndarray | None = None) -> np.ndarray:
     """Additive Holt-Winters (ETS(A,N,A)) forecasts from many origins, with statsmodels.
 
     The parameters and initial states are fitted on ``series[:fit_end]``. The model is
@@ -341,9 +346,10 @@ def holt_winters(series: np.ndarray, fit_end: int, origins: np.ndarray, horizon:
         origins: indices of the last observed step of each forecast, shape [N].
         horizon: steps ahead.
         period: the season length in steps.
+        out: a float64 array [N, horizon] to write the forecasts into; None: a new one.
 
     Returns:
-        Forecasts of shape [N, horizon].
+        Forecasts of shape [N, horizon] (``out`` if given).
     """
     from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
@@ -359,8 +365,11 @@ def holt_winters(series: np.ndarray, fit_end: int, origins: np.ndarray, horizon:
             optimized=False)
     level, season = np.asarray(states.level), np.asarray(states.season)
     steps = np.arange(1, horizon + 1)
-    season_index = origins[:, None] + steps[None, :] - period * ((steps[None, :] - 1) // period + 1)
-    return level[origins][:, None] + season[season_index]
+    # Last season's value of each step, plus the level, added in place: a long test split's forecasts are
+    # hundreds of MB, so no index or sum array of their size is made beside them.
+    forecast = lagged_values(season, origins, period * ((steps - 1) // period + 1) - steps, out)
+    forecast += level[origins][:, None]
+    return forecast
 
 
 NULL = "<null>"  # the empty source word of IBM Model 1, which absorbs target words with no source word

@@ -54,10 +54,31 @@ def seasonal_naive(series: np.ndarray, origins: np.ndarray, horizon: int, period
     """
     steps = np.arange(1, horizon + 1)
     lags = period * np.ceil(steps / period).astype(int) - steps
-    index = origins[:, None] - lags[None, :]
-    if index.min() < 0:
-        raise ValueError(f"seasonal naive with period {period} needs {-index.min()} more steps of history")
-    return series[index]
+    if len(origins) and origins.min() < lags.max():
+        raise ValueError(f"seasonal naive with period {period} needs {lags.max() - origins.min()} more steps "
+                         "of history")
+    return lagged_values(series, origins, lags)
+
+
+def lagged_values(series: np.ndarray, origins: np.ndarray, lags: np.ndarray,
+                  out: np.ndarray | None = None) -> np.ndarray:
+    """``series[origins[:, None] - lags]``, gathered CHUNK values at a time: an index array of the whole
+    [N, steps] would be as large as the result (a long series' test split holds millions of values).
+
+    Args:
+        series: values, shape [T] or [T, C].
+        origins: shape [N]; lags: shape [steps] (an index below 0 counts from the end, as NumPy's).
+        out: the array to write into, shape [N, steps] (+ [C]); None: a new one of ``series``' dtype.
+
+    Returns:
+        ``out``, filled.
+    """
+    if out is None:
+        out = np.empty((len(origins), len(lags), *series.shape[1:]), series.dtype)
+    rows = max(1, CHUNK // len(lags))
+    for first in range(0, len(origins), rows):
+        out[first: first + rows] = series[origins[first: first + rows, None] - lags]
+    return out
 
 
 def mase_scale(train_series: np.ndarray, period: int) -> np.ndarray:

@@ -70,6 +70,9 @@ def test_holt_winters_matches_statsmodels_forecast_and_reads_no_future():
     changed = series.copy()
     changed[fit_end + 51:] += 100.0  # values after the second origin must not move its forecast
     np.testing.assert_allclose(holt_winters(changed, fit_end, origins, horizon, 24), forecast)
+    targets = np.zeros((len(origins), horizon, 2))  # written in place into one target of a [N, horizon, 2] array
+    holt_winters(series, fit_end, origins, horizon, 24, out=targets[..., 1])
+    np.testing.assert_array_equal(targets, np.stack([np.zeros_like(forecast), forecast], axis=-1))
 
 
 def test_fit_ridge_keeps_the_shape_of_a_single_output():
@@ -168,6 +171,26 @@ def test_the_out_of_fold_shift_is_the_full_fit_minus_the_fit_that_left_each_row_
     graph = tf.function(lambda features, keys: fit.out_of_fold_shift(features, keys))  # as a tf.data map runs it
     np.testing.assert_allclose(graph(tf.constant(x, tf.float32), tf.constant(blocks)).numpy(),
                                fit.out_of_fold_shift(x.astype("float32"), blocks), **TOLERANCE)
+
+
+def test_the_per_block_shift_equals_every_block_s_fit_then_the_row_s_one_gathered():
+    # The previous formula: all K block fits for every row, then the row's own block picked out.
+    x, y = problem(np.random.default_rng(8), 120, 6, 4)
+    fit = fit_ridge(batches_of(x, y, 16), 90, 30, alphas=(0.5,), folds=5, gap=3)
+    coef = np.stack([fit.coef - fold.coef for fold in fit.folds], axis=1)  # [F, folds, outputs]
+    intercept = np.stack([fit.intercept - fold.intercept for fold in fit.folds])
+    every = (x @ coef.reshape(len(coef), -1)).reshape(len(x), *intercept.shape) + intercept
+    # Rows out of order, as a shuffled batch may hold them, and block 0 absent, as in most batches.
+    rows = np.random.default_rng(9).permutation(np.flatnonzero(fit.blocks(np.arange(120)) > 0))
+    blocks = fit.blocks(rows)
+    expected = every[rows][np.arange(len(rows)), blocks]
+    # Both sum the same 6 float64 products per value, perhaps in another order: round-off of a few
+    # ulps of the products' magnitude (about 10 here), far below 1e-12 relative.
+    found = fit.out_of_fold_shift(x[rows], blocks)
+    np.testing.assert_allclose(np.asarray(found), expected, rtol=1e-12, atol=1e-12)
+    graph = tf.function(lambda features, keys: fit.out_of_fold_shift(features, keys))  # as a tf.data map runs it
+    np.testing.assert_allclose(graph(tf.constant(x[rows]), tf.constant(blocks)).numpy(), expected,
+                               rtol=1e-12, atol=1e-12)
 
 
 def test_base_ridge_fits_the_standardised_truth_minus_the_base_and_forecasts_in_user_units():

@@ -32,6 +32,17 @@ def test_seasonal_naive_repeats_the_last_whole_season():
         seasonal_naive(series, np.array([2]), 2, 4)
 
 
+def test_seasonal_naive_gathered_in_chunks_equals_one_gather(monkeypatch):
+    import seqapps.metrics
+
+    series = np.random.default_rng(3).normal(size=(200, 2))
+    origins = np.arange(30, 180, 7)
+    steps = np.arange(1, 11)
+    expected = series[origins[:, None] + steps - 8 * np.ceil(steps / 8).astype(int)]  # the whole index at once
+    monkeypatch.setattr(seqapps.metrics, "CHUNK", 25)  # chunks of 2 rows of 10 steps, the last one shorter
+    np.testing.assert_array_equal(seasonal_naive(series, origins, 10, 8), expected)
+
+
 def test_forecast_metrics_against_hand_computed_values():
     truth = np.array([[1.0, 2.0], [3.0, 4.0]])
     forecast = np.array([[2.0, 2.0], [1.0, 4.0]])
