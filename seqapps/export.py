@@ -28,9 +28,10 @@ import tensorflow as tf
 
 from seqapps import compat
 from seqapps.errors import ExportError
-from seqapps.export_format import (ASSETS_EXTRA, CONFIG_FILE, DEFAULT_SIGNATURE, EXAMPLES_INPUT, KERAS_MODEL_FILE,
-                                   LIMITS_FILE, METRICS_FILE, PREDICT_METHOD, SAVED_MODEL_FILE, STAGING_PREFIX,
-                                   STATE_FILE, WARMUP_FILE, Limits, version_dirs, write_warmup_requests)
+from seqapps.export_format import (ASSETS_EXTRA, CONFIG_FILE, DEFAULT_SIGNATURE, EXAMPLES_FILE, EXAMPLES_INPUT,
+                                   KERAS_MODEL_FILE, LIMITS_FILE, METRICS_FILE, PREDICT_METHOD, SAVED_MODEL_FILE,
+                                   STAGING_PREFIX, STATE_FILE, WARMUP_FILE, Limits, version_dirs,
+                                   write_warmup_requests)
 
 
 @dataclasses.dataclass
@@ -48,6 +49,8 @@ class Signature:
             (default: the model outputs, which must then be a dict).
         method: the SignatureDef's method_name, the TF Serving API that calls it (``PREDICT_METHOD``,
             ``CLASSIFY_METHOD`` or ``REGRESS_METHOD`` of ``seqapps.export_format``).
+        wraps: for a classify or regress signature, the signature of the same module whose inputs
+            its tf.Examples hold (``examples_signature``); ``seqapps predict`` builds those inputs.
     """
 
     inputs: dict[str, tf.TensorSpec]
@@ -56,6 +59,7 @@ class Signature:
     preprocess: Callable[[dict[str, tf.Tensor]], Any] | None = None
     postprocess: Callable[[Any, dict[str, tf.Tensor]], dict[str, tf.Tensor]] | None = None
     method: str = PREDICT_METHOD
+    wraps: "Signature | None" = None
 
     def __call__(self, inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         """Runs the three stages on a dict of raw input tensors."""
@@ -98,7 +102,8 @@ def examples_signature(inner: Signature, method: str,
     return Signature({EXAMPLES_INPUT: tf.TensorSpec([None], tf.string)},
                      {EXAMPLES_INPUT: serialize_examples(inner.example)},
                      run=lambda parsed: answer(inner(parsed)),
-                     preprocess=lambda raw: tf.io.parse_example(raw[EXAMPLES_INPUT], features), method=method)
+                     preprocess=lambda raw: tf.io.parse_example(raw[EXAMPLES_INPUT], features), method=method,
+                     wraps=inner)
 
 
 def serialize_examples(columns: dict[str, np.ndarray]) -> np.ndarray:
@@ -240,6 +245,7 @@ def write_export(
         raise ExportError(f"the export needs a {DEFAULT_SIGNATURE!r} signature, got {', '.join(signatures)}")
     for name, signature in signatures.items():
         _check_batch_leading(name, signature)
+    wrapped = _wrapped_signatures(signatures)
     model_root.mkdir(parents=True, exist_ok=True)
     remove_abandoned_staging(model_root)
     staging = model_root / f"{STAGING_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -258,6 +264,8 @@ def write_export(
         (extra / METRICS_FILE).write_text(json.dumps(metrics, indent=2), encoding="utf-8")
         (extra / STATE_FILE).write_text(json.dumps(state, indent=2), encoding="utf-8")
         (extra / LIMITS_FILE).write_text(json.dumps((limits or Limits()).to_dict(), indent=2), encoding="utf-8")
+        if wrapped:
+            (extra / EXAMPLES_FILE).write_text(json.dumps(wrapped, indent=2), encoding="utf-8")
         model.save(extra / KERAS_MODEL_FILE)
         examples = {name: signature.example for name, signature in signatures.items()}
         write_warmup_requests(extra / WARMUP_FILE, model_root.name, examples)
@@ -266,6 +274,23 @@ def write_export(
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def _wrapped_signatures(signatures: dict[str, Signature]) -> dict[str, str]:
+    """``{classify or regress signature: the name of the signature it wraps}``, from ``Signature.wraps``.
+
+    Raises:
+        ExportError: a signature wraps one the module does not export.
+    """
+    wrapped = {}
+    for name, signature in signatures.items():
+        if signature.wraps is None:
+            continue
+        inner = [other for other, candidate in signatures.items() if candidate is signature.wraps]
+        if not inner:
+            raise ExportError(f"signature {name!r} wraps a signature the module does not export")
+        wrapped[name] = inner[0]
+    return wrapped
 
 
 def _set_method_names(export_dir: Path, methods: dict[str, str]) -> None:

@@ -34,6 +34,7 @@ CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.json"
 STATE_FILE = "state.json"
 LIMITS_FILE = "limits.json"
+EXAMPLES_FILE = "examples_signatures.json"  # classify/regress signature -> the signature its tf.Examples feed
 KERAS_MODEL_FILE = "model.keras"
 WARMUP_FILE = "tf_serving_warmup_requests"  # the name TF Serving looks for in assets.extra
 STAGING_PREFIX = ".tmp-"  # hidden folder an export is written to before it is renamed into place
@@ -132,6 +133,31 @@ def read_limits(export_dir: str | Path) -> Limits | None:
             for value in values.values()):
         raise ExportError(f"{path}: expected an object of non-negative integers or nulls")
     return Limits(**{field.name: values.get(field.name) for field in dataclasses.fields(Limits)})
+
+
+def read_examples_signatures(export_dir: str | Path) -> dict[str, str]:
+    """Reads which signature each classify or regress signature of an export wraps.
+
+    Args:
+        export_dir: the version folder.
+
+    Returns:
+        ``{classify or regress signature: the signature whose inputs its tf.Examples' features are}``;
+        empty for an export without ``assets.extra/examples_signatures.json``.
+
+    Raises:
+        ExportError: the file is not a JSON object of signature names.
+    """
+    path = Path(export_dir) / ASSETS_EXTRA / EXAMPLES_FILE
+    if not path.is_file():
+        return {}
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as error:
+        raise ExportError(f"{path}: not JSON ({error})") from None
+    if not isinstance(values, dict) or not all(isinstance(value, str) for value in values.values()):
+        raise ExportError(f"{path}: expected an object of signature names")
+    return values
 
 
 @dataclasses.dataclass

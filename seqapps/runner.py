@@ -18,7 +18,8 @@ from typing import Any, Iterable
 
 from seqapps.config import TrainingConfig, check_names, dump_config, resolve_config
 from seqapps.errors import DataError, ExportError
-from seqapps.export_format import EXAMPLES_INPUT, LENGTH_INPUT, Limits, read_export, read_limits
+from seqapps.export_format import (EXAMPLES_INPUT, LENGTH_INPUT, Limits, read_examples_signatures, read_export,
+                                   read_limits)
 from seqapps.metrics import nan_reason
 from seqapps.pipeline import REGISTRY, Pipeline, Splits
 from seqapps.report import run_folder
@@ -315,6 +316,10 @@ def predict(model_path: str | Path, inputs: list[str], signature_name: str = "se
             overrides: tuple[str, ...] | list[str] = ()) -> tuple[str, Any]:
     """Runs one of an export's signatures on command-line inputs.
 
+    A classify or regress signature (TF Serving's tf.Example APIs) gets the inputs of the signature it
+    wraps, built as for that one and sent as serialized ``tf.train.Example``s; its answer (``classes``
+    and ``scores``, or ``outputs``) is printed row by row as it is.
+
     Args:
         model_path: ``saved_models/NAME[/VERSION]``.
         inputs: pipeline-specific raw inputs (a CSV path for forecasting, text for text models).
@@ -331,8 +336,8 @@ def predict(model_path: str | Path, inputs: list[str], signature_name: str = "se
     """
     import tensorflow as tf
 
-    from seqapps.export import call_in_batches
-    from seqapps.pipeline import SignatureSpec
+    from seqapps.export import call_in_batches, serialize_examples
+    from seqapps.pipeline import SignatureSpec, format_rows, row_inputs
 
     info = read_export(model_path)
     pipeline = REGISTRY.get(info.pipeline)()
@@ -340,7 +345,8 @@ def predict(model_path: str | Path, inputs: list[str], signature_name: str = "se
     if signature_name not in loaded.signatures:
         raise ExportError(f"{info.path}: no signature {signature_name!r}; it has {', '.join(loaded.signatures)}")
     function = loaded.signatures[signature_name]
-    spec = SignatureSpec(inputs=function.structured_input_signature[1])
+    wrapped = read_examples_signatures(info.path).get(signature_name)
+    spec = SignatureSpec(inputs=loaded.signatures[wrapped or signature_name].structured_input_signature[1])
     built = pipeline.predict_inputs(info.state, inputs, spec)  # keys the signature lacks are row metadata
     features = {name: value for name, value in built.items() if name in spec.inputs}
     features.update(_input_overrides(overrides, spec.inputs, features, signature_name, read_limits(info.path)))
@@ -349,11 +355,15 @@ def predict(model_path: str | Path, inputs: list[str], signature_name: str = "se
             if isinstance(text, str) and not _is_utf8(text):
                 raise DataError(f"INPUT {os.fsencode(text)!r} (input {name!r}): not UTF-8 text; expected UTF-8 text")
     missing = [name for name in spec.inputs if name not in features]
-    if missing == [EXAMPLES_INPUT]:
+    if missing == [EXAMPLES_INPUT]:  # an export written before examples_signatures.json
         raise DataError(f"signature {signature_name!r} serves TF Serving's Classify or Regress API (serialized "
                         "tf.Examples); seqapps predict gives the same answer with serving_default")
     if missing:
         raise DataError(f"signature {signature_name!r} needs input {missing[0]!r}; pass --set {missing[0]}=VALUE")
+    if wrapped:
+        examples = {EXAMPLES_INPUT: serialize_examples({name: features[name] for name in spec.inputs})}
+        outputs = call_in_batches(function, examples, pipeline.predict_rows_per_call)
+        return format_rows(row_inputs(inputs, built, len(examples[EXAMPLES_INPUT])), outputs)
     outputs = call_in_batches(function, features, pipeline.predict_rows_per_call)
     return pipeline.format_prediction(info.state, {**built, **features}, outputs, signature_name, inputs)
 

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 import subprocess
@@ -169,11 +170,18 @@ def test_an_examples_signature_parses_tf_examples_and_carries_its_method_name(tm
     defs = saved_model_pb2.SavedModel.FromString((path / "saved_model.pb").read_bytes()).meta_graphs[0].signature_def
     assert defs["regress"].method_name == export_format.REGRESS_METHOD
     assert defs["serving_default"].method_name == export_format.PREDICT_METHOD
+    # seqapps predict finds the signature whose inputs the tf.Examples hold
+    assert export_format.read_examples_signatures(path) == {"regress": "serving_default"}
     x = np.random.default_rng(0).normal(size=(3, 3, 2)).astype("float32")
     regress_served = tf.saved_model.load(str(path)).signatures["regress"]
     served = regress_served(inputs=tf.constant(export.serialize_examples({"x": x})))
     np.testing.assert_allclose(served["outputs"].numpy(), model(x).numpy()[:, 0], atol=1e-6)
 
+    orphan = export.examples_signature(default, export_format.REGRESS_METHOD, lambda out: {"outputs": out["y"][:, 0]})
+    with pytest.raises(ExportError, match="'regress' wraps a signature the module does not export"):
+        export.write_export(export.ServingModule(model, {"serving_default": dataclasses.replace(default),
+                                                         "regress": orphan}), tmp_path / "toy", "pipeline: toy\n", {}, {})
+    assert export_format.read_examples_signatures(tmp_path / "nowhere") == {}
     with pytest.raises(ExportError, match="'n' .*cannot be a tf.Example feature"):
         export.examples_signature(export.Signature({"n": tf.TensorSpec([None], tf.int32)}, {}, run=dict),
                                   export_format.REGRESS_METHOD, dict)

@@ -77,15 +77,12 @@ def test_predict_formats_every_signature_and_names_each_input(tiny_exports, samp
         code = cli.main(["predict", export, *inputs, "--signature", signature])
         captured = capsys.readouterr()
         _no_traceback(captured.out, captured.err)
-        if list(loaded.signatures[signature].structured_input_signature[1]) == [EXAMPLES_INPUT]:
-            # TF Serving's Classify/Regress signature takes serialized tf.Examples, not files: one line
-            # pointing to the signature that answers the same from the files.
-            assert code == 2 and len(captured.err.strip().splitlines()) == 1, captured.err
-            assert "serving_default" in captured.err, captured.err
-            continue
         assert code == 0, f"{signature}: {captured.err}"
         for given in inputs:
             assert Path(given).name in captured.out, f"{signature} does not name its input {given!r}"
+        if list(loaded.signatures[signature].structured_input_signature[1]) == [EXAMPLES_INPUT]:
+            # TF Serving's Classify/Regress answer, from the files sent as tf.Examples
+            assert ("classes:" in captured.out and "scores:" in captured.out) or "outputs:" in captured.out
 
 
 @pytest.mark.parametrize("name", REGISTRY.names())

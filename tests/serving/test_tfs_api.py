@@ -238,12 +238,20 @@ def test_grpc_classify_regress_and_multi_inference_with_tf_servings_stubs(hostil
     assert "only legal to transition from one ModelConfigList" in reload["details"], reload
 
 
-def test_predict_sends_a_classify_signature_user_to_serving_default(tiny_exports, tmp_path):
+def test_predict_on_a_classify_signature_sends_the_files_as_tf_examples(tiny_exports, tmp_path):
     path = tmp_path / "digit.png"
     path.write_bytes(_pngs(1)[0])
-    done = subprocess.run([sys.executable, "-m", "seqapps.cli", "predict", tiny_exports["pixel_mnist"]["export"],
-                           "--signature", "classify", str(path)], capture_output=True, text=True, cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
-    lines = done.stderr.splitlines()
-    assert done.returncode == 2 and len(lines) == 1, lines
-    assert "Classify or Regress API" in lines[0] and "serving_default" in lines[0]
+
+    def predict(signature: str) -> dict:
+        done = subprocess.run([sys.executable, "-m", "seqapps.cli", "predict", tiny_exports["pixel_mnist"]["export"],
+                               "--signature", signature, str(path), "--json"], capture_output=True, text=True,
+                              cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    classified, default = predict("classify"), predict("serving_default")
+    row = classified["rows"][0]
+    assert row["input"] == str(path)
+    assert row["classes"][0] == str(default["predictions"][0]["label"])
+    assert row["scores"] == sorted(row["scores"], reverse=True)
+    np.testing.assert_allclose(row["scores"][0], max(default["predictions"][0]["probabilities"]), atol=1e-4)
