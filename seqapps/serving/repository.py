@@ -30,6 +30,45 @@ from tensorflow.python.eager import cancellation
 
 from seqapps.export_format import SAVED_MODEL_FILE, Limits, parse_version, read_limits, version_dirs
 
+
+
+class _ThreadCancellationContext:
+    """``cancellation.CancellationManagerContext`` with the active manager kept per thread.
+
+    TF 2.21 keeps the manager of the call being made in a module global (``cancellation._active_context``),
+    read by ``Context.call_function`` when the call starts. With two model threads, one thread's exit from
+    its context could reset the global between the other's entry and its call, so that call ran under no
+    manager: a 504's ``start_cancel`` then left it running (a 30-minute loop outlived its deadline and held
+    a thread). Installed by ``_per_thread_cancellation``; drop it when TensorFlow keeps the context per thread.
+    """
+
+    _local = threading.local()
+
+    def __init__(self, manager: cancellation.CancellationManager) -> None:
+        self._manager = manager
+        self._previous: cancellation.CancellationManager | None = None
+
+    def __enter__(self) -> None:
+        self._previous = self.active()
+        self._local.manager = self._manager
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._local.manager = self._previous
+
+    @classmethod
+    def active(cls) -> cancellation.CancellationManager | None:
+        """The manager of this thread's call, or None."""
+        return getattr(cls._local, "manager", None)
+
+
+def _per_thread_cancellation() -> None:
+    """Makes TensorFlow read the cancellation manager of the calling thread (see ``_ThreadCancellationContext``)."""
+    cancellation.CancellationManagerContext = _ThreadCancellationContext
+    cancellation.context = _ThreadCancellationContext.active
+
+
+_per_thread_cancellation()
+
 MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 MAX_RETRY_SECONDS = 30.0
 logger = logging.getLogger("seqapps.serving")

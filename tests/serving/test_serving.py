@@ -809,3 +809,27 @@ def test_serve_process_memory_header_timeout_and_sigterm_drain(model_root):
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_each_model_thread_calls_under_its_own_cancellation_manager():
+    # TF 2.21 keeps the active manager in a module global: a second thread leaving its context between
+    # this thread's entry and its call made that call uncancellable (a loop outlived its 504).
+    from tensorflow.python.eager import cancellation
+
+    mine, other = cancellation.CancellationManager(), cancellation.CancellationManager()
+    entered, left = threading.Event(), threading.Event()
+
+    def other_thread() -> None:
+        entered.wait(10)
+        with cancellation.CancellationManagerContext(other):
+            assert cancellation.context() is other
+        left.set()
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    with cancellation.CancellationManagerContext(mine):
+        entered.set()
+        assert left.wait(10)
+        assert cancellation.context() is mine  # what Context.call_function reads when this call starts
+    thread.join()
+    assert cancellation.context() is None
