@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Sequence
 
 from seqapps.config import TrainingConfig
 from seqapps.errors import ConfigError, DataError
+from seqapps.export_format import EXAMPLES_INPUT
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -358,6 +359,16 @@ class Pipeline:
                 rows to them (``row_inputs``).
         """
         return format_rows(row_inputs(given, inputs, len(next(iter(outputs.values()), ()))), outputs)
+
+    def format_answer(self, state: dict[str, Any], inputs: dict[str, "np.ndarray"], outputs: dict[str, "np.ndarray"],
+                      signature: str = "serving_default", given: "Sequence[str]" = ()) -> tuple[str, Any]:
+        """``format_prediction``, except for a classify or regress signature (its one input the serialized
+        tf.Examples, ``EXAMPLES_INPUT``): TF Serving's answer (``classes`` and ``scores``, or ``outputs``) is
+        printed row by row as it is (``format_rows``), whatever the pipeline's own signatures print.
+        """
+        if EXAMPLES_INPUT in inputs:
+            return format_rows(row_inputs(given, inputs, len(inputs[EXAMPLES_INPUT])), outputs)
+        return self.format_prediction(state, inputs, outputs, signature, given)
 
 
 @dataclasses.dataclass(frozen=True)

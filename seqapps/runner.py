@@ -337,7 +337,7 @@ def predict(model_path: str | Path, inputs: list[str], signature_name: str = "se
     import tensorflow as tf
 
     from seqapps.export import call_in_batches, serialize_examples
-    from seqapps.pipeline import SignatureSpec, format_rows, row_inputs
+    from seqapps.pipeline import SignatureSpec
 
     info = read_export(model_path)
     pipeline = REGISTRY.get(info.pipeline)()
@@ -361,11 +361,9 @@ def predict(model_path: str | Path, inputs: list[str], signature_name: str = "se
     if missing:
         raise DataError(f"signature {signature_name!r} needs input {missing[0]!r}; pass --set {missing[0]}=VALUE")
     if wrapped:
-        examples = {EXAMPLES_INPUT: serialize_examples({name: features[name] for name in spec.inputs})}
-        outputs = call_in_batches(function, examples, pipeline.predict_rows_per_call)
-        return format_rows(row_inputs(inputs, built, len(examples[EXAMPLES_INPUT])), outputs)
+        features = {EXAMPLES_INPUT: serialize_examples({name: features[name] for name in spec.inputs})}
     outputs = call_in_batches(function, features, pipeline.predict_rows_per_call)
-    return pipeline.format_prediction(info.state, {**built, **features}, outputs, signature_name, inputs)
+    return pipeline.format_answer(info.state, {**built, **features}, outputs, signature_name, inputs)
 
 
 def _input_overrides(overrides: tuple[str, ...] | list[str], specs: dict[str, Any], features: dict[str, Any],

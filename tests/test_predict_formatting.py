@@ -178,7 +178,7 @@ def test_every_signature_of_the_tiny_export_is_formatted_naming_each_row(tiny_ex
             **{key: tf.constant(value) for key, value in inputs.items()}).items()}
         rows = len(next(iter(inputs.values())))
         given = [f"input-{row}.dat" for row in range(rows)]
-        text, value = pipeline(name).format_prediction(info.state, inputs, outputs, signature, given)
+        text, value = pipeline(name).format_answer(info.state, inputs, outputs, signature, given)
         json.dumps(value)  # JSON-able
         texts = [value for value in inputs.values() if value.dtype == object and value.ndim == 1]
         for row in range(rows):  # a row is headed by its file (given) or by its text
