@@ -30,8 +30,7 @@ class ServingOptions:
             for CPUs), so a lone request waits for nothing.
         max_body_bytes: larger request bodies are refused with 400.
         poll_seconds: how often the model root is scanned for new versions.
-        model_threads: threads that call the models (and batches run at once per signature); with
-            batching on, the requests that are not batched take at most all but one of them.
+        model_threads: threads that call the models (and batches run at once per signature).
         request_timeout_s: deadline of one request, from its headers to its answer (504 past it).
         max_request_rows, max_string_bytes, max_generated_length: request bounds (400 past them)
             for exports whose ``limits.json`` does not set them.
@@ -76,9 +75,6 @@ class ModelRunner:
                                                               thread_name_prefix="seqapps-model")
         self._batchers: weakref.WeakKeyDictionary[LoadedSignature, Batcher] = weakref.WeakKeyDictionary()
         self.running: set[cancellation.CancellationManager] = set()  # of the model calls in progress
-        # with batching on, the requests that are not batched run on at most model_threads - 1 threads at
-        # once, so however long they run (until their deadline), a thread stays free for the batched ones
-        self._unbatched_slots = asyncio.Semaphore(max(1, options.model_threads - 1))
 
     async def run(self, request: CheckedRequest) -> dict[str, np.ndarray]:
         """Runs one request; cancelling the awaiting task stops the model call.
@@ -101,25 +97,19 @@ class ModelRunner:
                         signature, self.executor, options.max_batch_size, options.batch_timeout_ms / 1000,
                         options.model_threads, self.running)
                 return await batcher.predict(request.inputs, rows)
-            if options.max_batch_size > 1:
-                async with self._unbatched_slots:
-                    return await self._call(signature, request.inputs)
-            return await self._call(signature, request.inputs)
+            manager = cancellation.CancellationManager()
+            self.running.add(manager)
+            future = asyncio.get_running_loop().run_in_executor(self.executor, signature.call, request.inputs,
+                                                                manager)
+            try:
+                return await future
+            except asyncio.CancelledError:
+                manager.start_cancel()
+                raise
+            finally:
+                self.running.discard(manager)
         except (tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError, ValueError, TypeError) as error:
             raise RequestError(400, tf_error_message(error)) from None
-
-    async def _call(self, signature: LoadedSignature, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Calls ``signature`` on a model thread; cancelling the awaiting task stops the call inside TensorFlow."""
-        manager = cancellation.CancellationManager()
-        self.running.add(manager)
-        future = asyncio.get_running_loop().run_in_executor(self.executor, signature.call, inputs, manager)
-        try:
-            return await future
-        except asyncio.CancelledError:
-            manager.start_cancel()
-            raise
-        finally:
-            self.running.discard(manager)
 
     def shutdown(self) -> None:
         """Drops queued calls, stops the running ones and waits for their threads."""
