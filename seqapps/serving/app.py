@@ -448,13 +448,13 @@ def make_server(model_root: str | Path, sock: socket.socket, options: ServingOpt
     root = Path(model_root)
     if not root.is_dir():
         raise SeqappsError(f"{root}: no such model root folder (expected saved_models/NAME/VERSION/)")
+    metrics, runner = Metrics(), ModelRunner(options)  # before any model loads: it sizes TensorFlow's threads
     repository = ModelRepository(root, options.poll_seconds,
                                  None if options.labels_file is None else Path(options.labels_file))
     try:
         repository.refresh()
     except (OSError, ValueError) as error:
         raise SeqappsError(f"{root}: cannot scan the model root: {error}") from None
-    metrics, runner = Metrics(), ModelRunner(options)
     on_startup = on_shutdown = grpc_server = None
     if options.grpc_port is not None:
         from seqapps.serving import grpc_service
