@@ -61,7 +61,7 @@ from seqapps.export import ExportCalls, Limits, ServingModule, Signature
 from seqapps.finetuning import VOCABULARY_CHOICES, VocabularyMap, grow_vocabulary, transfer_weights, vocabulary_report
 from seqapps.generation import (Generation, Generator, evaluation_decoder, generate_texts, strategy_signatures,
                                 unicode_texts)
-from seqapps.layers.attention_decoder import AttentionDecoder
+from seqapps.layers.attention_decoder import AttentionDecoder, PaddingMask
 from seqapps.layers.decoding import BeamSearch, DecodingStrategy, GreedySearch
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
 from seqapps.losses import per_token_training_loss
@@ -309,8 +309,9 @@ class ImageCaptioning(Pipeline):
                                    attention=config.attention, dropout=config.dropout, name="decoder")
         hidden = decoder({"ids": target_in, "memory": memory, "state": initial_state})
         output = BatchNCE(vocab_size, loss=config.output, log_z=config.log_z, extra_noise=config.extra_noise,
-                          seed=config.seed, name="output")
-        per_token = output([hidden, target_out])
+                          noise_scope=config.noise_scope, seed=config.seed, name="output")
+        # target_in is END from the token after target_out's END on: those tokens are padding, never noise
+        per_token = output([hidden, target_out], target_mask=PaddingMask(END_ID, name="target_mask")(target_in))
         unigram = unigram_distribution(data.arrays["target_counts"])
         output.set_noise_distribution(unigram)
         output.bias.assign((np.log(unigram) + config.log_z).astype("float32"))

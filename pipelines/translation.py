@@ -348,16 +348,18 @@ class Translation(Pipeline):
                                    attention=config.attention, dropout=config.dropout, name="decoder")
         decoder_inputs = {"ids": target_in, "memory": memory, "memory_mask": source_mask, "state": initial_state}
         output = BatchNCE(target_size, loss=config.output, log_z=config.log_z, extra_noise=config.extra_noise,
-                          seed=config.seed, name="output")
+                          noise_scope=config.noise_scope, seed=config.seed, name="output")
+        # target_in is END from the token after target_out's END on: those tokens are padding, never noise
+        target_mask = PaddingMask(END_ID, name="target_mask")(target_in)
         if config.lexicon_bias:
             attended, attention = decoder(decoder_inputs, return_attention=True)
             lexicon = LexiconBias(source_size, target_size, config.lexicon_top_k, config.lexicon_epsilon,
                                   name="lexicon")
-            per_token = output([attended, target_out],
+            per_token = output([attended, target_out], target_mask=target_mask,
                                logit_bias=lexicon({"attention": attention, "source_ids": source}))
             lexicon.set_table(*data.arrays["lexical"].lexicon(*_vocabularies(data.state), config.lexicon_top_k))
         else:
-            per_token = output([decoder(decoder_inputs), target_out])
+            per_token = output([decoder(decoder_inputs), target_out], target_mask=target_mask)
         unigram = unigram_distribution(data.arrays["target_counts"])
         output.set_noise_distribution(unigram)
         output.bias.assign((np.log(unigram) + config.log_z).astype("float32"))  # start at the unigram model

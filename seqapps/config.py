@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Collection, Union
 import yaml
 
 from seqapps.errors import ConfigError
-from seqapps.layers import hrnn_modes
+from seqapps.layers import bnce_options, hrnn_modes
 
 PRESETS = ("tiny", "default", "full")
 HRNN_CELLS = ("lstm", "gru")
@@ -142,6 +142,9 @@ class Seq2SeqConfig(TrainingConfig):
             use the full softmax).
         log_z: the fixed log normaliser of B-NCE.
         extra_noise: extra unigram noise words per batch for B-NCE.
+        noise_scope: B-NCE's batch: "time_step" (the paper's form: the B targets of one decoder step are
+            each other's noise) or "batch" (every real target token of the batch, at every step, is every
+            other's noise: K = the batch's target tokens - 1). Padding is never noise.
         beam_size: hypotheses kept by the ``beam`` signature and the beam evaluation.
         length_penalty: alpha of the GNMT length penalty of beam search.
     """
@@ -154,12 +157,14 @@ class Seq2SeqConfig(TrainingConfig):
     output: str = "softmax"
     log_z: float = 5.0
     extra_noise: int = 0
+    noise_scope: str = "time_step"
     beam_size: int = 3
     length_penalty: float = 0.6
 
     #: field -> its allowed values
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
-        "cell": SEQ2SEQ_CELLS, "attention": SEQ2SEQ_ATTENTIONS, "output": SEQ2SEQ_OUTPUTS}
+        "cell": SEQ2SEQ_CELLS, "attention": SEQ2SEQ_ATTENTIONS, "output": SEQ2SEQ_OUTPUTS,
+        "noise_scope": bnce_options.NOISE_SCOPES}
 
     def validate(self) -> None:
         super().validate()

@@ -9,7 +9,8 @@ dense ``B x (B + K)`` score matrix; there is no per-row sampling step. As in the
 paper, a row's own word among the others' targets stays a noise sample, so every
 word is noise ``(B - 1) x count(w)`` times (unigram noise), and the updates of
 duplicated words are summed. For sequences ``[B, T, H]`` the paper's batch is the
-``B`` sequences at one time step (``noise_scope="time_step"``).
+``B`` sequences at one time step (``noise_scope="time_step"``). Padded tokens
+(``target_mask``) are in no batch: never noise, and ``K`` counts the real targets.
 
 The functional cores (``batch_nce_loss``, ``sampled_nce_loss``,
 ``softmax_loss``) take the output embedding as a ``V x H`` matrix and gather its
@@ -28,8 +29,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-LOSSES = ("bnce", "snce", "softmax")
-NOISE_SCOPES = ("time_step", "batch")
+from seqapps.layers.bnce_options import LOSSES, NOISE_SCOPES
+
 NOISE_SUM_TOLERANCE = 1e-3
 
 
@@ -95,7 +96,8 @@ def _check_targets(targets: tf.Tensor, vocab_size: tf.Tensor) -> list[tf.Operati
 
 
 def batch_nce_loss_from_scores(
-    scores: tf.Tensor, column_noise_probs: tf.Tensor, ignore_mask: tf.Tensor | None = None
+    scores: tf.Tensor, column_noise_probs: tf.Tensor, ignore_mask: tf.Tensor | None = None,
+    column_mask: tf.Tensor | None = None,
 ) -> tf.Tensor:
     """B-NCE loss per row from the score matrix ``S``; its gradient w.r.t. ``S`` is the paper's ``G``.
 
@@ -103,6 +105,9 @@ def batch_nce_loss_from_scores(
     so ``K = M - 1`` noise samples per row. With ``O = exp(S)`` and
     ``Y_ij = O_ij + K N_j`` the gradient is ``G_ij = O_ij / Y_ij`` off the
     diagonal and ``G_ii = -K N_i / Y_ii`` on it (0 where ``ignore_mask``).
+    With ``column_mask``, the masked columns (padding) are in no row's noise
+    and their rows' losses are 0, so that ``K`` is the number of unmasked
+    columns minus 1: the loss of the batch with its padding removed.
 
     Args:
         scores: ``[..., B, M]`` float scores ``S = L W_t^T + C_t - log Z``, ``M >= B``
@@ -110,20 +115,31 @@ def batch_nce_loss_from_scores(
         column_noise_probs: ``[..., M]`` noise probabilities ``N_j = p_n(w_j)``.
         ignore_mask: optional ``[..., B, M]`` bool, True for noise entries to drop
             (accidental hits). Diagonal entries are never dropped.
+        column_mask: optional ``[..., M]`` bool, False for columns that are not
+            samples (padding). A row whose batch has no other column has loss 0.
 
     Returns:
         ``[..., B]`` loss ``-log P(D=1|w_i) - sum_{j != i} log(1 - P(D=1|w_j))``.
     """
     scores = tf.convert_to_tensor(scores)
     shape = tf.shape(scores)
-    num_noise = tf.cast(shape[-1] - 1, scores.dtype)
-    log_noise = tf.math.log(num_noise * tf.cast(column_noise_probs, scores.dtype))
     labels = tf.eye(shape[-2], shape[-1], dtype=scores.dtype)
+    if column_mask is None:
+        num_noise = tf.cast(shape[-1] - 1, scores.dtype)
+    else:
+        column_mask = tf.cast(column_mask, tf.bool)
+        num_noise = tf.reduce_sum(tf.cast(column_mask, scores.dtype), axis=-1, keepdims=True) - 1.0  # [..., 1]
+    # with no other column (K = 0) the row has no noise and its loss is 0; log(0) must not reach the sum
+    log_noise = tf.math.log(tf.maximum(num_noise, 1.0) * tf.cast(column_noise_probs, scores.dtype))
     logits = scores - log_noise[..., tf.newaxis, :]
     losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.broadcast_to(labels, tf.shape(logits)), logits=logits)
     if ignore_mask is not None:
         losses = tf.where(ignore_mask, tf.zeros_like(losses), losses)
-    return tf.reduce_sum(losses, axis=-1)
+    if column_mask is None:
+        return tf.reduce_sum(losses, axis=-1)
+    losses = tf.where(column_mask[..., tf.newaxis, :], losses, tf.zeros_like(losses))
+    row_mask = tf.logical_and(column_mask[..., : shape[-2]], num_noise > 0)
+    return tf.where(row_mask, tf.reduce_sum(losses, axis=-1), tf.zeros_like(losses[..., 0]))
 
 
 def batch_nce_loss(
@@ -137,6 +153,7 @@ def batch_nce_loss(
     extra_noise_ids: tf.Tensor | None = None,
     remove_accidental_hits: bool = False,
     logit_bias: tf.Tensor | None = None,
+    target_mask: tf.Tensor | None = None,
 ) -> tf.Tensor:
     """Per-row B-NCE loss (Oualil & Klakow, 2017), with the optional adaptive extra noise.
 
@@ -164,6 +181,8 @@ def batch_nce_loss(
         remove_accidental_hits: mask noise columns equal to the row's target.
         logit_bias: optional ``[..., B, V]`` scores added per row to every word's (for example
             ``LexiconBias``); each row's scores of the columns ``c`` get its entries of ``c``.
+        target_mask: optional ``[..., B]`` bool, False for padding: a padded target is in no row's
+            noise and its own loss is 0, so ``K`` counts the real targets (and the extra noise) only.
 
     Returns:
         ``[..., B]`` float loss per row; its gradient w.r.t. ``S`` is the paper's ``G``.
@@ -206,7 +225,12 @@ def batch_nce_loss(
         hits = tf.equal(targets[..., :, tf.newaxis], columns[..., tf.newaxis, :])
         shape = tf.shape(hits)
         ignore_mask = tf.logical_and(hits, tf.logical_not(tf.eye(shape[-2], shape[-1], dtype=tf.bool)))
-    return batch_nce_loss_from_scores(scores, tf.gather(noise_probs, columns), ignore_mask)
+    column_mask = None
+    if target_mask is not None:
+        column_mask = tf.cast(target_mask, tf.bool)
+        if extra_noise_ids is not None:  # the extra noise is always a sample
+            column_mask = tf.concat([column_mask, tf.ones_like(extra_noise_ids, tf.bool)], axis=-1)
+    return batch_nce_loss_from_scores(scores, tf.gather(noise_probs, columns), ignore_mask, column_mask)
 
 
 def sampled_nce_loss(
@@ -391,6 +415,10 @@ class BatchNCE(keras.layers.Layer):
             per row (``hidden``'s leading shape), in training (``"softmax"``,
             ``"bnce"``: the batch's columns get their entries) and at inference;
             for example ``seqapps.layers.lexicon.LexiconBias``.
+        target_mask: optional bool, the shape of the targets, False for padding.
+            In training a padded token's loss is 0 and, under ``"bnce"``, it is
+            in no other token's noise (``K`` counts the real targets); padding
+            is never noise. Evaluation ignores it: weight the tokens instead.
 
     Example:
     ```python
@@ -497,7 +525,8 @@ class BatchNCE(keras.layers.Layer):
         uniform = keras.random.uniform(shape if isinstance(shape, tuple) else (shape,), seed=self.seed_generator)
         return noise_ids_from_uniform(self.noise_cdf, uniform)
 
-    def training_loss(self, hidden: tf.Tensor, targets: tf.Tensor, logit_bias: tf.Tensor | None = None) -> tf.Tensor:
+    def training_loss(self, hidden: tf.Tensor, targets: tf.Tensor, logit_bias: tf.Tensor | None = None,
+                      target_mask: tf.Tensor | None = None) -> tf.Tensor:
         """Per-token training loss of the configured ``loss``.
 
         Args:
@@ -505,12 +534,16 @@ class BatchNCE(keras.layers.Layer):
             targets: ``[B]`` or ``[B, T]`` int target ids.
             logit_bias: optional ``[..., V]`` scores added to every word's, per row (``"softmax"`` and
                 ``"bnce"`` only).
+            target_mask: optional bool, the shape of ``targets``: False for padding. A padded token's
+                loss is 0, and under ``"bnce"`` it is in no other token's noise.
 
         Returns:
             Float loss, the shape of ``targets``.
         """
         hidden = tf.convert_to_tensor(hidden, dtype=self.compute_dtype)
         targets = tf.cast(targets, "int32")
+        if target_mask is not None:
+            target_mask = tf.cast(target_mask, tf.bool)
         if logit_bias is not None and self.loss == "snce":
             raise ValueError("`logit_bias` is supported by the 'softmax' and 'bnce' losses, not 'snce'")
         if self.loss == "bnce" and self.noise_scope == "time_step" and hidden.shape.rank == 3:
@@ -526,18 +559,34 @@ class BatchNCE(keras.layers.Layer):
                 extra_noise_ids=extra,
                 remove_accidental_hits=self.remove_accidental_hits,
                 logit_bias=None if logit_bias is None else tf.transpose(logit_bias, [1, 0, 2]),
+                target_mask=None if target_mask is None else tf.transpose(target_mask),
             )
             return tf.transpose(per_step)
         flat = self._flat_training_loss(tf.reshape(hidden, [-1, tf.shape(hidden)[-1]]), tf.reshape(targets, [-1]),
-                                        None if logit_bias is None else tf.reshape(logit_bias, [-1, self.vocab_size]))
+                                        None if logit_bias is None else tf.reshape(logit_bias, [-1, self.vocab_size]),
+                                        None if target_mask is None else tf.reshape(target_mask, [-1]))
         return tf.reshape(flat, tf.shape(targets))
 
-    def _flat_training_loss(self, hidden: tf.Tensor, targets: tf.Tensor, logit_bias: tf.Tensor | None) -> tf.Tensor:
+    def _flat_training_loss(self, hidden: tf.Tensor, targets: tf.Tensor, logit_bias: tf.Tensor | None,
+                            target_mask: tf.Tensor | None) -> tf.Tensor:
         """``training_loss`` of ``[N, H]`` hidden states and ``[N]`` targets as one batch."""
+        if self.loss == "bnce":
+            return batch_nce_loss(
+                hidden,
+                self.kernel,
+                self.bias,
+                targets,
+                self.noise_probs,
+                log_z=self.log_z,
+                extra_noise_ids=self.sample_noise(self.extra_noise) if self.extra_noise else None,
+                remove_accidental_hits=self.remove_accidental_hits,
+                logit_bias=logit_bias,
+                target_mask=target_mask,
+            )
         if self.loss == "softmax":
-            return softmax_loss(hidden, self.kernel, self.bias, targets, logit_bias)
-        if self.loss == "snce":
-            return sampled_nce_loss(
+            losses = softmax_loss(hidden, self.kernel, self.bias, targets, logit_bias)
+        else:
+            losses = sampled_nce_loss(
                 hidden,
                 self.kernel,
                 self.bias,
@@ -547,17 +596,7 @@ class BatchNCE(keras.layers.Layer):
                 log_z=self.log_z,
                 remove_accidental_hits=self.remove_accidental_hits,
             )
-        return batch_nce_loss(
-            hidden,
-            self.kernel,
-            self.bias,
-            targets,
-            self.noise_probs,
-            log_z=self.log_z,
-            extra_noise_ids=self.sample_noise(self.extra_noise) if self.extra_noise else None,
-            remove_accidental_hits=self.remove_accidental_hits,
-            logit_bias=logit_bias,
-        )
+        return losses if target_mask is None else tf.where(target_mask, losses, tf.zeros_like(losses))
 
     def target_log_probs(self, hidden: Any, targets: Any, logit_bias: Any = None) -> dict[str, tf.Tensor]:
         """Log-probabilities of the targets under both normalisations, for PPL^f and PPL^n.
@@ -590,7 +629,7 @@ class BatchNCE(keras.layers.Layer):
         }
 
     def call(self, inputs: Any, training: bool | None = None, self_normalized: bool = False,
-             logit_bias: Any = None) -> tf.Tensor:
+             logit_bias: Any = None, target_mask: Any = None) -> tf.Tensor:
         if isinstance(inputs, (list, tuple)):
             hidden, targets = inputs
         else:
@@ -604,7 +643,7 @@ class BatchNCE(keras.layers.Layer):
             return tf.reshape(log_probs, tf.concat([tf.shape(hidden)[:-1], [self.vocab_size]], axis=0))
         targets = tf.cast(targets, "int32")
         if training:
-            return self.training_loss(hidden, targets, logit_bias)
+            return self.training_loss(hidden, targets, logit_bias, target_mask)
         log_probs = self.target_log_probs(hidden, targets, logit_bias)
         return -log_probs["self_normalized" if self_normalized else "full"]
 

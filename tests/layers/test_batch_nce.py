@@ -321,3 +321,73 @@ def test_noise_scope_of_sequences(scope):
     assert adaptive([hidden, targets], training=True).shape == (3, 4)
     with pytest.raises(ValueError, match="noise_scope='window'"):
         BatchNCE(V, noise_scope="window")
+
+
+@pytest.mark.parametrize("extra_noise", [0, 2])
+@pytest.mark.parametrize("scope", ["time_step", "batch"])
+def test_padding_is_never_noise(scope, extra_noise):
+    """A padded [B, T] batch gives each real token the paper's loss over the batch with the padding removed.
+
+    The reference drops the padded tokens before it forms the batch (each step's real targets, or all the
+    real targets pooled), so K counts only real targets; a row's own word among the others' targets stays
+    noise (the duplicates below). Padded tokens have loss 0 and the scores of padded columns get no gradient.
+    """
+    problem = make_problem(4)
+    rng = np.random.RandomState(4)
+    batch, steps = 4, 5
+    hidden = rng.normal(0.0, 0.5, (batch, steps, H)).astype("float32")
+    targets = rng.randint(0, V, (batch, steps)).astype("int32")
+    targets[0, :3] = targets[1, :3] = 5  # duplicated words: each is still the other's noise
+    lengths = np.array([5, 3, 1, 4])  # the last step has 1 real token
+    mask = np.arange(steps)[None, :] < lengths[:, None]
+    targets[~mask] = 1  # padded with a word id, as the translation data pads with END_ID
+    layer = BatchNCE(V, log_z=LOG_Z, noise_scope=scope, extra_noise=extra_noise, seed=0)
+    layer([hidden, targets])
+    layer.set_weights([problem["kernel"], problem["bias"], *layer.get_weights()[2:]])
+    noise = layer.noise_probs.numpy()
+    if extra_noise:  # the same draws as the layer's: its seed generator's state put back after drawing
+        state = layer.seed_generator.state.numpy()
+        draws = layer.sample_noise((steps, extra_noise) if scope == "time_step" else extra_noise).numpy()
+        layer.seed_generator.state.assign(state)
+    hidden_var = tf.Variable(hidden)
+    with tf.GradientTape() as tape:
+        loss = layer([hidden_var, targets], training=True, target_mask=mask)
+    d_hidden = tape.gradient(loss, hidden_var).numpy()
+    expected = np.zeros((batch, steps))
+    if scope == "time_step":
+        for t in range(steps):
+            real = mask[:, t]
+            extra = draws[t] if extra_noise else None
+            if real.sum() + extra_noise > 1:
+                ref = numpy_bnce(hidden[real, t], problem["kernel"], problem["bias"], targets[real, t], noise, extra)
+                expected[real, t] = ref["loss"]
+    else:
+        ref = numpy_bnce(hidden[mask], problem["kernel"], problem["bias"], targets[mask], noise,
+                         draws if extra_noise else None)
+        expected[mask] = ref["loss"]
+    np.testing.assert_allclose(loss.numpy(), expected, rtol=RTOL, atol=ATOL)
+    assert np.all(d_hidden[~mask] == 0.0), "a padded token was trained, as a positive or as noise"
+    if scope == "time_step" and not extra_noise:
+        assert loss.numpy()[0, 4] == 0.0  # the last step's one real token has no noise: nothing to learn
+    # padding that becomes real changes the real tokens' losses: it was not noise before
+    unmasked = layer([hidden, targets], training=True, target_mask=np.ones_like(mask)).numpy()
+    assert not np.allclose(unmasked[mask], expected[mask])
+
+
+def test_masked_columns_get_no_gradient_from_the_scores():
+    """``batch_nce_loss_from_scores`` with a column mask: G is the unmasked batch's G, and 0 elsewhere."""
+    problem = make_problem(5)
+    targets = np.array([2, 4, 2, 6, 4, 2], "int32")
+    keep = np.array([True, True, False, True, True, False])
+    ref = numpy_bnce(problem["hidden"][keep], problem["kernel"], problem["bias"], targets[keep],
+                     problem["noise_probs"])
+    full = numpy_bnce(problem["hidden"], problem["kernel"], problem["bias"], targets, problem["noise_probs"])
+    scores = tf.Variable(full["scores"].astype("float32"))
+    with tf.GradientTape() as tape:
+        loss = batch_nce_loss_from_scores(scores, problem["noise_probs"][targets], column_mask=keep)
+        total = tf.reduce_sum(loss)
+    g = tape.gradient(total, scores).numpy()
+    np.testing.assert_allclose(loss.numpy()[keep], ref["loss"], rtol=RTOL, atol=ATOL)
+    assert np.all(loss.numpy()[~keep] == 0.0)
+    np.testing.assert_allclose(g[np.ix_(keep, keep)], ref["G"], rtol=RTOL, atol=ATOL)
+    assert np.all(g[~keep, :] == 0.0) and np.all(g[:, ~keep] == 0.0)
