@@ -20,7 +20,7 @@ REGISTERED = {
     "seqapps.layers.attention_decoder": ("AttentionDecoder", "PaddingMask"),
     "seqapps.layers.batch_nce": ("BatchNCE",),
     "seqapps.layers.ctc": ("CTCSpeechModel",),
-    "seqapps.layers.hierarchical_rnn": ("DecoupledHRNN",),
+    "seqapps.layers.hierarchical_rnn": ("BidirectionalHRNN", "DecoupledHRNN"),
     "seqapps.layers.hrnn_model": ("HRNNSequenceModel",),
     "seqapps.layers.lexicon": ("LexiconBias",),
     "seqapps.layers.ngram_context": ("NGramContext",),

@@ -880,3 +880,112 @@ class DecoupledHRNN(keras.layers.Layer):
             }
         )
         return config
+
+
+def _reverse_valid(values: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
+    """Reverses each row's first ``lengths`` steps (axis 1) and leaves its padding where it is."""
+    return tf.reverse_sequence(values, tf.cast(lengths, tf.int64), seq_axis=1, batch_axis=0)
+
+
+@keras.saving.register_keras_serializable(package="seqapps")
+class BidirectionalHRNN(keras.layers.Layer):
+    """A ``DecoupledHRNN`` read forwards, and a copy of it read backwards, merged at every step.
+
+    The backward copy runs the same configuration on each sequence's valid steps reversed, so that
+    its output at step ``t`` has read steps ``t..T-1``; padding stays at the end, so both
+    directions share the mask. With ``output_units``, the two heads' logits are summed: one linear
+    head over the concatenated forward and backward outputs (``W [h_f; h_b] = W_f h_f + W_b h_b``),
+    whose bias is split in two. Without, the outputs are concatenated. Each direction keeps its own
+    restricted gradients, decoders and memory bound (k + 2T/k), so training costs twice one layer.
+
+    Args:
+        layer: the forward ``DecoupledHRNN`` (or its serialised form); the backward one is a copy
+            of its configuration with fresh weights.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        inputs: ``x`` (batch, T, features).
+        training: whether each direction adds its auxiliary loss.
+        mask: boolean (batch, T) mask of valid steps, valid steps first.
+
+    Returns:
+        (batch, T, output_units), or (batch, T, 2 x the level-0 output size) without a head.
+
+    Example:
+    ```python
+    layer = BidirectionalHRNN(DecoupledHRNN([keras.layers.GRUCell(16), keras.layers.GRUCell(8)], periods=4,
+                                            output_units=5))
+    logits = layer(np.zeros((2, 12, 3), "float32"))  # (2, 12, 5)
+    ```
+    """
+
+    def __init__(self, layer: DecoupledHRNN | dict, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if isinstance(layer, dict):
+            layer = keras.saving.deserialize_keras_object(layer)
+        if not isinstance(layer, DecoupledHRNN):
+            raise ValueError(f"layer must be a DecoupledHRNN, got {type(layer).__name__}")
+        config = {**layer.get_config(), "name": "backward"}
+        self.forward = layer
+        self.backward = DecoupledHRNN.from_config(config)
+        self.supports_masking = True
+
+    def build(self, input_shape: Any) -> None:
+        for direction in (self.forward, self.backward):
+            if not direction.built:  # a loaded forward layer is built by its own config
+                direction.build(input_shape)
+        self.built = True
+
+    @staticmethod
+    def _lengths(x: tf.Tensor, mask: Any) -> tf.Tensor:
+        if mask is None:
+            return tf.fill([tf.shape(x)[0]], tf.shape(x)[1])
+        return tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
+
+    def call(self, inputs: Any, training: bool | None = None, mask: Any = None) -> tf.Tensor:
+        lengths = self._lengths(inputs, mask)
+        forward = self.forward(inputs, training=training, mask=mask)
+        backward = _reverse_valid(self.backward(_reverse_valid(inputs, lengths), training=training, mask=mask),
+                                  lengths)
+        if self.forward.output_units:
+            return forward + backward
+        return tf.concat([forward, backward], axis=-1)
+
+    def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
+        return mask
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        batch, steps, width = self.forward.compute_output_shape(input_shape)
+        return (batch, steps, width if self.forward.output_units else 2 * width)
+
+    def linear_gradients(self, inputs: tf.Tensor, step_gradients: tf.Tensor,
+                         mask: Any = None) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        """Gradients of ``sum_t <g_t, y_t> / valid steps`` (plus each direction's auxiliary loss), memory-lean.
+
+        A loss that is not a sum over steps (CTC) reaches the lean path as this linear surrogate, with
+        ``g = dL/dy`` (times the valid steps) from a forward pass: the sum's gradient is each
+        direction's own lean gradient, the backward one's with ``g`` reversed as its input is.
+
+        Args:
+            inputs: ``x`` (batch, T, features).
+            step_gradients: ``g`` (batch, T, output width), without gradient.
+            mask: boolean (batch, T) mask of valid steps.
+
+        Returns:
+            ``(loss, gradients)``: the surrogate's value and its gradients, aligned with
+            ``self.trainable_variables`` (the forward layer's, then the backward one's).
+        """
+        if not self.forward.output_units:
+            raise ValueError("linear_gradients needs output_units: the surrogate is over the summed heads")
+        lengths = self._lengths(inputs, mask)
+
+        def surrogate(g: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+            return tf.reduce_sum(g * y, axis=-1)
+
+        forward_loss, forward_grads = self.forward.loss_and_gradients(inputs, step_gradients, surrogate, mask=mask)
+        backward_loss, backward_grads = self.backward.loss_and_gradients(
+            _reverse_valid(inputs, lengths), _reverse_valid(step_gradients, lengths), surrogate, mask=mask)
+        return forward_loss + backward_loss, [*forward_grads, *backward_grads]
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "layer": keras.saving.serialize_keras_object(self.forward)}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seqapps.layers.hierarchical_rnn import DecoupledHRNN
+from seqapps.layers.hierarchical_rnn import BidirectionalHRNN, DecoupledHRNN
 from tests.layers.harness import run_layer_test
 
 BATCH, FEATURES, CLASSES, K = 3, 5, 4, 4
@@ -270,3 +270,79 @@ def test_hrnn_with_decoders():
     plain = _layer("hrnn", beta=0.0)
     assert _grads(plain, True, x, y, "sparse_categorical_crossentropy")[0] < loss  # no decoder term
     assert not plain.decoder_hidden
+
+
+def _bidirectional(mode: str = "gr_hrnn") -> BidirectionalHRNN:
+    layer = BidirectionalHRNN(_layer(mode), name="bihrnn")
+    layer.build((None, None, FEATURES))
+    return layer
+
+
+@pytest.mark.parametrize("mode", ["gr_hrnn", "hrnn"])
+def test_bidirectional_lean_gradients_equal_plain_autodiff(mode):
+    """``linear_gradients`` (each direction's lean path) against autodiff of the merged output's surrogate."""
+    layer = _bidirectional(mode)
+    x, _ = _data(14)
+    lengths = np.array([14, 9, 5])
+    mask = np.arange(14)[None, :] < lengths[:, None]
+    g = np.random.default_rng(3).normal(size=(BATCH, 14, CLASSES)).astype("float32") * mask[:, :, None]
+    loss, lean = tf.function(lambda: layer.linear_gradients(x, g, mask=mask))()
+    with tf.GradientTape() as tape:
+        surrogate = tf.reduce_sum(g * layer(x, mask=mask)) / mask.sum()  # a mean over the valid steps
+    plain = tape.gradient(surrogate, layer.trainable_variables)
+    assert len(lean) == len(plain) == len(layer.forward.trainable_variables) * 2
+    np.testing.assert_allclose(float(loss), float(surrogate), rtol=RTOL)
+    for a, b in zip(lean, plain):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=RTOL, atol=ATOL)
+
+
+def test_bidirectional_outputs_see_the_whole_sequence_and_never_the_padding():
+    """A late input reaches every earlier valid output (only through the backward direction); a padded one
+    reaches none, and the backward direction on a padded row equals it on the row alone."""
+    layer = _bidirectional()
+    x, _ = _data(12)
+    lengths = np.array([12, 8, 8])
+    mask = np.arange(12)[None, :] < lengths[:, None]
+    out = layer(x, mask=mask).numpy()
+    late = x.copy()
+    late[:, 7] = 1.0 - late[:, 7]  # the last valid step of rows 1 and 2
+    changed = np.abs(layer(late, mask=mask).numpy() - out).max(axis=-1)
+    assert changed[:, :7].min() > 0, np.argwhere(changed[:, :7] == 0)[:5]
+    forward_only = np.abs(layer.forward(late, mask=mask).numpy() - layer.forward(x, mask=mask).numpy())
+    assert forward_only[:, :7].max() == 0  # the forward direction alone is causal
+    padded = x.copy()
+    padded[1:, 8:] = 7.0
+    np.testing.assert_array_equal(layer(padded, mask=mask).numpy(), out)
+    assert np.all(out[~mask] == 0)
+    np.testing.assert_allclose(out[1, :8], layer(x[1:2, :8]).numpy()[0], atol=1e-5)
+
+
+def test_bidirectional_harness():
+    x, _ = _data(10)
+    run_layer_test(
+        BidirectionalHRNN,
+        {"layer": DecoupledHRNN([keras.layers.GRUCell(8), keras.layers.LSTMCell(6)], periods=4, mode="decoupled",
+                                beta=0.5, aux_hidden_units=7, output_units=CLASSES, seed=4)},
+        x,
+        expected_output_shape=(BATCH, 10, CLASSES),
+        expected_num_trainable_weights=24,  # each direction's 12: GRU 3, LSTM 3, the decoder's two Dense 4, head 2
+        expected_num_non_trainable_weights=0,
+        other_input_data=x[:2, :6],
+        atol=1e-5,
+    )
+
+
+def test_bidirectional_round_trip_and_bad_layer(tmp_path):
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((None, FEATURES))
+    model = keras.Model(inputs, BidirectionalHRNN(_layer("decoupled"))(inputs))
+    x, _ = _data(12)
+    path = tmp_path / "model.keras"
+    model.save(path)
+    np.testing.assert_allclose(keras.saving.load_model(path)(x).numpy(), model(x).numpy(), atol=1e-6)
+    without_head = BidirectionalHRNN(DecoupledHRNN([keras.layers.GRUCell(8), keras.layers.GRUCell(6)], periods=K))
+    assert without_head(x).shape == (BATCH, 12, 16)  # the two level-0 outputs, concatenated
+    with pytest.raises(ValueError, match="needs output_units"):
+        without_head.linear_gradients(x, np.zeros((BATCH, 12, 16), "float32"))
+    with pytest.raises(ValueError, match="must be a DecoupledHRNN, got GRU"):
+        BidirectionalHRNN(keras.layers.GRU(4))
