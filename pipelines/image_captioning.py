@@ -41,7 +41,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import keras
 import numpy as np
@@ -79,6 +79,7 @@ SAMPLES = 5
 REPORT_IMAGES = 6  # test images the report shows, shared between test and test_novel
 ATTENTION_WORDS = 12  # the most caption words whose attention map the report shows, per image
 # split -> what the report calls it
+DECODER_INPUTS = ("words", "roles")  # what the decoder reads of each previous word
 TEST_SPLITS = {"test": "seen (test)", "test_novel": "novel (test_novel)", "test_style": "held-out style (test_style)"}
 
 
@@ -100,6 +101,9 @@ class CaptioningConfig(Seq2SeqConfig):
         vocabulary: at fine-tuning, "extend" adds the new words of the training captions to the export's
             vocabulary, "keep" keeps the export's (new words become ``<unk>``).
         max_eval_images: caption at most this many images per test split (None: all).
+        decoder_inputs: "words" (the decoder reads each previous word) or "roles" (the colour words share
+            one input embedding, the shape words one and their plurals one, ``scenes.WORD_ROLES``: the
+            decoder knows that it said a colour, and the attention says which).
     """
 
     num_train: int = 4000
@@ -118,12 +122,14 @@ class CaptioningConfig(Seq2SeqConfig):
     min_count: int = 1
     vocabulary: str = "extend"
     max_eval_images: int | None = None
+    decoder_inputs: str = "words"
     batch_size: int = 64
     learning_rate: float = 2e-3
     epochs: int = 10
     early_stopping_patience: int = 3
     lr_patience: int = 1
 
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {**Seq2SeqConfig.CHOICES, "decoder_inputs": DECODER_INPUTS}
     PRESETS = {
         "tiny": {"num_train": 120, "num_val": 20, "num_test": 20, "num_novel": 20, "num_style": 20,
                  "image_size": 32,
@@ -187,6 +193,14 @@ def decode_files(paths: Sequence[Path], image_size: int, source: str, batch_size
                                          max_request_pixels=None)
         out[start: start + batch_size] = np.clip(np.round(batch.numpy()), 0, 255).astype("uint8")
     return out
+
+
+def role_ids(vocabulary: Sequence[str]) -> list[int]:
+    """For each word, the id whose input embedding it reads: the first word of its role (``scenes.WORD_ROLES``),
+    else its own (a grown vocabulary appends words, so an export's words keep their ids)."""
+    first: dict[str, int] = {}
+    return [first.setdefault(scenes.WORD_ROLES[word], i) if word in scenes.WORD_ROLES else i
+            for i, word in enumerate(vocabulary)]
 
 
 def most_frequent(captions_per_image: Sequence[Sequence[str]]) -> str:
@@ -315,7 +329,9 @@ class ImageCaptioning(Pipeline):
         initial_state = [keras.layers.Dense(config.units, activation="tanh", name=f"init_{k}")(pooled)
                          for k in range(2 if config.cell == "lstm" else 1)]
         decoder = AttentionDecoder(vocab_size, config.embedding_dim, config.units, cell=config.cell,
-                                   attention=config.attention, dropout=config.dropout, name="decoder")
+                                   attention=config.attention, dropout=config.dropout,
+                                   input_ids=role_ids(data.state["vocabulary"]) if config.decoder_inputs == "roles"
+                                   else None, name="decoder")
         hidden = decoder({"ids": target_in, "memory": memory, "state": initial_state})
         output = BatchNCE(vocab_size, loss=config.output, log_z=config.log_z, extra_noise=config.extra_noise,
                           seed=config.seed, name="output")

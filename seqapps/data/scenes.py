@@ -39,6 +39,9 @@ SIZES = {"small": 0.12, "large": 0.22}  # radius as a fraction of the image side
 #: (colour, shape) pairs that never appear in the training scenes.
 HELD_OUT = (("red", "circle"), ("blue", "square"), ("green", "triangle"), ("yellow", "diamond"))
 RELATIONS = ("to the left of", "to the right of", "above", "below")
+#: the role of each colour and shape word of the captions (a compositional decoder reads roles, not words)
+WORD_ROLES = {**{colour: "colour" for colour in COLOURS}, **{shape: "shape" for shape in SHAPES},
+              **{f"{shape}s": "shapes" for shape in SHAPES}}
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3}
 _NUMBER_WORDS = {1: "a", 2: "two", 3: "three"}
 BACKGROUND = (235, 235, 235)

@@ -42,6 +42,13 @@ def test_the_held_out_style_never_appears_in_training_and_is_all_of_test_style(t
     assert not any(held[image.name].held_out for image in parts["test_style"].images)  # only the style is new
 
 
+def test_role_ids_share_one_input_per_colour_shape_and_plural_and_keep_an_exports_ids_when_grown():
+    words = ["<unk>", "</s>", "<s>", "a", "red", "square", "blue", "squares", "circle", "circles", "small"]
+    assert image_captioning.role_ids(words) == [0, 1, 2, 3, 4, 5, 4, 7, 5, 7, 10]
+    grown = image_captioning.role_ids(words + ["purple", "temple"])
+    assert grown[:len(words)] == image_captioning.role_ids(words) and grown[len(words):] == [4, 12]
+
+
 @pytest.fixture(scope="module")
 def tiny_export(tiny_run):
     """The session's tiny run (a two-block convnet and a 16-unit LSTM on 120 generated scenes), a private copy."""
