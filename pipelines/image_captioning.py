@@ -5,7 +5,11 @@ Model: a small convnet trained from scratch (or a Keras Applications backbone, `
 with local weights from ``cnn_weights=PATH``, frozen or fine-tuned) turns the image into a feature map.
 Its average, through a tanh layer, is the decoder's initial state; the ``AttentionDecoder`` attends over
 the feature-map grid at every word (``attention=none`` for plain Show and Tell) and ``BatchNCE`` scores
-the words (``output=softmax|bnce``; evaluation and serving use the full softmax).
+the words (``output=softmax|bnce``; evaluation and serving use the full softmax). ``decoder_inputs=roles`` makes the
+decoder compositional: the colour words share one input embedding (so do the shape words, and their plurals),
+so the decoder knows that it said a colour but not which, and the shape it names next comes from what it
+attends to rather than from the colour word (on ``test_novel`` this doubled fact accuracy at a reduced size; see
+docs/results.md).
 
 Data: by default generated scenes of 1-3 coloured shapes with their true captions
 (``seqapps.data.scenes``), written once from the seed into ``$SEQAPPS_DATA`` (default
