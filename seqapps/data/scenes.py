@@ -6,7 +6,11 @@ drawn with PIL and described by compositional captions: counts ("two red squares
 scene. Everything follows from a seed, so a data set is the same on every machine.
 
 Some (colour, shape) combinations are held out of training (``HELD_OUT``): scenes containing one
-make up a second test split that measures generalisation apart from memorisation.
+make up a second test split that measures generalisation apart from memorisation. Scenes are drawn in a
+``Style``: training uses ``FLAT`` (filled shapes on plain grey, apart); ``PHOTO``, never used in training,
+draws outlines over a crop of one of scikit-learn's sample photos, with other object sizes, objects that
+may overlap, Gaussian blur and JPEG artefacts, so a test split in it measures a drawing style the model
+never saw.
 
 Because the truth is known, ``check_caption`` parses a caption back into facts (objects, counts,
 sizes, relations) and checks them against the scene: BLEU cannot tell "two red squares" from "two
@@ -19,6 +23,8 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
+import io
 import itertools
 import re
 from pathlib import Path
@@ -33,8 +39,46 @@ SIZES = {"small": 0.12, "large": 0.22}  # radius as a fraction of the image side
 #: (colour, shape) pairs that never appear in the training scenes.
 HELD_OUT = (("red", "circle"), ("blue", "square"), ("green", "triangle"), ("yellow", "diamond"))
 RELATIONS = ("to the left of", "to the right of", "above", "below")
+#: the role of each colour and shape word of the captions (a compositional decoder reads roles, not words)
+WORD_ROLES = {**{colour: "colour" for colour in COLOURS}, **{shape: "shape" for shape in SHAPES},
+              **{f"{shape}s": "shapes" for shape in SHAPES}}
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3}
 _NUMBER_WORDS = {1: "a", 2: "two", 3: "three"}
+BACKGROUND = (235, 235, 235)
+SCENES_FILE = "scenes.csv"  # the objects of each image, beside captions.csv
+
+
+@dataclasses.dataclass(frozen=True)
+class Style:
+    """How scenes are drawn and placed.
+
+    Attributes:
+        name: the style's label, written beside every object in ``scenes.csv``.
+        sizes: the radius of each size word, as a fraction of the image side.
+        spacing: objects' centres are at least ``spacing * (r1 + r2) + 0.02`` apart (below 1: they may overlap).
+        photo: draw on a crop of a scikit-learn sample photo instead of plain grey.
+        outline: the outline's width in pixels at 64 px (0: filled shapes).
+        blur: the range of the Gaussian blur's sigma, in pixels at 64 px ((0, 0): none).
+        jpeg_quality: the range of the JPEG quality the image is compressed at (None: no compression).
+        background: what a caption calls the background ("... on a grey background").
+    """
+
+    name: str
+    sizes: dict[str, float] = dataclasses.field(default_factory=lambda: dict(SIZES))
+    spacing: float = 1.0
+    photo: bool = False
+    outline: int = 0
+    blur: tuple[float, float] = (0.0, 0.0)
+    jpeg_quality: tuple[int, int] | None = None
+    background: str = "a grey background"
+
+
+#: the training style: filled shapes on plain grey, apart.
+FLAT = Style("flat")
+#: the held-out style: outlines on photos, other sizes, overlapping, blurred and JPEG-compressed.
+PHOTO = Style("photo", sizes={"small": 0.09, "large": 0.28}, spacing=0.6, photo=True, outline=2, blur=(0.5, 1.0),
+              jpeg_quality=(20, 50), background="a photo")
+STYLES = {style.name: style for style in (FLAT, PHOTO)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,9 +101,10 @@ class SceneObject:
 
 @dataclasses.dataclass(frozen=True)
 class Scene:
-    """Objects on a plain background, listed from left to right."""
+    """Objects listed from left to right, and the name of the style they are drawn in."""
 
     objects: tuple[SceneObject, ...]
+    style: str = FLAT.name
 
     @property
     def held_out(self) -> bool:
@@ -67,14 +112,16 @@ class Scene:
         return any((o.colour, o.shape) in HELD_OUT for o in self.objects)
 
 
-def random_scene(rng: np.random.Generator, held_out: bool | None = False, max_tries: int = 100) -> Scene:
-    """Draws a scene of 1-3 objects that do not overlap.
+def random_scene(rng: np.random.Generator, held_out: bool | None = False, max_tries: int = 100,
+                 style: Style = FLAT) -> Scene:
+    """Draws a scene of 1-3 objects, apart as ``style.spacing`` says.
 
     Args:
         rng: the random generator (the scene is a function of its state).
         held_out: False for training scenes (no ``HELD_OUT`` combination), True to force at least one,
             None for either.
         max_tries: placements tried per object before the whole scene is redrawn.
+        style: the sizes and spacing of the objects, and the scene's style label.
 
     Returns:
         The scene.
@@ -84,37 +131,96 @@ def random_scene(rng: np.random.Generator, held_out: bool | None = False, max_tr
         objects: list[SceneObject] = []
         for _ in range(count):
             shape, colour = SHAPES[rng.integers(len(SHAPES))], list(COLOURS)[rng.integers(len(COLOURS))]
-            size = list(SIZES)[rng.integers(len(SIZES))]
-            radius = SIZES[size]
+            size = list(style.sizes)[rng.integers(len(style.sizes))]
+            radius = style.sizes[size]
             for _ in range(max_tries):
                 x, y = rng.uniform(radius, 1 - radius, size=2)
-                if all(np.hypot(x - o.x, y - o.y) > radius + SIZES[o.size] + 0.02 for o in objects):
+                if all(np.hypot(x - o.x, y - o.y) > style.spacing * (radius + style.sizes[o.size]) + 0.02
+                       for o in objects):
                     objects.append(SceneObject(shape, colour, size, round(float(x), 3), round(float(y), 3)))
                     break
-        scene = Scene(tuple(sorted(objects, key=lambda o: o.x)))
+        scene = Scene(tuple(sorted(objects, key=lambda o: o.x)), style.name)
         if len(objects) == count and (held_out is None or scene.held_out == held_out):
             return scene
 
 
-def render(scene: Scene, size: int = 64) -> "PIL.Image.Image":  # noqa: F821
-    """Draws the scene as an RGB image of ``size x size`` pixels on a light grey background."""
+def render(scene: Scene, size: int = 64, rng: np.random.Generator | None = None,
+           style: Style | None = None) -> "PIL.Image.Image":  # noqa: F821
+    """Draws the scene as an RGB image of ``size x size`` pixels in its style.
+
+    Args:
+        scene: the scene.
+        size: the image side in pixels.
+        rng: draws the photo crop, blur and JPEG quality of a style that has them (FLAT draws nothing).
+        style: the drawing (default: the scene's, ``STYLES[scene.style]``).
+
+    Returns:
+        The image.
+    """
     from PIL import Image, ImageDraw
 
-    image = Image.new("RGB", (size, size), (235, 235, 235))
+    style = style or STYLES[scene.style]
+    rng = rng if rng is not None else np.random.default_rng(0)
+    image = photo_background(rng, size) if style.photo else Image.new("RGB", (size, size), BACKGROUND)
     draw = ImageDraw.Draw(image)
+    width = max(1, round(style.outline * size / 64)) if style.outline else 0
     for o in scene.objects:
-        cx, cy, r = o.x * size, o.y * size, SIZES[o.size] * size
-        colour = COLOURS[o.colour]
+        cx, cy, r = o.x * size, o.y * size, style.sizes[o.size] * size
+        paint = {"outline": COLOURS[o.colour], "width": width} if width else {"fill": COLOURS[o.colour]}
         if o.shape == "circle":
-            draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=colour)
+            draw.ellipse([cx - r, cy - r, cx + r, cy + r], **paint)
         elif o.shape == "square":
             side = r * 0.85
-            draw.rectangle([cx - side, cy - side, cx + side, cy + side], fill=colour)
+            draw.rectangle([cx - side, cy - side, cx + side, cy + side], **paint)
         elif o.shape == "triangle":
-            draw.polygon([(cx, cy - r), (cx - r, cy + r * 0.8), (cx + r, cy + r * 0.8)], fill=colour)
+            draw.polygon([(cx, cy - r), (cx - r, cy + r * 0.8), (cx + r, cy + r * 0.8)], **paint)
         else:
-            draw.polygon([(cx, cy - r), (cx + r, cy), (cx, cy + r), (cx - r, cy)], fill=colour)
+            draw.polygon([(cx, cy - r), (cx + r, cy), (cx, cy + r), (cx - r, cy)], **paint)
+    if style.blur[1] > 0:
+        image = gaussian_blur(image, float(rng.uniform(*style.blur)) * size / 64)
+    if style.jpeg_quality:
+        image = jpeg_artefacts(image, int(rng.integers(style.jpeg_quality[0], style.jpeg_quality[1] + 1)))
     return image
+
+
+@functools.cache
+def _sample_photos() -> tuple[np.ndarray, ...]:
+    """scikit-learn's two sample photos (``load_sample_images``: china.jpg, flower.jpg), uint8 ``[427, 640, 3]``."""
+    from sklearn.datasets import load_sample_images
+
+    return tuple(load_sample_images().images)
+
+
+def photo_background(rng: np.random.Generator, size: int) -> "PIL.Image.Image":  # noqa: F821
+    """A random square crop (30-80% of the short side) of a sample photo, scaled to ``size`` and faded halfway
+    to the plain background's grey so that the shapes stay visible."""
+    from PIL import Image
+
+    photos = _sample_photos()
+    photo = photos[rng.integers(len(photos))]
+    side = int(rng.uniform(0.3, 0.8) * min(photo.shape[:2]))
+    top, left = (int(rng.integers(0, extent - side + 1)) for extent in photo.shape[:2])
+    crop = Image.fromarray(photo[top: top + side, left: left + side]).resize((size, size), Image.Resampling.BILINEAR)
+    return Image.blend(crop, Image.new("RGB", (size, size), BACKGROUND), 0.5)
+
+
+def gaussian_blur(image: "PIL.Image.Image", sigma: float) -> "PIL.Image.Image":  # noqa: F821
+    """The image blurred by a Gaussian of ``sigma`` pixels over height and width (edges reflected, cut at
+    3 sigma, rounded to uint8)."""
+    from PIL import Image
+    from scipy.ndimage import gaussian_filter
+
+    blurred = gaussian_filter(np.asarray(image, "float64"), sigma=(sigma, sigma, 0), mode="reflect", truncate=3.0)
+    return Image.fromarray(np.clip(np.round(blurred), 0, 255).astype("uint8"))
+
+
+def jpeg_artefacts(image: "PIL.Image.Image", quality: int) -> "PIL.Image.Image":  # noqa: F821
+    """The image as it reads back after JPEG compression at ``quality`` (1-95)."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=quality)
+    return Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
 
 
 def relation(a: SceneObject, b: SceneObject) -> str:
@@ -145,7 +251,7 @@ def captions(scene: Scene) -> list[str]:
     phrases = [_phrase(group) for group in groups.values()]
     if len(phrases) == 1:
         verb = "is" if len(scene.objects) == 1 else "are"
-        return [phrases[0], f"there {verb} {phrases[0]}", f"{phrases[0]} on a grey background"]
+        return [phrases[0], f"there {verb} {phrases[0]}", f"{phrases[0]} on {STYLES[scene.style].background}"]
     if len(scene.objects) == 2:
         a, b = scene.objects
         inverse = {"to the left of": "to the right of", "to the right of": "to the left of", "above": "below",
@@ -230,7 +336,7 @@ def check_caption(caption: str, scene: Scene) -> bool:
 
 
 def write_scenes(folder: str | Path, count: int, seed: int, held_out: bool | None = False,
-                 image_size: int = 64) -> Path:
+                 image_size: int = 64, style: Style = FLAT) -> Path:
     """Writes ``count`` scenes as PNG files plus ``captions.csv`` (``image,caption``, one row per phrasing)
     and ``scenes.csv`` (the objects, for ``check_caption``) into ``folder``, unless already complete.
 
@@ -240,35 +346,36 @@ def write_scenes(folder: str | Path, count: int, seed: int, held_out: bool | Non
         seed: the generator's seed: the same seed writes the same files.
         held_out: as for ``random_scene``.
         image_size: the image side in pixels.
+        style: how the scenes are placed and drawn (its name is the ``style`` column of ``scenes.csv``).
 
     Returns:
         The path of ``captions.csv``.
     """
     folder = Path(folder)
     target = folder / "captions.csv"
-    if target.is_file() and (folder / "scenes.csv").is_file():
+    if target.is_file() and (folder / SCENES_FILE).is_file():
         return target
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    scenes = [random_scene(rng, held_out) for _ in range(count)]
     rows, objects = [], []
-    for i, scene in enumerate(scenes):
+    for i in range(count):
+        scene = random_scene(rng, held_out, style=style)
         name = f"scene_{i:05d}.png"
-        render(scene, image_size).save(folder / name)
+        render(scene, image_size, rng).save(folder / name)
         rows.extend((name, caption) for caption in captions(scene))
-        objects.extend((name, o.shape, o.colour, o.size, o.x, o.y) for o in scene.objects)
-    _write_csv(folder / "scenes.csv", ("image", "shape", "colour", "size", "x", "y"), objects)
+        objects.extend((name, o.shape, o.colour, o.size, o.x, o.y, scene.style) for o in scene.objects)
+    _write_csv(folder / SCENES_FILE, ("image", "shape", "colour", "size", "x", "y", "style"), objects)
     _write_csv(target, ("image", "caption"), rows)  # last: its presence marks a complete folder
     return target
 
 
 def read_scenes(folder: str | Path) -> dict[str, Scene]:
-    """Reads ``scenes.csv`` written by ``write_scenes``: image name -> scene."""
-    with open(Path(folder) / "scenes.csv", newline="", encoding="utf-8") as file:
+    """Reads ``scenes.csv`` written by ``write_scenes``: image name -> scene (FLAT where it has no style column)."""
+    with open(Path(folder) / SCENES_FILE, newline="", encoding="utf-8") as file:
         rows = list(csv.DictReader(file))
     return {name: Scene(tuple(SceneObject(r["shape"], r["colour"], r["size"], float(r["x"]), float(r["y"]))
-                              for r in group))
-            for name, group in itertools.groupby(rows, key=lambda r: r["image"])}
+                              for r in group), group[0].get("style") or FLAT.name)
+            for name, group in ((name, list(group)) for name, group in itertools.groupby(rows, key=lambda r: r["image"]))}
 
 
 def _write_csv(path: Path, header: tuple[str, ...], rows: Iterable[tuple]) -> None:

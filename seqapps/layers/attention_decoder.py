@@ -69,6 +69,9 @@ class AttentionDecoder(keras.layers.Layer):
             (scaled dot product, ``keras.layers.Attention``) or ``"none"`` (no attention: the
             hidden state is ``tanh(W h)``, as in Show and Tell).
         dropout: float, dropout on the embeddings and on the hidden state while training.
+        input_ids: list of ints or None, the id whose embedding each previous word is read as (None: its
+            own). Words mapped to one id share one input embedding, so the RNN sees their role, not
+            which of them was said (a compositional decoder: what the word is comes from the attention).
         **kwargs: other ``keras.layers.Layer`` arguments.
 
     Call arguments:
@@ -92,7 +95,8 @@ class AttentionDecoder(keras.layers.Layer):
     """
 
     def __init__(self, vocab_size: int, embedding_dim: int, units: int, cell: str = "lstm",
-                 attention: str = "bahdanau", dropout: float = 0.0, **kwargs: Any) -> None:
+                 attention: str = "bahdanau", dropout: float = 0.0, input_ids: list[int] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if cell not in CELLS:
             raise ValueError(f"`cell` must be one of {tuple(CELLS)}; got cell={cell!r}")
@@ -104,6 +108,11 @@ class AttentionDecoder(keras.layers.Layer):
         self.cell_type = cell
         self.attention_type = attention
         self.dropout = float(dropout)
+        if input_ids is not None and (len(input_ids) != self.vocab_size
+                                      or not all(0 <= i < self.vocab_size for i in input_ids)):
+            raise ValueError(f"`input_ids` must hold one id in [0, {self.vocab_size}) per word; got {len(input_ids)} "
+                             f"ids from {min(input_ids, default=None)} to {max(input_ids, default=None)}")
+        self.input_ids = None if input_ids is None else [int(i) for i in input_ids]
         self.embedding = keras.layers.Embedding(self.vocab_size, self.embedding_dim, name="embedding")
         self.rnn = CELLS[cell](self.units, return_sequences=True, name="rnn")
         self.attention = {"bahdanau": lambda: keras.layers.AdditiveAttention(name="attention"),
@@ -129,6 +138,13 @@ class AttentionDecoder(keras.layers.Layer):
         else:
             self.combine.build(query_shape)
 
+    def _embed(self, ids: tf.Tensor) -> tf.Tensor:
+        """The input embedding of the previous words, read through ``input_ids``."""
+        if self.input_ids is not None:
+            ids = keras.ops.take(keras.ops.convert_to_tensor(self.input_ids, dtype="int32"),
+                                 keras.ops.cast(ids, "int32"))
+        return self.embedding(ids)
+
     def _hidden(self, output: tf.Tensor, memory: tf.Tensor, memory_mask: tf.Tensor | None,
                 training: bool | None) -> tuple[tf.Tensor, tf.Tensor | None]:
         if self.attention is None:
@@ -141,7 +157,7 @@ class AttentionDecoder(keras.layers.Layer):
     def call(self, inputs: dict[str, Any], training: bool | None = None, return_attention: bool = False,
              mask: Any = None) -> Any:
         del mask  # Keras masks of the inputs are not used: ``memory_mask`` says which positions are real
-        embedded = self.embedding_dropout(self.embedding(inputs["ids"]), training=training)
+        embedded = self.embedding_dropout(self._embed(inputs["ids"]), training=training)
         output = self.rnn(embedded, initial_state=list(inputs["state"]), training=training)
         hidden, weights = self._hidden(output, inputs["memory"], inputs.get("memory_mask"), training)
         if return_attention:
@@ -162,7 +178,7 @@ class AttentionDecoder(keras.layers.Layer):
         Returns:
             ``(hidden [n, units], new state)`` with the same structure (and the attention weights).
         """
-        output, rnn_state = self.rnn.cell(self.embedding(ids), list(state["rnn"]), training=False)
+        output, rnn_state = self.rnn.cell(self._embed(ids), list(state["rnn"]), training=False)
         hidden, weights = self._hidden(output[:, None, :], state["memory"], state.get("memory_mask"), False)
         new_state = {**state, "rnn": list(rnn_state)}
         if not return_attention:
@@ -185,5 +201,6 @@ class AttentionDecoder(keras.layers.Layer):
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update({"vocab_size": self.vocab_size, "embedding_dim": self.embedding_dim, "units": self.units,
-                       "cell": self.cell_type, "attention": self.attention_type, "dropout": self.dropout})
+                       "cell": self.cell_type, "attention": self.attention_type, "dropout": self.dropout,
+                       "input_ids": self.input_ids})
         return config

@@ -1,8 +1,13 @@
 """Tests of the generated captioning scenes, their captions and the caption fact checker (seqapps.data.scenes)."""
+import dataclasses
 import hashlib
+import io
+import itertools
 
 import numpy as np
 import pytest
+from PIL import Image
+from scipy import ndimage
 
 from seqapps.data import scenes
 from seqapps.data.scenes import Scene, SceneObject
@@ -64,3 +69,81 @@ def test_write_scenes_is_deterministic_and_reads_back(tmp_path):
     assert len(read) == 12
     rows = [line.split(",", 1) for line in first.read_text().splitlines()[1:]]
     assert all(scenes.check_caption(caption.strip('"'), read[name]) for name, caption in rows)
+
+
+def _digest(folder):
+    return hashlib.sha1(b"".join(p.read_bytes() for p in sorted(folder.iterdir()))).hexdigest()
+
+
+def test_held_out_style_scenes_are_deterministic_under_the_seed_and_their_captions_true(tmp_path):
+    first = scenes.write_scenes(tmp_path / "a", 8, seed=5, style=scenes.PHOTO)
+    second = scenes.write_scenes(tmp_path / "b", 8, seed=5, style=scenes.PHOTO)
+    other = scenes.write_scenes(tmp_path / "c", 8, seed=6, style=scenes.PHOTO)
+    assert _digest(first.parent) == _digest(second.parent) != _digest(other.parent)
+    read = scenes.read_scenes(first.parent)
+    assert {scene.style for scene in read.values()} == {"photo"}
+    rows = [line.split(",", 1) for line in first.read_text().splitlines()[1:]]
+    assert all(scenes.check_caption(caption.strip('"'), read[name]) for name, caption in rows)
+    assert "grey" not in first.read_text()  # the photo style's phrasing names its background
+    assert _digest(scenes.write_scenes(tmp_path / "flat", 8, seed=5).parent) != _digest(first.parent)
+
+
+def test_held_out_style_places_its_own_sizes_and_lets_objects_overlap():
+    rng = np.random.default_rng(1)
+    drawn = [scenes.random_scene(rng, style=scenes.PHOTO) for _ in range(300)]
+    radius = scenes.PHOTO.sizes
+    gaps = [np.hypot(a.x - b.x, a.y - b.y) / (radius[a.size] + radius[b.size])
+            for scene in drawn for a, b in zip(scene.objects, scene.objects[1:])]
+    assert min(gaps) < 1 and all(gap > scenes.PHOTO.spacing for gap in gaps)  # overlapping, never centred together
+    assert all(o.size in radius and radius[o.size] <= o.x <= 1 - radius[o.size] for s in drawn for o in s.objects)
+    flat = [scenes.random_scene(rng) for _ in range(300)]
+    assert all(np.hypot(a.x - b.x, a.y - b.y) > scenes.SIZES[a.size] + scenes.SIZES[b.size]
+               for scene in flat for a, b in itertools.combinations(scene.objects, 2))
+
+
+@pytest.mark.parametrize("shape", scenes.SHAPES)
+def test_outlines_are_the_boundary_of_the_filled_shape_only(shape):
+    scene = Scene((SceneObject(shape, "blue", "large", 0.5, 0.5),))
+    filled, outline = (np.any(np.asarray(scenes.render(scene, 64, style=style)) != scenes.BACKGROUND, axis=-1)
+                       for style in (scenes.FLAT, dataclasses.replace(scenes.FLAT, outline=2)))
+    interior = ndimage.binary_erosion(filled, iterations=3)  # a 2-pixel line and one pixel of rasterisation slack
+    boundary = filled & ~ndimage.binary_erosion(filled)
+    assert not np.any(outline & interior) and np.all(outline <= ndimage.binary_dilation(filled))
+    assert np.mean(outline[boundary]) > 0.9
+
+
+def test_gaussian_blur_equals_a_numpy_separable_gaussian_with_reflected_edges():
+    pixels = np.random.default_rng(0).integers(0, 256, (20, 17, 3)).astype("uint8")
+    sigma = 1.3
+    radius = int(3 * sigma + 0.5)
+    taps = np.exp(-np.arange(-radius, radius + 1) ** 2 / (2 * sigma ** 2))
+    taps /= taps.sum()
+    expected = pixels.astype("float64")
+    for axis in (0, 1):
+        padding = [(radius, radius) if a == axis else (0, 0) for a in range(3)]
+        padded = np.pad(expected, padding, mode="symmetric")
+        expected = sum(w * np.take(padded, range(i, i + pixels.shape[axis]), axis=axis) for i, w in enumerate(taps))
+    found = np.asarray(scenes.gaussian_blur(Image.fromarray(pixels), sigma)).astype("int64")
+    assert np.abs(found - np.round(expected)).max() <= 1 and np.mean(found == np.round(expected)) > 0.99
+    assert np.abs(found - pixels).mean() > 10  # it did blur noise
+
+
+def test_jpeg_artefacts_are_the_decoded_jpeg_at_that_quality_and_deterministic():
+    pixels = np.asarray(scenes.render(Scene((RED_LEFT, BLUE_RIGHT)), 64))
+    image = Image.fromarray(pixels)
+    low, again, high = (np.asarray(scenes.jpeg_artefacts(image, q)) for q in (20, 20, 90))
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=20)
+    assert np.array_equal(low, np.asarray(Image.open(buffer))) and np.array_equal(low, again)
+    error = {q: np.abs(found.astype(int) - pixels).mean() for q, found in ((20, low), (90, high))}
+    assert error[20] > error[90] > 0
+
+
+def test_photo_backgrounds_are_faded_crops_of_the_sample_photos():
+    photos = scenes._sample_photos()
+    background = np.asarray(scenes.photo_background(np.random.default_rng(3), 32)).astype(float)
+    assert np.array_equal(background, np.asarray(scenes.photo_background(np.random.default_rng(3), 32)))
+    assert background.std() > 5  # not plain
+    # halfway to the grey 235: every value is 0.5 * photo + 117.5
+    low = 0.5 * min(p.min() for p in photos) + 117.5
+    assert background.min() >= np.floor(low) and background.max() <= np.ceil(0.5 * 255 + 117.5)

@@ -80,3 +80,33 @@ def test_memory_mask_is_optional():
     full = {**inputs, "memory_mask": np.ones((BATCH, SOURCE), bool)}
     del inputs["memory_mask"]
     np.testing.assert_allclose(decoder(inputs).numpy(), decoder(full).numpy(), atol=1e-6)
+
+
+SHARED = [0, 1, 2, 2, 4, 5, 6, 2, 8, 9, 4]  # words 3 and 7 read word 2's embedding, word 10 reads word 4's
+
+
+def test_shared_input_ids_pass_the_harness_and_read_one_embedding_in_calls_and_steps():
+    inputs = _inputs("lstm", seed=3)
+    run_layer_test(AttentionDecoder, {"vocab_size": VOCAB, "embedding_dim": 6, "units": UNITS, "input_ids": SHARED},
+                   inputs, expected_output_shape=(BATCH, STEPS, UNITS), expected_num_trainable_weights=7,
+                   expected_num_non_trainable_weights=0, other_input_data=_fewer(inputs), atol=1e-5)
+    decoder = AttentionDecoder(VOCAB, 6, UNITS, input_ids=SHARED)
+    plain = AttentionDecoder(VOCAB, 6, UNITS)
+    plain(inputs)
+    mapped = np.array(SHARED)[inputs["ids"]]
+    decoder(inputs)
+    decoder.set_weights(plain.get_weights())
+    # The shared decoder on any ids equals the plain one on the ids they are read as.
+    np.testing.assert_allclose(decoder(inputs).numpy(), plain({**inputs, "ids": mapped}).numpy(), atol=1e-6)
+    state = {"rnn": [tf.constant(s) for s in inputs["state"]], "memory": tf.constant(inputs["memory"]),
+             "memory_mask": tf.constant(inputs["memory_mask"])}
+    hidden, _ = decoder.step(tf.constant([3, 7, 10]), state)
+    expected, _ = plain.step(tf.constant([2, 2, 4]), state)
+    np.testing.assert_allclose(hidden.numpy(), expected.numpy(), atol=1e-6)
+    assert not np.allclose(plain.step(tf.constant([3, 7, 10]), state)[0].numpy(), expected.numpy())
+
+
+@pytest.mark.parametrize("input_ids", [[0] * (VOCAB - 1), [0] * (VOCAB - 1) + [VOCAB]])
+def test_input_ids_must_name_one_word_per_word(input_ids):
+    with pytest.raises(ValueError, match="`input_ids` must hold one id"):
+        AttentionDecoder(VOCAB, 6, UNITS, input_ids=input_ids)

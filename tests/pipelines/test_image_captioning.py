@@ -1,6 +1,7 @@
 """Tests of the image_captioning pipeline: baselines, a tiny end-to-end run, its report, real image bytes and
 bad input."""
 import io
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,6 +9,8 @@ from PIL import Image
 
 from pipelines import image_captioning
 from seqapps import runner
+from seqapps.config import resolve_config
+from seqapps.data import scenes
 from seqapps.export import ExportCalls
 from seqapps.report import run_folder
 from seqapps.report.document import Table, figures_of
@@ -24,6 +27,28 @@ def test_most_frequent_and_nearest_neighbour_baselines():
         "a blue ball", "a red box"]
 
 
+def test_the_held_out_style_never_appears_in_training_and_is_all_of_test_style(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQAPPS_DATA", str(tmp_path))
+    parts = image_captioning.scene_splits(resolve_config(image_captioning.CaptioningConfig, "tiny"))
+    styles = {name: [scenes.read_scenes(Path(part.source).parent)[image.name].style for image in part.images]
+              for name, part in parts.items()}
+    assert {name: len(found) for name, found in styles.items()} == {
+        "train": 120, "val": 20, "test": 20, "test_novel": 20, "test_style": 20}
+    assert all(style == scenes.FLAT.name for name in ("train", "val", "test", "test_novel") for style in styles[name])
+    assert set(styles["test_style"]) == {scenes.PHOTO.name}
+    novel = scenes.read_scenes(Path(parts["test_novel"].source).parent)
+    assert all(novel[image.name].held_out for image in parts["test_novel"].images)
+    held = scenes.read_scenes(Path(parts["test_style"].source).parent)
+    assert not any(held[image.name].held_out for image in parts["test_style"].images)  # only the style is new
+
+
+def test_role_ids_share_one_input_per_colour_shape_and_plural_and_keep_an_exports_ids_when_grown():
+    words = ["<unk>", "</s>", "<s>", "a", "red", "square", "blue", "squares", "circle", "circles", "small"]
+    assert image_captioning.role_ids(words) == [0, 1, 2, 3, 4, 5, 4, 7, 5, 7, 10]
+    grown = image_captioning.role_ids(words + ["purple", "temple"])
+    assert grown[:len(words)] == image_captioning.role_ids(words) and grown[len(words):] == [4, 12]
+
+
 @pytest.fixture(scope="module")
 def tiny_export(tiny_run):
     """The session's tiny run (a two-block convnet and a 16-unit LSTM on 120 generated scenes), a private copy."""
@@ -31,16 +56,16 @@ def tiny_export(tiny_run):
 
 
 @pytest.mark.large
-def test_tiny_run_reports_bleu_and_fact_accuracy_on_both_test_splits_with_baselines(tiny_export):
+def test_tiny_run_reports_bleu_and_fact_accuracy_on_every_test_split_with_baselines(tiny_export):
     metrics, baselines = tiny_export["metrics"], tiny_export["baseline"]
-    for split in ("test", "test_novel"):
+    for split in ("test", "test_novel", "test_style"):
         for search in ("greedy", "beam"):
             assert all(0 <= metrics[f"{split}/{search}_bleu{n}"] <= 100 for n in range(1, 5))
             assert 0 <= metrics[f"{split}/{search}_fact_accuracy"] <= 1
         for baseline in ("most_frequent", "nearest_neighbour"):
             assert 0 <= baselines[baseline][f"{split}/bleu4"] <= 100
     assert metrics["signature/test/greedy_bleu4"].startswith("nrefs:3|")  # three phrasings per scene
-    assert tiny_export["data"]["images"] == {"train": 120, "val": 20, "test": 20, "test_novel": 20}
+    assert tiny_export["data"]["images"] == {"train": 120, "val": 20, "test": 20, "test_novel": 20, "test_style": 20}
 
 
 def _encoded(mode: str, size: tuple[int, int], fmt: str) -> bytes:
@@ -73,9 +98,9 @@ def _png(pixels: np.ndarray) -> bytes:
 @pytest.mark.large
 def test_report_data_holds_the_pixels_the_export_captions_and_its_attention_per_word(tiny_exports, tiny_report):
     _, result, arrays = tiny_report("image_captioning")
-    assert arrays["split"].tolist() == ["test"] * 3 + ["test_novel"] * 3
-    assert arrays["image"].tolist() == [sample["image"] for split in ("test", "test_novel")
-                                        for sample in result["metrics"][f"samples/{split}"][:3]]
+    assert arrays["split"].tolist() == ["test"] * 2 + ["test_novel"] * 2 + ["test_style"] * 2
+    assert arrays["image"].tolist() == [sample["image"] for split in image_captioning.TEST_SPLITS
+                                        for sample in result["metrics"][f"samples/{split}"][:2]]
     assert arrays["pixels"].dtype == np.uint8 and arrays["pixels"].shape == (6, 32, 32, 3)
     # The stored pixels, sent again as lossless PNGs, get the captions the report shows.
     export = ExportCalls(tiny_exports["image_captioning"]["export"])
@@ -96,18 +121,19 @@ def test_report_sections_show_captions_attention_and_fact_accuracy_per_split_eve
     assert list(sections) == ["captions", "attention", "fact-accuracy"]
     metrics, baselines = result["metrics"], result["baseline"]
     facts = next(block for block in sections["fact-accuracy"].blocks if isinstance(block, Table))
-    assert list(facts.columns) == ["", "seen (test)", "novel (test_novel)"]
+    splits = tuple(image_captioning.TEST_SPLITS)
+    assert list(facts.columns) == ["", "seen (test)", "novel (test_novel)", "held-out style (test_style)"]
     assert [list(row) for row in facts.rows] == [
-        ["greedy search", *(100 * metrics[f"{split}/greedy_fact_accuracy"] for split in ("test", "test_novel"))],
-        ["beam search", *(100 * metrics[f"{split}/beam_fact_accuracy"] for split in ("test", "test_novel"))],
-        *([name, *(100 * baselines[key][f"{split}/fact_accuracy"] for split in ("test", "test_novel"))]
+        ["greedy search", *(100 * metrics[f"{split}/greedy_fact_accuracy"] for split in splits)],
+        ["beam search", *(100 * metrics[f"{split}/beam_fact_accuracy"] for split in splits)],
+        *([name, *(100 * baselines[key][f"{split}/fact_accuracy"] for split in splits)]
           for name, key in (("most frequent caption", "most_frequent"), ("nearest neighbour", "nearest_neighbour")))]
     captioned = [split for split, caption in zip(arrays["split"], arrays["greedy"]) if caption]
-    expected = [f"attention_{split}" for split in ("test", "test_novel") if split in captioned]
+    expected = [f"attention_{split}" for split in splits if split in captioned]
     assert [figure.name for figure in figures_of([sections["attention"]])] == expected
     assert_figures_decode(sections.values())
     samples = next(block for block in sections["captions"].blocks if isinstance(block, Table))
-    assert len(samples.rows) == len(metrics["samples/test"]) + len(metrics["samples/test_novel"])
+    assert len(samples.rows) == sum(len(metrics[f"samples/{split}"]) for split in splits)
     page = (folder / run_folder.REPORT_FILE).read_text(encoding="utf-8")
     assert all(f'id="{anchor}"' in page for anchor in sections) and 'id="figure-test_captions"' in page
     # Rebuilt from an export alone (no report data): no pictures of images, the tables and charts stay.
