@@ -15,7 +15,8 @@ Data: by default generated scenes of 1-3 coloured shapes with their true caption
 (``seqapps.data.scenes``), written once from the seed into ``$SEQAPPS_DATA`` (default
 ``~/.cache/seqapps``). Scenes with a held-out colour/shape pair form the second test split
 ``test_novel``; scenes of seen pairs drawn in a style training never saw (``scenes.PHOTO``: outlines on
-photos, other sizes, overlapping, blurred, JPEG-compressed) form the third, ``test_style``. ``--data folder/`` (or its ``captions.csv``) reads the user's ``image,caption`` rows.
+photos, other sizes, overlapping, blurred, JPEG-compressed) form the third, ``test_style``.
+``--data folder/`` (or its ``captions.csv``) reads the user's ``image,caption`` rows.
 Fine-tuning (``seqapps finetune image_captioning --from EXPORT --data folder/``) extends the export's
 vocabulary with the training captions' new words seen ``min_count`` times (``vocabulary=extend``, the
 default; ``adapt_model`` grows the decoder's embedding and the output layer with
@@ -23,8 +24,9 @@ default; ``adapt_model`` grows the decoder's embedding and the output layer with
 
 Metrics: BLEU-1 to BLEU-4 (sacrebleu, all references) for greedy and beam search on ``test``,
 ``test_novel`` and ``test_style``, and, for generated scenes (or a folder whose ``scenes.csv``
-``scenes.write_scenes`` wrote), the share of captions whose facts are all true (``scenes.check_caption``). Baselines: the most frequent training caption, and the caption of the
-nearest training image in the trained CNN's pooled-feature space.
+``scenes.write_scenes`` wrote), the share of captions whose facts are all true (``scenes.check_caption``).
+Baselines: the most frequent training caption, and the caption of the nearest training image in the trained
+CNN's pooled-feature space.
 
 Report (``report.html``): a few images of each test split with the export's greedy and beam captions, one
 picture per caption word with its attention over the image, and fact accuracy and BLEU-4 per split (seen
