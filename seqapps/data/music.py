@@ -447,11 +447,11 @@ def render_clip(midi_bytes: bytes, rng_seed: Sequence[int], spec: CorpusSpec,
     return cached, rendering
 
 
-def parsed_pieces(spec: CorpusSpec, folder: Path) -> tuple[list[tuple[Piece, dict[str, str], bytes]], list[str]]:
-    """The corpus's pieces that parse, with their score tags and MIDI files.
+def parsed_pieces(pieces: Sequence[Piece], folder: Path) -> tuple[list[tuple[Piece, dict[str, str], bytes]], list[str]]:
+    """The pieces that parse, with their score tags and MIDI files.
 
     Args:
-        spec: the corpus (its collections, pieces per collection and seed).
+        pieces: the pieces (``corpus_pieces``).
         folder: a scratch folder for music21's MIDI writer.
 
     Returns:
@@ -460,7 +460,7 @@ def parsed_pieces(spec: CorpusSpec, folder: Path) -> tuple[list[tuple[Piece, dic
     import pretty_midi
 
     parsed, failed = [], []
-    for piece in corpus_pieces(spec.collections, spec.pieces_per_collection, spec.seed):
+    for piece in pieces:
         try:
             score = parse_piece(piece)
             tags = score_tags(piece, score)
@@ -490,7 +490,7 @@ def clip_row(folder: Path, name: str, cached: Path, rendering: Rendering, tags: 
 
 def _generate(folder: Path, spec: CorpusSpec) -> None:
     """Renders the corpus of ``spec`` into ``folder`` (clips/*.wav, metadata.csv, info.json)."""
-    parsed, failed = parsed_pieces(spec, folder)
+    parsed, failed = parsed_pieces(corpus_pieces(spec.collections, spec.pieces_per_collection, spec.seed), folder)
     fluidsynth = spec.renderer == "fluidsynth"
     rows = []
     (folder / "clips").mkdir()
