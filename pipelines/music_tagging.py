@@ -16,7 +16,11 @@ aggregated by ``mean`` or ``max``. Training windows may overlap (``train_hop_sec
 Data: without ``--data``, pieces of the music21 corpus (Bach chorales, Palestrina,
 Monteverdi, the reels, jigs and hornpipes of Ryan's Mammoth Collection and of O'Neill's
 Music of Ireland; no Essen) rendered by FluidSynth or pretty_midi (``seqapps.data.music``;
-``renderer`` is recorded in the report). ``--data folder/``
+``renderer`` is recorded in the report), each rendering with its own instrument, tempo,
+transposition, velocity curve, reverb and chorus. FluidSynth renders the training and
+validation clips with the ``soundfonts`` in turn (default TimGM6mb and FluidR3), and the
+test pieces twice: with those (the ``test`` split) and with ``held_out_soundfont`` (default
+Csound's sf_GMbank, the ``held_out`` split), which training never hears. ``--data folder/``
 reads ``folder/tags.csv`` (``path,tags``, tags separated by ``;`` or ``|``) or one
 sub-folder per tag; ``val_fraction``/``test_fraction`` of the clips (seeded) are held out.
 Fine-tuning on new tag names extends the output layer (``adapt_model``): the old tags keep
@@ -28,7 +32,8 @@ either way. A validation or test clip's tag that training never saw is ignored i
 (the report counts such clips).
 
 Metrics: macro and micro ROC-AUC and PR-AUC, the ROC-AUC of each tag and its mean per tag
-group (``genre``, ``mode``, ... of ``group:value`` tags) on the test clips, beside two
+group (``genre``, ``mode``, ... of ``group:value`` tags) on the test clips, and the same as
+``held_out/...`` on the held-out soundfont's clips, beside two
 baselines, tag priors (training frequencies) and a logistic regression on clip-averaged
 MFCCs; precision and recall at per-tag F1-optimal thresholds chosen on the validation
 clips (stored in the export).
@@ -78,6 +83,7 @@ from seqapps.report import plots
 from seqapps.report.document import Block, Figure, Section, Table, Text
 
 SPLITS = ("train", "val", "test")
+HELD_OUT = "held_out"  # the generated corpus's test pieces rendered with the held-out soundfont
 AGGREGATES = ("mean", "max")
 TAGGRAM_TOP = 3  # tags ``seqapps predict --signature taggram`` shows per window
 REPORT_TAGGRAMS = 3  # test clips whose taggram the report draws
@@ -99,7 +105,11 @@ class MusicTaggingConfig(TrainingConfig):
         pieces_per_collection: pieces taken from each collection.
         renderings: renderings of each piece (each with its own instrument and tempo).
         clip_seconds: length of every generated clip.
-        renderer: "auto" (FluidSynth when installed), "synth" (pretty_midi) or "fluidsynth".
+        renderer: "auto" (FluidSynth when its binary is installed), "synth" (pretty_midi) or "fluidsynth".
+        soundfonts: FluidSynth's soundfonts of the train, val and test clips, in turn: file names under
+            /usr/share/sounds/sf2 or sf3 (``seqapps.data.music.SOUNDFONT_PACKAGES`` names their packages) or paths.
+        held_out_soundfont: the soundfont of the ``held_out`` test split (the test pieces rendered again), which
+            no training clip uses; null: no such split.
         csv: the tag table inside the ``--data`` folder.
         val_fraction, test_fraction: shares of the pieces (generated) or rows (user) held out.
         tags: at fine-tuning, "extend" (the export's tags, then the training clips' new tags) or "replace" (the
@@ -134,6 +144,8 @@ class MusicTaggingConfig(TrainingConfig):
     renderings: int = 2
     clip_seconds: float = 10.0
     renderer: str = "auto"
+    soundfonts: list[str] = dataclasses.field(default_factory=lambda: list(music.TRAIN_SOUNDFONTS))
+    held_out_soundfont: str | None = music.HELD_OUT_SOUNDFONT
     csv: str = "tags.csv"
     val_fraction: float = 0.15
     test_fraction: float = 0.2
@@ -183,6 +195,10 @@ class MusicTaggingConfig(TrainingConfig):
         for name in ("pieces_per_collection", "renderings", "n_mels", "n_fft", "hop_length"):
             require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
         require(self.renderer in music.RENDERERS, "renderer", self.renderer, f"one of {', '.join(music.RENDERERS)}")
+        require(bool(self.soundfonts) and all(isinstance(name, str) and name for name in self.soundfonts),
+                "soundfonts", self.soundfonts, "a list of one or more soundfont file names or paths")
+        require(self.held_out_soundfont not in self.soundfonts, "held_out_soundfont", self.held_out_soundfont,
+                f"null or a soundfont that soundfonts ({', '.join(self.soundfonts)}) does not list")
         require_split_fractions(self.val_fraction, self.test_fraction)
         require(self.tags in TAG_CHOICES, "tags", self.tags, f"one of {', '.join(TAG_CHOICES)}")
         require(self.window_seconds > 0, "window_seconds", self.window_seconds, "a number > 0")
@@ -265,7 +281,9 @@ class MusicTagging(Pipeline):
     # --- data -------------------------------------------------------------------------------
 
     headline_metrics = (Headline("roc_auc_macro", "ROC-AUC macro"), Headline("pr_auc_macro", "PR-AUC macro"),
-                        Headline("roc_auc_micro", "ROC-AUC micro"), Headline("pr_auc_micro", "PR-AUC micro"))
+                        Headline("roc_auc_micro", "ROC-AUC micro"), Headline("pr_auc_micro", "PR-AUC micro"),
+                        Headline(f"{HELD_OUT}/roc_auc_macro", "held-out soundfont ROC-AUC macro"),
+                        Headline(f"{HELD_OUT}/pr_auc_macro", "held-out soundfont PR-AUC macro"))
 
     def write_sample_data(self, folder: Path, seed: int = 0) -> tuple[str | None, list[str]]:
         """24 clips of plucked notes tagged bright/dark and lively/calm, tags the embedded corpus lacks."""
@@ -280,17 +298,20 @@ class MusicTagging(Pipeline):
             splits = split_rule.split_groups([c.group for c in clips], config.val_fraction, config.test_fraction,
                                              str(data_path), "clips", seed=config.seed)
             parts = {split: [c for c, s in zip(clips, splits) if s == split] for split in SPLITS}
-            source = {"source": str(data_path), "licence": "the user's", "renderer": None}
+            source = {"source": str(data_path), "licence": "the user's", "renderer": None, "soundfonts": None}
         else:
+            held_out = [config.held_out_soundfont] if config.held_out_soundfont else []
+            renderer = music.resolve_renderer(config.renderer, [*config.soundfonts, *held_out])
             spec = music.CorpusSpec(list(config.collections), config.pieces_per_collection, config.renderings,
-                                    config.clip_seconds, music.resolve_renderer(config.renderer),
-                                    config.val_fraction, config.test_fraction, config.seed)
+                                    config.clip_seconds, renderer, config.val_fraction, config.test_fraction,
+                                    config.seed, list(config.soundfonts), config.held_out_soundfont)
             root = music.rendered_corpus(spec)
             generated = music.read_generated(root)
-            parts = {split: [c for c in generated if c.split == split] for split in SPLITS}
-            if not all(parts.values()):
+            parts = {split: [c for c in generated if c.split == split] for split in (*SPLITS, HELD_OUT)}
+            if not all(parts[split] for split in SPLITS):
                 raise DataError(f"{root}: a split has no clips; take more pieces_per_collection")
             source = {"source": f"music21 corpus rendered ({root})", "renderer": spec.renderer,
+                      "soundfonts": {split: sorted({c.source for c in parts[split]}) for split in parts if parts[split]},
                       "licence": "; ".join(f"{name}: {music.COLLECTIONS[name].licence}" for name in spec.collections)}
         trained_tags = sorted({tag for clip in parts["train"] for tag in clip.tags})
         # the export's tags (a run's own), which ``adapt_model`` maps to the new ones
@@ -311,18 +332,21 @@ class MusicTagging(Pipeline):
         window = state["window_samples"]
         hop = int((config.train_hop_seconds or config.window_seconds) * rate)
         datasets = {}
-        for split in SPLITS:
+        scored = [split for split in parts if split in SPLITS or parts[split]]  # an empty held_out split is left out
+        for split in scored:  # held_out: arrays only, for evaluate
             waveforms, targets = [], np.zeros((len(parts[split]), len(index)), np.float32)
             for row, clip in enumerate(parts[split]):
                 # a validation or test tag that training never saw has no output: it is ignored
                 targets[row, [index[tag] for tag in clip.tags if tag in index]] = 1.0
                 waveforms.append(audio.read_audio(clip.path, rate, config.max_seconds))
-            arrays[split] = {"waveforms": waveforms, "targets": targets, "paths": [str(c.path) for c in parts[split]]}
-            datasets[split] = audio.window_dataset(waveforms, targets, window, hop if split == "train" else window)
+            arrays[split] = {"waveforms": waveforms, "targets": targets, "paths": [str(c.path) for c in parts[split]],
+                             "sources": [c.source for c in parts[split]]}
+            if split in SPLITS:
+                datasets[split] = audio.window_dataset(waveforms, targets, window, hop if split == "train" else window)
         # held-out clips with a tag that training never saw: that tag is ignored in scoring them
         unseen = {split: sum(any(tag not in index for tag in clip.tags) for clip in parts[split])
-                  for split in ("val", "test")}
-        report = {**source, "clips": {s: len(parts[s]) for s in SPLITS}, "tags": len(index),
+                  for split in scored if split != "train"}
+        report = {**source, "clips": {s: len(parts[s]) for s in scored}, "tags": len(index),
                   SPLIT_COUNTS: split_rule.split_counts("clips", {s: len(parts[s]) for s in SPLITS}),
                   "tag_counts": dict(zip(state["tags"], arrays["train"]["targets"].sum(axis=0).astype(int).tolist())),
                   VOCABULARIES: {"tags": {"added": added, "removed": removed, "size": len(index),
@@ -410,7 +434,9 @@ class MusicTagging(Pipeline):
 
     def evaluate(self, model: keras.Model, config: MusicTaggingConfig,
                  data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
-        """The test clips' ROC-AUC and PR-AUC beside the baselines', and precision and recall at the thresholds.
+        """The test clips' ROC-AUC and PR-AUC beside the baselines', and precision and recall at the thresholds;
+        the held-out soundfont's clips' ROC-AUC and PR-AUC as ``held_out/...`` beside the baselines' (when the corpus
+        has them).
 
         Args:
             model: the trained model.
@@ -419,18 +445,30 @@ class MusicTagging(Pipeline):
 
         Returns:
             ``(metrics, baselines)``: ``seqapps.metrics.tagging_report`` plus ``precision_recall_at`` of the
-            model, and the tagging report of the tag priors and of the MFCC logistic regression.
+            model, and the tagging report of the tag priors and of the MFCC logistic regression (one regression
+            fitted on the train clips scores both test splits).
         """
         tags, rate = data.state["tags"], data.state["sample_rate"]
-        train, test = data.arrays["train"], data.arrays["test"]
-        scores = self.clip_scores(model, test["waveforms"], data.state)
-        metrics = {**tagging_report(test["targets"], scores, tags),
-                   **precision_recall_at(test["targets"], scores, np.array(data.state["thresholds"], np.float32))}
-        priors = np.tile(train["targets"].mean(axis=0), (len(scores), 1))
+        train = data.arrays["train"]
+        scored = {split: data.arrays[split] for split in ("test", HELD_OUT) if split in data.arrays}
+        scores = {split: self.clip_scores(model, arrays["waveforms"], data.state) for split, arrays in scored.items()}
+        features = {split: clip_mfccs(arrays["waveforms"], rate) for split, arrays in scored.items()}
         mfcc = mfcc_logistic_scores(clip_mfccs(train["waveforms"], rate), train["targets"],
-                                    clip_mfccs(test["waveforms"], rate))
-        baselines = {"tag_priors": tagging_report(test["targets"], priors, tags),
-                     "mfcc_logistic_regression": tagging_report(test["targets"], mfcc, tags)}
+                                    np.concatenate(list(features.values())))
+        metrics: dict[str, Any] = {}
+        baselines: dict[str, dict[str, Any]] = {"tag_priors": {}, "mfcc_logistic_regression": {}}
+        first = 0
+        for split, arrays in scored.items():
+            prefix, targets, count = "" if split == "test" else f"{split}/", arrays["targets"], len(arrays["targets"])
+            priors = np.tile(train["targets"].mean(axis=0), (count, 1))
+            for name, report in (("model", tagging_report(targets, scores[split], tags)),
+                                 ("tag_priors", tagging_report(targets, priors, tags)),
+                                 ("mfcc_logistic_regression", tagging_report(targets, mfcc[first:first + count], tags))):
+                (metrics if name == "model" else baselines[name]).update(
+                    {f"{prefix}{key}": value for key, value in report.items()})
+            first += count
+        metrics.update(precision_recall_at(scored["test"]["targets"], scores["test"],
+                                           np.array(data.state["thresholds"], np.float32)))
         return metrics, baselines
 
     # --- export and prediction --------------------------------------------------------------
@@ -519,7 +557,8 @@ class MusicTagging(Pipeline):
         return arrays
 
     def report_sections(self, result: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[Section]:
-        """ROC curves per tag group (``roc-curves``), taggrams (``taggram``), per-tag AUC (``per-tag-auc``)."""
+        """ROC curves per tag group (``roc-curves``), taggrams (``taggram``), per-tag AUC (``per-tag-auc``), and the
+        seen and held-out soundfonts' test splits (``soundfonts``) when the corpus has a held-out one."""
         missing = Text("(no report data: the figures are drawn from what the run saved)")
         roc: list[Block] = [_roc_figure(result, arrays)] if "scores" in arrays else [missing]
         taggrams: list[Block] = [_taggram_figure(arrays, i) for i in range(REPORT_TAGGRAMS) if f"taggram/{i}" in arrays]
@@ -527,7 +566,7 @@ class MusicTagging(Pipeline):
                 Section("Taggrams", [Text("Each window's score per tag (the export's taggram signature) for a few "
                                           "test clips; the clip's own tags are marked *."), *(taggrams or [missing])],
                         anchor="taggram"),
-                _per_tag_auc_section(result)]
+                _per_tag_auc_section(result), *_soundfont_sections(result)]
 
     def limits(self, config: MusicTaggingConfig, data: Splits) -> Limits:
         samples = int(data.state["max_seconds"] * data.state["sample_rate"])
@@ -613,6 +652,23 @@ def _taggram_figure(arrays: dict[str, np.ndarray], index: int) -> Figure:
     return plots.heatmap(f"taggram_{index}", f"taggram of {arrays[f'clip/{index}']}", windows.T, x_labels=times,
                          y_labels=[f"* {tag}" if tag in own else tag for tag in tags], xlabel="window",
                          colorbar="score", caption=f"the clip's tags: {', '.join(sorted(own)) or '(none known)'}")
+
+
+def _soundfont_sections(result: dict[str, Any]) -> list[Section]:
+    """A table of the test splits, seen soundfonts and held-out one, the model's ROC-AUC beside the baselines';
+    none without a held-out split."""
+    metrics, baselines = result.get("metrics", {}), result.get("baseline", {})
+    if f"{HELD_OUT}/roc_auc_macro" not in metrics:
+        return []
+    soundfonts = result.get("data", {}).get("soundfonts") or {}
+    splits = {"test": ", ".join(soundfonts.get("test", [])), HELD_OUT: ", ".join(soundfonts.get(HELD_OUT, []))}
+    rows = [[f"{split} ({names})", *(values.get(f"{prefix}{key}") for values in (metrics, *baselines.values())
+                                     for key in ("roc_auc_macro", "roc_auc_micro"))]
+            for (split, names), prefix in zip(splits.items(), ("", f"{HELD_OUT}/"))]
+    columns = [f"{name} ROC-AUC {kind}" for name in ("model", *baselines) for kind in ("macro", "micro")]
+    return [Section("Seen and held-out soundfonts", [Table(["test split (soundfonts)", *columns], rows, caption=(
+        "the same test pieces, rendered with the training soundfonts and with one that training never heard"))],
+        anchor="soundfonts")]
 
 
 def _per_tag_auc_section(result: dict[str, Any]) -> Section:

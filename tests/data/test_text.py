@@ -1,6 +1,5 @@
 """Tests of the text corpora readers, tokenisation and vocabularies (seqapps.data.text)."""
 import json
-import os
 import shutil
 import stat
 
@@ -10,6 +9,7 @@ import tensorflow as tf
 
 from seqapps.data import text
 from seqapps.errors import DataError
+from tests.debian_data import installed_or_skip
 from tests.export_harness import call_in_tensorflow_only_process, decoded
 
 IMP_SAMPLE = """$$$[ Module Heading ]
@@ -130,25 +130,14 @@ def test_split_lines_interleaves_and_rejects_too_little_text():
         text.split_lines(lines[:2], 0.02, 0.03, "mine.txt")
 
 
-def _debian_corpus(reader, packages: str):
-    """Reads an installed Debian corpus. CI (SEQAPPS_REQUIRE_DEBIAN_DATA=1) installs the packages
-    and must read them; elsewhere a machine without them skips, since they are optional there."""
-    try:
-        return reader()
-    except DataError:
-        if os.environ.get("SEQAPPS_REQUIRE_DEBIAN_DATA") == "1":
-            raise
-        pytest.skip(f"Debian packages not installed: {packages}")
-
-
 def test_installed_kjv_bible_reads_every_verse():
-    corpus = _debian_corpus(text.kjv_bible, text.KJV_PACKAGES)
+    corpus = installed_or_skip(text.kjv_bible, text.KJV_PACKAGES)
     assert len(corpus.lines) == 31_102  # verses of the KJV
     assert corpus.lines[0] == "In the beginning God created the heaven and the earth."
 
 
 def test_installed_wordnet_glosses_are_a_large_vocabulary_corpus():
-    corpus = _debian_corpus(text.wordnet_glosses, text.WORDNET_PACKAGES)
+    corpus = installed_or_skip(text.wordnet_glosses, text.WORDNET_PACKAGES)
     tokens = [token for line in corpus.lines for token in text.word_tokens(line)]
     assert len(tokens) >= 1_000_000 and len(set(tokens)) >= 50_000
 
