@@ -214,7 +214,7 @@ class SpeechRecognition(Pipeline):
         else:
             spec = speech.CorpusSpec(config.corpus, {"train": config.train_utterances, "val": config.val_utterances,
                                                       "test": config.test_utterances}, seed=config.seed)
-            root = speech.espeak_corpus(spec, CORPORA[config.corpus])
+            root = speech.spoken_corpus(spec, CORPORA[config.corpus])
             parts, words = speech.read_generated(root)
             source = {"source": f"espeak-ng ({root})", "licence": "generated (espeak-ng GPL-3+; text "
                       + ("public domain KJV" if config.corpus == "kjv" else "PSF pydoc topics") + ")"}

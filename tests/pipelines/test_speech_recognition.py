@@ -297,7 +297,7 @@ def test_word_timings_of_a_model_that_transcribes_fall_inside_espeaks_word_spans
     keras.utils.set_random_seed(0)
     sentences = ["in the beginning god created the heaven", "and the earth was without form", "let there be light",
                  "and there was light", "and god saw the light", "that it was good"]
-    root = speech.espeak_corpus(speech.CorpusSpec("timing", {"train": 4, "val": 1, "test": 1}, seed=3),
+    root = speech.spoken_corpus(speech.CorpusSpec("timing", {"train": 4, "val": 1, "test": 1}, seed=3),
                                 lambda: sentences)
     with open(root / "metadata.csv", newline="") as handle:
         rows = [row for row in csv.DictReader(handle) if row["split"] == "train"]
