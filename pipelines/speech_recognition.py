@@ -9,11 +9,15 @@ upper level every ``hrnn_periods`` frames), trained in its memory-lean mode; its
 input frames are stacked rather than convolved, since the lean gradients stop at
 the layer's inputs.
 
-Data: without ``--data``, a spoken-sentence corpus generated with espeak-ng
-(``seqapps.data.speech``; GPL-3+ synthesiser, sentences from the KJV Bible, public
-domain, or for ``tiny`` from Python's help topics, PSF) into ``$SEQAPPS_DATA``.
-Validation and test are spoken by voice variants and read sentences that training
-never hears. ``--data folder/ --set csv=metadata.csv`` reads a folder of audio
+Data: without ``--data``, a spoken-sentence corpus generated into ``$SEQAPPS_DATA``
+(``seqapps.data.speech``; sentences from the KJV Bible, public domain, or for ``tiny``
+from Python's help topics, PSF) by the synthesisers ``sources`` lists: the default
+trains on espeak-ng (pip ``espeakng-loader``, GPL-3+) and two Festival voices (apt
+``festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts``), ``tiny`` on
+espeak-ng alone. Validation and test read sentences that training never reads, and
+the test split holds one test set per entry of ``test_sets``: espeak-ng voice variants
+that training never hears, a Festival voice it never hears, and an engine it never
+uses (CMU Flite, apt ``flite``). ``--data folder/ --set csv=metadata.csv`` reads a folder of audio
 files with a ``path,transcript`` table (LJSpeech / Common Voice layout); ``val_fraction``
 and ``test_fraction`` of the rows (at least one each, drawn by ``seed``) go to validation and test.
 Transcripts are lower-cased; the character set is learned from the training
@@ -27,12 +31,13 @@ clips, and transcripts too long for their audio's frames are errors naming the r
 
 Metrics: CER and WER (``jiwer``) of greedy and beam decoding on the test split,
 beside two baselines: the empty transcript and the most frequent training sentence;
-on the generated corpus also per held-out voice (``per_voice``).
+on the generated corpus also per test set (``test_sets``, named by engine and voice, with
+whether the voice or the whole engine is held out) and per held-out voice (``per_voice``).
 
 Report: for a few test utterances, the log-mel under the CTC posteriors with the words
 and times of the ``words`` signature drawn over both (the log-mel and the posteriors
 come from the trained model, which the export holds: the export has no signature for
-them); CER and WER per held-out voice beside the baselines.
+them); CER and WER per test set and per held-out voice beside the baselines.
 
 Export (waveforms at 16 kHz, zero-padded):
 - ``serving_default``: ``waveform`` float32 [batch, samples], ``length`` int32 [batch]
@@ -73,6 +78,7 @@ from seqapps.errors import DataError
 from seqapps.export import ExportCalls, Limits, ServingModule, Signature
 from seqapps.finetuning import (VOCABULARY_CHOICES, VocabularyMap, grow_vocabulary, transfer_weights,
                                 vocabulary_report)
+from seqapps.layers import augment as augmentation
 from seqapps.layers import ctc
 from seqapps.metrics import character_error_rate, word_error_rate
 from seqapps.pipeline import INPUT_INDEX, SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits, row_inputs
@@ -91,7 +97,10 @@ class SpeechRecognitionConfig(TrainingConfig):
 
     Attributes:
         corpus: sentences of the generated corpus without ``--data``: "kjv" or "pydoc".
-        train_utterances, val_utterances, test_utterances: generated utterances per split.
+        sources: the synthesisers that speak the generated training and validation utterances, in turn:
+            ``engine`` or ``engine:voice`` (``seqapps.data.speech.Source``; engines espeak, festival, flite).
+        test_sets: one generated test set per entry, each a source that training never hears.
+        train_utterances, val_utterances, test_utterances: generated utterances per split (test: per test set).
         csv: the transcript table inside the ``--data`` folder.
         val_fraction, test_fraction: shares of the user's rows held out.
         vocabulary: at fine-tuning, "extend" (characters of the training transcripts that the export cannot
@@ -107,12 +116,19 @@ class SpeechRecognitionConfig(TrainingConfig):
         dropout: between recurrent layers (birnn).
         hrnn_periods, hrnn_mode: the HRNN's ticks and training mode.
         beam_width: beams of the CTC beam search.
+        augment: waveform augmentations of each training batch, in the graph and never in the export
+            (``seqapps.layers.augment.AUGMENTATIONS``: speed, pitch, noise, reverb, telephone).
+        augment_probability: the share of training examples each augmentation but speed touches.
     """
 
     corpus: str = "kjv"
+    sources: list[str] = dataclasses.field(
+        default_factory=lambda: ["espeak", "festival:kal_diphone", "festival:ked_diphone"])
+    test_sets: list[str] = dataclasses.field(default_factory=lambda: ["espeak", "festival:cmu_us_slt_arctic_hts",
+                                                                      "flite"])
     train_utterances: int = 12000
     val_utterances: int = 200
-    test_utterances: int = 400
+    test_utterances: int = 200
     csv: str = "metadata.csv"
     val_fraction: float = 0.05
     test_fraction: float = 0.1
@@ -131,6 +147,10 @@ class SpeechRecognitionConfig(TrainingConfig):
     hrnn_periods: int = 4
     hrnn_mode: str = "decoupled"
     beam_width: int = 8
+    # none by default: under the 2-core time budget the resampling ones (speed, pitch) cost two thirds of the
+    # steps, and all five together left the model worse on every test set (docs/results.md, issue 26)
+    augment: list[str] = dataclasses.field(default_factory=list)
+    augment_probability: float = 0.5
     batch_size: int = 16
     learning_rate: float = 1e-3
     epochs: int = 12
@@ -140,18 +160,28 @@ class SpeechRecognitionConfig(TrainingConfig):
     max_train_minutes: float | None = 25.0
 
     PRESETS = {
-        "tiny": {"corpus": "pydoc", "train_utterances": 24, "val_utterances": 4, "test_utterances": 4,
-                 "n_mels": 20, "conv_filters": 16, "units": [16], "epochs": 1, "batch_size": 8, "beam_width": 2,
+        "tiny": {"corpus": "pydoc", "sources": ["espeak"], "test_sets": ["espeak"], "train_utterances": 24,
+                 "val_utterances": 4, "test_utterances": 4, "n_mels": 20, "conv_filters": 16, "units": [16],
+                 "epochs": 1, "batch_size": 8, "beam_width": 2,
                  "max_train_minutes": None},
         "default": {},
-        "full": {"train_utterances": 40000, "val_utterances": 1000, "test_utterances": 2000,
+        "full": {"train_utterances": 40000, "val_utterances": 1000, "test_utterances": 700,
                  "conv_filters": 256, "units": [320, 320, 320], "epochs": 40, "early_stopping_patience": 5,
+                 "augment": list(augmentation.AUGMENTATIONS),
                  "max_train_minutes": None},
     }
 
     def validate(self) -> None:
         super().validate()
         require(self.corpus in CORPORA, "corpus", self.corpus, f"one of {', '.join(CORPORA)}")
+        expected = f"a list of engine or engine:voice (engines {', '.join(speech.ENGINE_TITLES)})"
+        sources = _sources(self.sources)
+        require(bool(sources), "sources", self.sources, expected)
+        tests = _sources(self.test_sets)
+        require(bool(tests), "test_sets", self.test_sets, expected)
+        heard = next((str(test) for test in tests if _heard_in_training(test, sources)), None)
+        require(heard is None, "test_sets", self.test_sets, f"sources that training never hears ({heard} is one of "
+                f"sources={','.join(self.sources)})")
         for name in ("train_utterances", "val_utterances", "test_utterances", "n_mels", "n_fft", "hop_length",
                      "stride", "hrnn_periods", "beam_width"):
             require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
@@ -167,6 +197,10 @@ class SpeechRecognitionConfig(TrainingConfig):
         require(self.encoder != "hrnn" or len(self.units) >= 2, "units", self.units,
                 "at least two integers (one per HRNN level) with encoder=hrnn")
         require(0 <= self.dropout < 1, "dropout", self.dropout, "a number in [0, 1)")
+        require(set(self.augment) <= set(augmentation.AUGMENTATIONS), "augment", self.augment,
+                f"a list of {', '.join(augmentation.AUGMENTATIONS)} (or empty)")
+        require(0 < self.augment_probability <= 1, "augment_probability", self.augment_probability,
+                "a number in (0, 1]")
 
 
 def _output_frames(config: SpeechRecognitionConfig, samples: int) -> int:
@@ -213,11 +247,16 @@ class SpeechRecognition(Pipeline):
             source = {"source": str(Path(data_path) / config.csv), "licence": "the user's"}
         else:
             spec = speech.CorpusSpec(config.corpus, {"train": config.train_utterances, "val": config.val_utterances,
-                                                      "test": config.test_utterances}, seed=config.seed)
-            root = speech.espeak_corpus(spec, CORPORA[config.corpus])
+                                                      "test": config.test_utterances}, seed=config.seed,
+                                     sources=list(config.sources), test_sets=list(config.test_sets))
+            root = speech.spoken_corpus(spec, CORPORA[config.corpus])
             parts, words = speech.read_generated(root)
-            source = {"source": f"espeak-ng ({root})", "licence": "generated (espeak-ng GPL-3+; text "
-                      + ("public domain KJV" if config.corpus == "kjv" else "PSF pydoc topics") + ")"}
+            engines = ", ".join(dict.fromkeys(speech.ENGINE_TITLES[s.engine]
+                                              for s in _sources([*config.sources, *config.test_sets])))
+            source = {"source": f"{engines} ({root})", "licence": f"generated ({engines}: GPL or BSD-like; text "
+                      + ("public domain KJV" if config.corpus == "kjv" else "PSF pydoc topics") + ")",
+                      "sources": list(config.sources),
+                      "test_sets": {str(s): _test_set_title(s, config.sources) for s in _sources(config.test_sets)}}
         if data_path:
             labels = split_rule.assign_splits(len(rows), config.val_fraction, config.test_fraction, source["source"],
                                               "utterances", "shuffle", config.seed)
@@ -256,7 +295,8 @@ class SpeechRecognition(Pipeline):
             split_data[split] = tf.data.Dataset.zip(inputs, targets).map(_to_float)
             arrays[split] = {"transcripts": [u.transcript for u in utterances],
                              "paths": [str(u.path) for u in utterances],
-                             "speakers": [u.speaker for u in utterances]}
+                             "speakers": [u.speaker for u in utterances],
+                             "sources": [u.source for u in utterances]}
         arrays["words"] = words
         sizes = {s: len(arrays[s]["transcripts"]) for s in SPLITS}
         report = {**source, "utterances": sizes, SPLIT_COUNTS: split_rule.split_counts("utterances", sizes),
@@ -271,7 +311,8 @@ class SpeechRecognition(Pipeline):
             num_classes=len(data.state["chars"]), sample_rate=data.state["sample_rate"], n_fft=config.n_fft,
             hop_length=config.hop_length, n_mels=config.n_mels, stride=config.stride,
             conv_filters=config.conv_filters, encoder=config.encoder, cell=config.cell, units=config.units,
-            dropout=config.dropout, hrnn_periods=config.hrnn_periods, hrnn_mode=config.hrnn_mode, name=self.name)
+            dropout=config.dropout, hrnn_periods=config.hrnn_periods, hrnn_mode=config.hrnn_mode,
+            augment=config.augment, augment_probability=config.augment_probability, seed=config.seed, name=self.name)
         model.build()
         return model
 
@@ -329,9 +370,10 @@ class SpeechRecognition(Pipeline):
 
         Returns:
             ``(metrics, baselines)``: ``greedy_cer``, ``greedy_wer``, ``beam_cer``, ``beam_wer`` (and, on the
-            generated corpus, the word start times' error and ``per_voice``: those four and ``utterances``
-            per held-out voice variant), and the CER and WER of the empty transcript and of the most
-            frequent training sentence.
+            generated corpus, the word start times' error over the engines that give word times,
+            ``test_sets``: those four and ``utterances`` per test set, named by ``_test_set_title``, and
+            ``per_voice``: the same per held-out voice), and the CER and WER of the empty transcript and
+            of the most frequent training sentence.
         """
         truth = data.arrays["test"]["transcripts"]
         found = self.transcribe(model, data.test, data.state["chars"], config.beam_width)
@@ -347,12 +389,16 @@ class SpeechRecognition(Pipeline):
         every = range(len(truth))
         metrics: dict[str, Any] = decoded(every)
         speakers = data.arrays["test"]["speakers"]
-        if all(speakers):  # the generated corpus: whole voice variants are held out
-            by_voice: dict[str, list[int]] = {}
-            for row, voice in enumerate(speakers):
-                by_voice.setdefault(voice, []).append(row)
-            metrics["per_voice"] = {voice: {**decoded(rows), "utterances": len(rows)}
-                                    for voice, rows in sorted(by_voice.items())}
+        if all(speakers):  # the generated corpus: whole voices and engines are held out
+            titles = {str(s): _test_set_title(s, config.sources) for s in _sources(config.test_sets)}
+            for key, labels, name in (("test_sets", data.arrays["test"]["sources"], titles.get),
+                                      ("per_voice", speakers, str)):
+                groups: dict[str, list[int]] = {}
+                for row, label in enumerate(labels):
+                    groups.setdefault(label, []).append(row)
+                order = list(titles) if key == "test_sets" else sorted(groups)
+                metrics[key] = {name(label): {**decoded(groups[label]), "utterances": len(groups[label])}
+                                for label in order if label in groups}
         if data.arrays["words"]:
             metrics.update(_word_timing_error(data, found))
         common = collections.Counter(data.arrays["train"]["transcripts"]).most_common(1)[0][0]
@@ -459,14 +505,16 @@ class SpeechRecognition(Pipeline):
         return arrays
 
     def report_sections(self, result: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[Section]:
-        """Word timings over the log-mel and posteriors (``word-timings``); CER and WER per voice (``per-voice``)."""
+        """Word timings over the log-mel and posteriors (``word-timings``); CER and WER per test set
+        (``per-test-set``) and per voice (``per-voice``)."""
         timings: list[Block] = [Text("The log-mel (top) and the CTC posteriors of each class (bottom) of a few test "
                                      "utterances, with the words and times of the export's words signature over both "
                                      "(the log-mel and the posteriors are the trained model's).")]
         count = sum(1 for name in arrays if name.startswith("posteriors/"))
         timings += [_timing_figure(arrays, i) for i in range(count)] or [
             Text("(no report data: the figures are drawn from what the run saved)")]
-        return [Section("Word timings", timings, anchor="word-timings"), _per_voice_section(result)]
+        return [Section("Word timings", timings, anchor="word-timings"),
+                *(_grouped_section(result, *group) for group in GROUPS)]
 
     def limits(self, config: SpeechRecognitionConfig, data: Splits) -> Limits:
         samples = int(config.max_seconds * data.state["sample_rate"])
@@ -551,48 +599,101 @@ def _timing_figure(arrays: dict[str, np.ndarray], index: int) -> Figure:
                            f"({seconds:.2f} s)")
 
 
-def _per_voice_section(result: dict[str, Any]) -> Section:
-    """CER and WER per held-out voice (the run's ``per_voice`` metrics) beside the baselines, as a table and bars."""
-    per_voice = result.get("metrics", {}).get("per_voice")
-    if not per_voice:
-        return Section("CER and WER per held-out voice", [Text(
+#: The report's tables of error rates by group: (metrics key, row label, heading, anchor, what a row holds).
+GROUPS = (("test_sets", "{}", "CER and WER per test set", "per-test-set",
+           "each test set, named by its engine and voice: held-out voices of a trained engine, or an engine "
+           "training never used"),
+          ("per_voice", "voice {}", "CER and WER per held-out voice", "per-voice",
+           "the test split per voice (never heard in training)"))
+
+
+def _grouped_section(result: dict[str, Any], key: str, label: str, heading: str, anchor: str,
+                     caption: str) -> Section:
+    """CER and WER per group of test utterances (the run's ``test_sets`` or ``per_voice`` metrics) beside the
+    baselines, as a table and bars.
+
+    Args:
+        result: the run result.
+        key: the metrics' key.
+        label: the row label of a group (``str.format`` of its name).
+        heading, anchor: the section's.
+        caption: what a row of the table holds.
+    """
+    groups = result.get("metrics", {}).get(key)
+    if not groups:
+        return Section(heading, [Text(
             "(no voice per utterance: the run's data names no speakers, as the generated corpus does)")],
-            anchor="per-voice")
+            anchor=anchor)
     headlines = SpeechRecognition.headline_metrics
-    utterances = {f"voice {voice}": values["utterances"] for voice, values in per_voice.items()}
+    utterances = {label.format(name): values["utterances"] for name, values in groups.items()}
     utterances[ALL_VOICES] = sum(utterances.values())
-    shown = {**{f"voice {voice}": [h.value(values) for h in headlines] for voice, values in per_voice.items()},
+    shown = {**{label.format(name): [h.value(values) for h in headlines] for name, values in groups.items()},
              ALL_VOICES: [h.value(result["metrics"]) for h in headlines],
              **{f"baseline: {name.replace('_', ' ')}": [h.value(values, baseline=True) for h in headlines]
                 for name, values in result.get("baseline", {}).items()}}
     table = Table(["", "utterances", *(h.title() for h in headlines)],
                   [[name, utterances.get(name), *cells] for name, cells in shown.items()],
-                  caption="the test split per voice variant (never heard in training), and all of it beside the "
-                          "baselines (a baseline has one transcript per utterance: greedy and beam alike)")
-    chart = plots.bar_chart("per_voice_error_rates", "error rates per held-out voice",
+                  caption=f"{caption}, and all of it beside the baselines (a baseline has one transcript per "
+                          "utterance: greedy and beam alike)")
+    chart = plots.bar_chart(f"{key}_error_rates",
+                            heading.replace("CER and WER", "error rates"),
                             {h.title(): {textwrap.fill(name, 18): cells[k] for name, cells in shown.items()
                                          if cells[k] is not None} for k, h in enumerate(headlines)}, "%",
-                            caption="CER and WER of greedy and beam decoding per test voice, over all test voices, "
-                                    "and of the baselines")
-    return Section("CER and WER per held-out voice", [table, chart], anchor="per-voice")
+                            caption=f"CER and WER of greedy and beam decoding: {caption}; over all test "
+                                    "utterances, and of the baselines")
+    return Section(heading, [table, chart], anchor=anchor)
 
 
 def _word_timing_error(data: Splits, found: dict[str, list]) -> dict[str, float]:
-    """Mean absolute error of the greedy words' start times against espeak-ng's word events.
+    """Mean absolute error of the greedy words' start times against the synthesiser's word times.
 
-    Only test utterances whose greedy transcript is right are scored, and in them only
+    Only test utterances whose greedy transcript is right and whose engine gives word times
+    (espeak-ng's word events, Festival's Word relation; not Flite) are scored, and in them only
     the words that start an espeak-ng event group (words sharing their neighbour's event
     have no known start).
     """
     errors = []
     for path, truth, hypothesis, starts in zip(data.arrays["test"]["paths"], data.arrays["test"]["transcripts"],
                                                found["greedy"], found["starts"]):
-        if hypothesis != truth:
+        spans = data.arrays["words"].get("/".join(Path(path).parts[-2:]))
+        if hypothesis != truth or spans is None:  # Flite gives no word times
             continue
-        known = [start for group, start, _ in data.arrays["words"]["/".join(Path(path).parts[-2:])]
-                 for start in [start] + [None] * group.count(" ")]
+        known = [start for group, start, _ in spans for start in [start] + [None] * group.count(" ")]
         errors += [abs(found_start - start) for found_start, start in zip(starts, known) if start is not None]
     return {"word_start_mae_s": float(np.mean(errors)) if errors else None, "timed_words": len(errors)}
+
+
+def _sources(texts: Sequence[str]) -> list[speech.Source]:
+    """The sources of a config's list, or [] when one of them is not ``engine`` or ``engine:voice``."""
+    try:
+        return [speech.Source.parse(text) for text in texts]
+    except DataError:
+        return []
+
+
+def _heard_in_training(test: speech.Source, sources: Sequence[speech.Source]) -> bool:
+    """Whether training hears a test source: its engine with an overlapping voice (espeak-ng's default
+    variants are held out by construction, ``speech.VARIANTS``)."""
+    if test.engine == "espeak" and test.voice is None:
+        return False
+    for source in sources:
+        if source.engine != test.engine:
+            continue
+        if test.engine == "espeak":
+            variant = test.voice.partition("+")[2]
+            if source.voice is None and variant in speech.VARIANTS["train"] or source.voice == test.voice:
+                return True
+        elif source.voice is None or test.voice is None or source.voice == test.voice:
+            return True
+    return False
+
+
+def _test_set_title(test: speech.Source, sources: Sequence[str]) -> str:
+    """A test set as the summary and report name it: the engine, the voice and what training never heard."""
+    engines = {source.engine for source in _sources(sources)}
+    held_out = "held-out engine" if test.engine not in engines else (
+        "held-out voice" if test.voice else "held-out voices")
+    return f"{test.title()} ({held_out})"
 
 
 def _to_float(inputs: dict[str, tf.Tensor], labels: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:

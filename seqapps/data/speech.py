@@ -1,16 +1,27 @@
-"""Spoken sentences: an espeak-ng corpus generator and the reader of a user's transcribed audio.
+"""Spoken sentences: a corpus generator over several synthesisers and the reader of a user's transcribed audio.
 
-The generated corpus (the default data of ``speech_recognition``) is made by the
-espeak-ng synthesiser that the pip wheel ``espeakng-loader`` bundles (GPL-3+),
-driven through ctypes. Each utterance is one sentence from an offline English text
-(``seqapps.data.text``), spoken by an English accent with a voice variant, a rate
-and a pitch drawn from a seeded generator, then padded with silence, given a light
-synthetic reverberation and noise, and resampled to 16 kHz. Whole voice variants
-are held out: the validation and test splits are spoken by variants that training
-never hears, and by sentences that training never reads. The corpus is written
-once into the data cache (``$SEQAPPS_DATA``, default ``~/.cache/seqapps``) as the
-layout a user's data has (``wavs/*.wav`` and ``metadata.csv``), plus ``words.json``
-with each word's start and end from espeak-ng's word events.
+The generated corpus (the default data of ``speech_recognition``) is spoken by the
+sources a config lists (``Source``: an engine and optionally one voice):
+
+- ``espeak``: the espeak-ng synthesiser that the pip wheel ``espeakng-loader``
+  bundles (GPL-3+), driven through ctypes; an English accent with a voice variant,
+  a rate and a pitch drawn per utterance, word times from its word events;
+- ``festival``: the Festival synthesiser (apt ``FESTIVAL_PACKAGES``), voices
+  ``kal_diphone``, ``ked_diphone`` and ``cmu_us_slt_arctic_hts``, a rate drawn per
+  utterance, word times from the utterance's Word relation;
+- ``flite``: CMU Flite (apt ``flite``), a separate engine, voices ``FLITE_VOICES``,
+  a rate drawn per utterance, no word times.
+
+Each utterance is one sentence from an offline English text (``seqapps.data.text``),
+then padded with silence, given a light synthetic reverberation and noise, and
+resampled to 16 kHz. Whole voices are held out: validation and test are spoken by
+espeak-ng variants that training never hears, and by sentences that training never
+reads; the test split holds one test set per listed test source (a Festival voice or
+a whole engine that training never uses). The corpus is written once into the data
+cache (``$SEQAPPS_DATA``, default ``~/.cache/seqapps``) as the layout a user's data
+has (``wavs/*.wav`` and ``metadata.csv``, whose ``source``, ``engine`` and ``voice``
+columns label each row), plus ``words.json`` with each word's start and end for the
+engines that give them.
 
 User data: a folder of audio files and a CSV with a header holding the columns
 ``path`` (relative to the folder) and ``transcript`` (Common Voice's ``sentence``
@@ -33,12 +44,14 @@ import hashlib
 import io
 import json
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import unicodedata
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -46,7 +59,7 @@ from seqapps.data.files import build_folder_atomically, data_home
 from seqapps.errors import DataError
 
 SAMPLE_RATE = 16000
-GENERATOR_VERSION = 1  # bump when the generator's output changes, so cached corpora are rebuilt
+GENERATOR_VERSION = 2  # bump when the generator's output changes, so cached corpora are rebuilt
 ACCENTS = ("en-us", "en", "en-gb-scotland", "en-gb-x-rp", "en-029", "en-us-nyc", "en-gb-x-gbclan",
            "en-gb-x-gbcwmd")
 #: Voice variants (speakers) per split: validation and test variants are never heard in training.
@@ -56,6 +69,14 @@ VARIANTS = {
     "val": ("m7", "f5", "travis"),
     "test": ("m3", "f2", "quincy", "benjamin"),
 }
+#: The synthesisers a source names, as the summary and the report name them.
+ENGINE_TITLES = {"espeak": "espeak-ng", "festival": "Festival", "flite": "CMU Flite"}
+#: The voices of an engine source that names none (espeak-ng's are ``VARIANTS`` of the split).
+ENGINE_VOICES = {"festival": ("kal_diphone", "ked_diphone", "cmu_us_slt_arctic_hts"),
+                 "flite": ("kal", "kal16", "awb", "rms", "slt")}
+FLITE_VOICES = ENGINE_VOICES["flite"]
+FESTIVAL_PACKAGES = "festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts"
+FLITE_PACKAGES = "flite"
 OOV_POLICIES = ("error", "drop")
 SPOKEN_CHARS = " 'abcdefghijklmnopqrstuvwxyz"  # every character a generated transcript may hold
 TRANSCRIPT_COLUMNS = ("transcript", "sentence", "text")
@@ -219,7 +240,189 @@ def word_spans(text: str, onsets: Sequence[tuple[int, int]], speech_start: int,
     return [(words, start, end) for (words, start), end in zip(groups, ends)]
 
 
+# --- Festival and Flite, through their command-line programs ------------------------------------------
+
+def _missing_package(engine: str, packages: str, what: str) -> DataError:
+    return DataError(f"{ENGINE_TITLES[engine]} {what} needs the Debian package(s) {packages}: run "
+                     f"`apt-get install -y {packages}`, or pass --data your_audio/")
+
+
+def _festival_word_spans(words: list[tuple[str, float, float]], text: str) -> list[tuple[str, float, float]] | None:
+    """Festival's Word items as spans of the sentence's words, or None when they do not spell it.
+
+    Festival cuts a clitic off its word ("cat's": "cat", "'s" without times); the clitic
+    joins the word before it.
+    """
+    spans: list[list] = []
+    for name, start, end in words:
+        if name.startswith("'") and spans:
+            spans[-1][0] += name
+        else:
+            spans.append([name, start, end])
+    if [name for name, _, _ in spans] != text.split():
+        return None
+    return [(name, start, end) for name, start, end in spans]
+
+
+def _scheme_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def festival_voices() -> tuple[str, ...]:
+    """The Festival voices installed here.
+
+    Raises:
+        DataError: Festival is not installed (naming the ``apt-get install`` command).
+    """
+    if shutil.which("festival") is None:
+        raise _missing_package("festival", FESTIVAL_PACKAGES, "speech")
+    done = subprocess.run(["festival", "--pipe"], input="(print (voice.list))\n", capture_output=True, text=True,
+                          check=False)
+    return tuple(done.stdout.strip().strip("()").split())
+
+
+def flite_voices() -> tuple[str, ...]:
+    """The voices the ``flite`` program has built in.
+
+    Raises:
+        DataError: Flite is not installed (naming the ``apt-get install`` command).
+    """
+    if shutil.which("flite") is None:
+        raise _missing_package("flite", FLITE_PACKAGES, "speech")
+    done = subprocess.run(["flite", "-lv"], capture_output=True, text=True, check=False)
+    return tuple(done.stdout.partition(":")[2].split())
+
+
+def festival_synthesize(texts: Sequence[str], voice: str, stretches: Sequence[float], folder: Path
+                        ) -> list[tuple[Path, list[tuple[str, float, float]] | None]]:
+    """Speaks sentences with one Festival voice in one Festival process.
+
+    Args:
+        texts: the sentences (letters, apostrophes and spaces).
+        voice: a Festival voice (``festival_voices``).
+        stretches: each sentence's ``Duration_Stretch`` (above 1 is slower).
+        folder: where the WAV files go (``festival_<i>.wav``).
+
+    Returns:
+        Per sentence, its WAV file and its words' ``(word, start, end)`` seconds (None when
+        Festival's words do not spell the sentence).
+
+    Raises:
+        DataError: Festival or the voice is not installed, or Festival fails.
+    """
+    if voice not in festival_voices():
+        raise _missing_package("festival", FESTIVAL_PACKAGES, f"voice {voice!r}")
+    lines = [f"(voice_{voice})",
+             "(define (say index text stretch file)"
+             " (Parameter.set 'Duration_Stretch stretch)"
+             " (let ((utt (utt.synth (eval (list 'Utterance 'Text text)))))"
+             " (utt.save.wave utt file 'riff)"
+             " (mapcar (lambda (w) (format t \"word %d %s %f %f\\n\" index (item.name w)"
+             " (item.feat w \"word_start\") (item.feat w \"word_end\"))) (utt.relation.items utt 'Word))))"]
+    files = [folder / f"festival_{i}.wav" for i in range(len(texts))]
+    lines += [f"(say {i} {_scheme_string(text)} {stretch:.4f} {_scheme_string(str(path))})"
+              for i, (text, stretch, path) in enumerate(zip(texts, stretches, files))]
+    script = folder / "festival.scm"
+    script.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    done = subprocess.run(["festival", "-b", str(script)], capture_output=True, text=True, check=False)
+    words: list[list[tuple[str, float, float]]] = [[] for _ in texts]
+    for line in done.stdout.splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "word":
+            index, name, start, end = rest.split()
+            words[int(index)].append((name, float(start), float(end)))
+    failed = next((path for path in files if not path.is_file()), None)
+    if "SIOD ERROR" in done.stdout + done.stderr or failed is not None:
+        message = next((line for line in (done.stdout + done.stderr).splitlines() if "ERROR" in line), "no message")
+        raise DataError(f"Festival (voice {voice}) failed: {message.strip()}")
+    return [(path, _festival_word_spans(found, text)) for path, found, text in zip(files, words, texts)]
+
+
+def flite_synthesize(text: str, voice: str, stretch: float, path: Path) -> Path:
+    """Speaks a sentence with a Flite voice into a WAV file.
+
+    Args:
+        text: the sentence.
+        voice: a built-in Flite voice (``flite_voices``).
+        stretch: the ``duration_stretch`` (above 1 is slower).
+        path: the WAV file to write.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        DataError: Flite or the voice is missing, or Flite writes no audio.
+    """
+    if voice not in flite_voices():
+        raise _missing_package("flite", FLITE_PACKAGES, f"voice {voice!r}")
+    done = subprocess.run(["flite", "-voice", voice, "--setf", f"duration_stretch={stretch:.4f}", "-t", text,
+                           "-o", str(path)], capture_output=True, text=True, check=False)
+    if done.returncode != 0 or not path.is_file():
+        raise DataError(f"Flite (voice {voice}) failed: {(done.stderr.strip().splitlines() or ['no message'])[-1]}")
+    return path
+
+
 # --- the generated corpus -------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A synthesiser, and optionally one of its voices: ``engine`` or ``engine:voice`` in a config.
+
+    Attributes:
+        engine: a key of ``ENGINE_TITLES``.
+        voice: one voice (an espeak-ng ``accent+variant``, a Festival or Flite voice), or None for
+            every voice of the engine (espeak-ng: the split's ``VARIANTS`` under random accents).
+    """
+
+    engine: str
+    voice: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "Source":
+        """Reads ``engine`` or ``engine:voice``.
+
+        Raises:
+            DataError: an unknown engine, or a voice the engine does not have.
+        """
+        engine, _, voice = str(text).strip().partition(":")
+        if engine not in ENGINE_TITLES:
+            raise DataError(f"speech source {text!r}: unknown engine {engine!r}, expected one of "
+                            f"{', '.join(ENGINE_TITLES)} (engine or engine:voice)")
+        if voice and engine in ENGINE_VOICES and voice not in ENGINE_VOICES[engine]:
+            raise DataError(f"speech source {text!r}: {ENGINE_TITLES[engine]} has no voice {voice!r}, expected one "
+                            f"of {', '.join(ENGINE_VOICES[engine])}")
+        return cls(engine, voice or None)
+
+    def __str__(self) -> str:
+        return f"{self.engine}:{self.voice}" if self.voice else self.engine
+
+    def title(self) -> str:
+        """The engine's name and the voice, for people: ``Festival cmu_us_slt_arctic_hts``."""
+        return f"{ENGINE_TITLES[self.engine]} {self.voice}" if self.voice else ENGINE_TITLES[self.engine]
+
+    def draw_voice(self, split: str, rng: np.random.Generator) -> str:
+        """The voice of one utterance of ``split``."""
+        if self.voice:
+            return self.voice
+        if self.engine == "espeak":
+            return f"{rng.choice(ACCENTS)}+{rng.choice(VARIANTS[split])}"
+        return str(rng.choice(ENGINE_VOICES[self.engine]))
+
+    def require(self) -> None:
+        """Checks that the engine (and the voice) is installed.
+
+        Raises:
+            DataError: naming the ``apt-get install`` (or pip) command that installs it.
+        """
+        if self.engine == "espeak":
+            Espeak.get()
+            return
+        installed = festival_voices() if self.engine == "festival" else flite_voices()
+        packages = FESTIVAL_PACKAGES if self.engine == "festival" else FLITE_PACKAGES
+        for voice in (self.voice,) if self.voice else ENGINE_VOICES[self.engine]:
+            if voice not in installed:
+                raise _missing_package(self.engine, packages, f"voice {voice!r}")
+
 
 @dataclasses.dataclass
 class CorpusSpec:
@@ -227,9 +430,11 @@ class CorpusSpec:
 
     Attributes:
         source: the sentence text ("pydoc" or "kjv").
-        sizes: utterances per split, ``{"train", "val", "test"}``.
+        sizes: utterances per split, ``{"train", "val", "test"}``; ``test`` is per test set.
         seed: the seed of every random choice.
         min_words, max_words, vocabulary_size: the sentence filter (``spoken_sentences``).
+        sources: the ``Source`` texts that speak training and validation, in turn.
+        test_sets: one ``Source`` text per test set.
     """
 
     source: str
@@ -238,6 +443,8 @@ class CorpusSpec:
     min_words: int = 3
     max_words: int = 10
     vocabulary_size: int | None = 2000
+    sources: list[str] = dataclasses.field(default_factory=lambda: ["espeak"])
+    test_sets: list[str] = dataclasses.field(default_factory=lambda: ["espeak"])
 
     def key(self) -> str:
         """A short hash of the spec and the generator version."""
@@ -245,17 +452,16 @@ class CorpusSpec:
         return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
-def _augment(audio: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, int, dict[str, float]]:
-    """Pads with silence, adds reverberation and noise, and resamples int16 22,050 Hz audio to 16 kHz.
+def _augment(audio: np.ndarray, rate_in: int, rng: np.random.Generator) -> tuple[np.ndarray, float, dict[str, float]]:
+    """Pads with silence, adds reverberation and noise, and resamples float audio to 16 kHz.
 
     Returns:
-        ``(float32 audio at 16 kHz, leading pad in input samples, the drawn settings)``.
+        ``(float32 audio at 16 kHz, leading pad in seconds, the drawn settings)``.
     """
     from scipy import signal
 
-    rate_in = Espeak.get().sample_rate
     lead, trail = (int(rng.uniform(0.05, 0.35) * rate_in) for _ in range(2))
-    dry = np.concatenate([np.zeros(lead), audio.astype(np.float64) / 32768.0, np.zeros(trail)])
+    dry = np.concatenate([np.zeros(lead), audio.astype(np.float64), np.zeros(trail)])
     rt60, wet = rng.uniform(0.1, 0.4), rng.uniform(0.05, 0.25)
     t = np.arange(int(rt60 * rate_in)) / rate_in
     impulse = rng.standard_normal(t.size) * np.exp(-6.9 * t / rt60)
@@ -267,70 +473,141 @@ def _augment(audio: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, i
     noisy = resampled + rng.standard_normal(resampled.size) * np.sqrt(power / 10 ** (snr_db / 10))
     noisy *= rng.uniform(0.3, 0.9) / max(np.max(np.abs(noisy)), 1e-9)
     settings = {"rt60": round(rt60, 3), "wet": round(wet, 3), "snr_db": round(snr_db, 1)}
-    return noisy.astype(np.float32), lead, settings
+    return noisy.astype(np.float32), lead / rate_in, settings
 
 
-def generate_corpus(root: Path, sentences: dict[str, list[str]], sizes: dict[str, int], seed: int) -> None:
+@dataclasses.dataclass
+class _Job:
+    """One utterance to speak: where it goes, what it says, who says it, and its generator."""
+
+    path: str
+    split: str
+    text: str
+    source: Source
+    voice: str
+    rate: int
+    pitch: int
+    pitch_range: int
+    rng: np.random.Generator
+
+
+Spoken = tuple[np.ndarray, int, "list[tuple[str, float, float]] | None"]  # audio in [-1, 1], its rate, word spans
+
+
+def _speak_espeak(jobs: list[_Job], scratch: Path) -> Iterator[tuple[_Job, Spoken]]:
+    espeak = Espeak.get()
+    for job in jobs:
+        audio, onsets = espeak.synthesize(job.text, job.voice, job.rate, job.pitch, job.pitch_range)
+        loud = np.flatnonzero(np.abs(audio) > 300)  # of 32,768: -41 dBFS, above espeak-ng's silences
+        speech = (int(loud[0]), int(loud[-1]) + 1) if loud.size else (0, audio.size)
+        spans = [(group, start / espeak.sample_rate, end / espeak.sample_rate)
+                 for group, start, end in word_spans(job.text, onsets, *speech)]
+        yield job, (audio / 32768.0, espeak.sample_rate, spans)
+
+
+def _read_wav(path: Path) -> tuple[np.ndarray, int]:
+    import soundfile
+
+    audio, rate = soundfile.read(path, dtype="float64", always_2d=True)
+    path.unlink()
+    return audio.mean(axis=1), rate
+
+
+def _speak_festival(jobs: list[_Job], scratch: Path) -> Iterator[tuple[_Job, Spoken]]:
+    for voice in sorted({job.voice for job in jobs}):
+        group = [job for job in jobs if job.voice == voice]
+        spoken = festival_synthesize([job.text for job in group], voice, [175 / job.rate for job in group], scratch)
+        for job, (path, spans) in zip(group, spoken):
+            yield job, (*_read_wav(path), spans)
+
+
+def _speak_flite(jobs: list[_Job], scratch: Path) -> Iterator[tuple[_Job, Spoken]]:
+    for job in jobs:
+        yield job, (*_read_wav(flite_synthesize(job.text, job.voice, 175 / job.rate, scratch / "flite.wav")), None)
+
+
+_SPEAKERS = {"espeak": _speak_espeak, "festival": _speak_festival, "flite": _speak_flite}
+
+
+def _jobs(sentences: dict[str, list[str]], sizes: dict[str, int], seed: int, sources: Sequence[Source],
+          test_sets: Sequence[Source]) -> list[_Job]:
+    """Every utterance's sentence, source (training sources in turn; ``sizes["test"]`` per test set) and voice."""
+    jobs = []
+    for number, split in enumerate(("train", "val", "test")):
+        order = np.random.default_rng([seed, number]).permutation(len(sentences[split]))
+        if split == "test":
+            chosen = [source for source in test_sets for _ in range(sizes[split])]
+        else:
+            chosen = [sources[i % len(sources)] for i in range(sizes[split])]
+        for i, source in enumerate(chosen):
+            rng = np.random.default_rng([seed, number, i])
+            voice = source.draw_voice(split, rng)
+            rate, pitch, pitch_range = int(rng.integers(130, 211)), int(rng.integers(25, 76)), int(rng.integers(30, 81))
+            jobs.append(_Job(f"wavs/{split}_{i:05d}.wav", split, sentences[split][order[i % len(order)]], source,
+                             voice, rate, pitch, pitch_range, rng))
+    return jobs
+
+
+def generate_corpus(root: Path, sentences: dict[str, list[str]], sizes: dict[str, int], seed: int,
+                    sources: Sequence[str] = ("espeak",), test_sets: Sequence[str] = ("espeak",)) -> None:
     """Writes a spoken corpus: ``wavs/``, ``metadata.csv`` and ``words.json`` under ``root``.
 
     espeak-ng carries hidden state from one synthesis to the next (the same call gives
     durations a few milliseconds apart), which no re-initialisation resets; its output
     is a fixed function of the calls made since the process started. So the audio is
-    reproducible when this runs in a fresh process, as ``espeak_corpus`` does.
+    reproducible when this runs in a fresh process, as ``spoken_corpus`` does.
 
     Args:
         root: an empty or new folder.
         sentences: the sentences of each split (cycled when a split asks for more).
-        sizes: utterances per split.
+        sizes: utterances per split (``test``: per test set).
         seed: the seed of the voices, rates, pitches, padding, reverberation and noise.
+        sources: the ``Source`` texts of training and validation, in turn.
+        test_sets: a ``Source`` text per test set.
     """
     import soundfile
 
-    espeak = Espeak.get()
+    jobs = _jobs(sentences, sizes, seed, [Source.parse(s) for s in sources], [Source.parse(s) for s in test_sets])
     (root / "wavs").mkdir(parents=True, exist_ok=True)
-    rows, words = [], {}
-    for number, split in enumerate(("train", "val", "test")):
-        order = np.random.default_rng([seed, number]).permutation(len(sentences[split]))
-        for i in range(sizes[split]):
-            rng = np.random.default_rng([seed, number, i])
-            text = sentences[split][order[i % len(order)]]
-            voice = f"{rng.choice(ACCENTS)}+{rng.choice(VARIANTS[split])}"
-            rate, pitch, pitch_range = int(rng.integers(130, 211)), int(rng.integers(25, 76)), int(rng.integers(30, 81))
-            audio, onsets = espeak.synthesize(text, voice, rate, pitch, pitch_range)
-            loud = np.flatnonzero(np.abs(audio) > 300)  # of 32,768: -41 dBFS, above espeak-ng's silences
-            speech = (int(loud[0]), int(loud[-1]) + 1) if loud.size else (0, audio.size)
-            waveform, lead, settings = _augment(audio, rng)
-            scale = SAMPLE_RATE / espeak.sample_rate
-            path = f"wavs/{split}_{i:05d}.wav"
-            soundfile.write(root / path, waveform, SAMPLE_RATE, subtype="PCM_16")
-            words[path] = [[group, round((lead + start) * scale / SAMPLE_RATE, 3),
-                            round((lead + end) * scale / SAMPLE_RATE, 3)]
-                           for group, start, end in word_spans(text, onsets, *speech)]
-            rows.append({"path": path, "transcript": text, "split": split, "voice": voice, "rate": rate,
-                         "pitch": pitch, **settings})
+    rows, words = {}, {}
+    with tempfile.TemporaryDirectory(dir=root) as scratch:
+        for engine, speak in _SPEAKERS.items():
+            for job, (audio, rate_in, spans) in speak([job for job in jobs if job.source.engine == engine],
+                                                      Path(scratch)):
+                waveform, lead, settings = _augment(audio, rate_in, job.rng)
+                soundfile.write(root / job.path, waveform, SAMPLE_RATE, subtype="PCM_16")
+                if spans is not None:
+                    words[job.path] = [[group, round(lead + start, 3), round(lead + end, 3)]
+                                       for group, start, end in spans]
+                rows[job.path] = {"path": job.path, "transcript": job.text, "split": job.split,
+                                  "source": str(job.source), "engine": job.source.engine, "voice": job.voice,
+                                  "rate": job.rate, "pitch": job.pitch if engine == "espeak" else "", **settings}
     with open(root / "metadata.csv", "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(handle, fieldnames=list(rows[jobs[0].path]))
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows(rows[job.path] for job in jobs)
     (root / "words.json").write_text(json.dumps(words), encoding="utf-8")
 
 
-def espeak_corpus(spec: CorpusSpec, lines: Callable[[], list[str]]) -> Path:
+def spoken_corpus(spec: CorpusSpec, lines: Callable[[], list[str]]) -> Path:
     """The cached corpus of ``spec``, generated on first use (atomically: a crash leaves nothing).
 
     Args:
-        spec: sizes, seed and sentence filter.
+        spec: sizes, seed, sentence filter, sources and test sets.
         lines: returns the text lines the sentences come from (called only when generating).
 
     Returns:
         The corpus folder, ``$SEQAPPS_DATA/speech/<source>-<hash>``.
 
     Raises:
-        DataError: the text yields too few sentences for a split.
+        DataError: the text yields too few sentences for a split, or a source's engine or voice
+            is not installed (naming the command that installs it).
     """
     final = data_home() / "speech" / f"{spec.source}-{spec.key()}"
     if (final / "metadata.csv").is_file():
         return final
+    for source in dict.fromkeys(Source.parse(s) for s in [*spec.sources, *spec.test_sets]):
+        source.require()
     sentences = spoken_sentences(lines(), spec.min_words, spec.max_words, spec.vocabulary_size)
     order = np.random.default_rng(spec.seed).permutation(len(sentences))
     total = sum(spec.sizes.values())
@@ -343,8 +620,9 @@ def espeak_corpus(spec: CorpusSpec, lines: Callable[[], list[str]]) -> Path:
         raise DataError(f"the {spec.source} text gives only {len(sentences)} speakable sentences of "
                         f"{spec.min_words}-{spec.max_words} words; widen the word range or the vocabulary")
     def build(folder: Path) -> None:
-        (folder / "sentences.json").write_text(json.dumps({"sentences": parts, "sizes": spec.sizes,
-                                                           "seed": spec.seed}), encoding="utf-8")
+        (folder / "sentences.json").write_text(json.dumps({"sentences": parts, "sizes": spec.sizes, "seed": spec.seed,
+                                                           "sources": spec.sources, "test_sets": spec.test_sets}),
+                                               encoding="utf-8")
         done = subprocess.run([sys.executable, "-m", "seqapps.data.speech", str(folder)], capture_output=True,
                               text=True, check=False)
         if done.returncode != 0:
@@ -352,7 +630,6 @@ def espeak_corpus(spec: CorpusSpec, lines: Callable[[], list[str]]) -> Path:
             raise DataError(f"generating the spoken corpus in {final} failed: {last}")
 
     return build_folder_atomically(final, build)
-
 
 # --- transcribed audio: the generated corpus and the user's ---------------------------------------
 
@@ -366,7 +643,11 @@ class Utterance:
         csv_path: the table naming it.
         line: the table's line that names it (1 is the first line).
         split: the split a generated corpus assigns (None for user data).
-        speaker: the voice variant that speaks it in a generated corpus (``VARIANTS``; None for user data).
+        speaker: the voice that speaks it in a generated corpus (an espeak-ng variant of ``VARIANTS``,
+            a Festival or Flite voice; None for user data).
+        source: the ``Source`` text of the training source or test set it belongs to in a generated
+            corpus (None for user data).
+        engine: the engine that spoke it in a generated corpus (None for user data).
     """
 
     path: Path
@@ -375,6 +656,8 @@ class Utterance:
     line: int
     split: str | None = None
     speaker: str | None = None
+    source: str | None = None
+    engine: str | None = None
 
     @property
     def where(self) -> str:
@@ -459,8 +742,9 @@ def read_generated(root: Path) -> tuple[dict[str, list[Utterance]], dict[str, li
     utterances: dict[str, list[Utterance]] = {"train": [], "val": [], "test": []}
     with open(root / "metadata.csv", newline="", encoding="utf-8") as handle:
         for number, row in enumerate(csv.DictReader(handle), start=2):
+            speaker = row["voice"].partition("+")[2] if row["engine"] == "espeak" else row["voice"]
             utterances[row["split"]].append(Utterance(root / row["path"], row["transcript"], root / "metadata.csv",
-                                                      number, row["split"], row["voice"].partition("+")[2]))
+                                                      number, row["split"], speaker, row["source"], row["engine"]))
     return utterances, json.loads((root / "words.json").read_text(encoding="utf-8"))
 
 
@@ -562,4 +846,4 @@ def split_at_silences(waveform: np.ndarray, max_samples: int, sample_rate: int =
 if __name__ == "__main__":  # the fresh process of ``espeak_corpus``: python -m seqapps.data.speech FOLDER
     _folder = Path(sys.argv[1])
     _job = json.loads((_folder / "sentences.json").read_text(encoding="utf-8"))
-    generate_corpus(_folder, _job["sentences"], _job["sizes"], _job["seed"])
+    generate_corpus(_folder, _job["sentences"], _job["sizes"], _job["seed"], _job["sources"], _job["test_sets"])

@@ -15,6 +15,8 @@ per-utterance normalisation, time subsampling (a strided convolution, or frame
 stacking), then a stack of bidirectional GRU/LSTM layers or a ``DecoupledHRNN``,
 then logits over the characters and the blank. ``fit`` minimises
 ``tf.nn.ctc_loss``; with the HRNN encoder it trains in the layer's memory-lean mode.
+``train_step`` alone augments the waveforms (``seqapps.layers.augment``), so neither
+evaluation nor an export sees the augmentation.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from seqapps.layers.augment import WaveformAugment
 from seqapps.layers.hierarchical_rnn import DecoupledHRNN
 from seqapps.layers.spectrogram import LogMelSpectrogram
 
@@ -182,6 +185,9 @@ class CTCSpeechModel(keras.Model):
         dropout: dropout between layers (birnn only).
         hrnn_periods: lower-level frames per upper tick (hrnn).
         hrnn_mode: the ``DecoupledHRNN`` mode (hrnn).
+        augment: ``WaveformAugment`` augmentations applied to each training batch (``train_step`` only).
+        augment_probability: the share of examples each augmentation but speed touches.
+        seed: seed of the augmentations' draws.
         **kwargs: ``keras.Model`` arguments (``name``).
 
     Call arguments:
@@ -202,7 +208,8 @@ class CTCSpeechModel(keras.Model):
     def __init__(self, num_classes: int, sample_rate: int = 16000, n_fft: int = 400, hop_length: int = 160,
                  n_mels: int = 80, stride: int = 2, conv_filters: int = 0, encoder: str = "birnn",
                  cell: str = "gru", units: list[int] | None = None, dropout: float = 0.0, hrnn_periods: int = 4,
-                 hrnn_mode: str = "decoupled", **kwargs: Any) -> None:
+                 hrnn_mode: str = "decoupled", augment: list[str] | None = None, augment_probability: float = 0.5,
+                 seed: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if encoder not in ENCODERS:
             raise ValueError(f"encoder must be one of {ENCODERS}, got encoder={encoder!r}")
@@ -215,6 +222,9 @@ class CTCSpeechModel(keras.Model):
         self.n_mels, self.stride, self.conv_filters, self.encoder = n_mels, stride, conv_filters, encoder
         self.cell, self.units, self.dropout = cell, units, dropout
         self.hrnn_periods, self.hrnn_mode = hrnn_periods, hrnn_mode
+        self.augment, self.augment_probability, self.seed = list(augment or []), augment_probability, seed
+        self.augmenter = (WaveformAugment(self.augment, sample_rate, augment_probability, seed=seed, name="augment")
+                          if self.augment else None)
         self.frontend = LogMelSpectrogram(sample_rate=sample_rate, n_fft=n_fft, hop_length=hop_length, n_mels=n_mels,
                                           name="log_mel")
         self.conv = (keras.layers.Conv1D(conv_filters, 2 * stride + 1, strides=stride, padding="same",
@@ -292,8 +302,18 @@ class CTCSpeechModel(keras.Model):
     def metrics(self) -> list[keras.metrics.Metric]:
         return [self.loss_tracker]
 
+    def augmented(self, inputs: dict[str, tf.Tensor], labels: tf.Tensor) -> dict[str, tf.Tensor]:
+        """The batch through ``augmenter`` (the inputs when there is none); speed never leaves an example
+        fewer frames than its labels need."""
+        if self.augmenter is None:
+            return inputs
+        labels = tf.cast(labels, tf.int32)
+        repeats = tf.cast((labels[:, 1:] == labels[:, :-1]) & (labels[:, 1:] > 0), tf.int32)
+        needed = tf.reduce_sum(tf.cast(labels > 0, tf.int32), axis=1) + tf.reduce_sum(repeats, axis=1)
+        return self.augmenter(inputs, min_length=(needed * self.stride + 1) * self.hop_length, training=True)
+
     def train_step(self, data: tuple) -> dict[str, tf.Tensor]:
-        inputs, labels = data[0], data[1]
+        inputs, labels = self.augmented(data[0], data[1]), data[1]
         if self.encoder == "hrnn":
             loss, grads = self._lean_hrnn_gradients(inputs, labels)
         else:
@@ -336,5 +356,6 @@ class CTCSpeechModel(keras.Model):
         return {"name": self.name, "num_classes": self.num_classes, "sample_rate": self.sample_rate,
                 "n_fft": self.n_fft, "hop_length": self.hop_length, "n_mels": self.n_mels, "stride": self.stride,
                 "conv_filters": self.conv_filters, "encoder": self.encoder, "cell": self.cell, "units": self.units,
-                "dropout": self.dropout, "hrnn_periods": self.hrnn_periods, "hrnn_mode": self.hrnn_mode}
+                "dropout": self.dropout, "hrnn_periods": self.hrnn_periods, "hrnn_mode": self.hrnn_mode,
+                "augment": self.augment, "augment_probability": self.augment_probability, "seed": self.seed}
 

@@ -1,6 +1,7 @@
 """Tests of the spoken-sentence generator and the transcribed-audio reader (seqapps.data.speech)."""
 import csv
 import json
+import os
 
 import numpy as np
 import pytest
@@ -48,9 +49,9 @@ def test_generated_corpus_is_deterministic_and_holds_out_voices(tmp_path, monkey
     sentences = [SENTENCE, "and the earth was without form", "let there be light", "and there was light",
                  "and god saw the light", "that it was good"]
     spec = speech.CorpusSpec("test", {"train": 4, "val": 2, "test": 2}, seed=3)
-    root = speech.espeak_corpus(spec, lambda: sentences)
+    root = speech.spoken_corpus(spec, lambda: sentences)
     monkeypatch.setenv("SEQAPPS_DATA", str(tmp_path / "b"))
-    again = speech.espeak_corpus(spec, lambda: sentences)
+    again = speech.spoken_corpus(spec, lambda: sentences)
     assert (root / "metadata.csv").read_bytes() == (again / "metadata.csv").read_bytes()
     assert (root / "wavs/test_00001.wav").read_bytes() == (again / "wavs/test_00001.wav").read_bytes()
     with open(root / "metadata.csv", newline="") as handle:
@@ -140,3 +141,82 @@ def test_long_clips_are_cut_at_the_quietest_moment():
     assert [p.size for p in pieces] == [6525, 3475]  # cut at the centre of the first silent 50 ms frame
     assert np.array_equal(np.concatenate(pieces), tone)
     assert len(speech.split_at_silences(tone, 10 * rate, rate)) == 1
+
+
+def _installed(reader):
+    """Runs a reader of a Debian synthesiser. CI (SEQAPPS_REQUIRE_DEBIAN_DATA=1) installs them and must
+    run it; elsewhere a machine without them skips."""
+    try:
+        return reader()
+    except DataError as error:
+        if os.environ.get("SEQAPPS_REQUIRE_DEBIAN_DATA") == "1":
+            raise
+        pytest.skip(f"Debian packages not installed: {error}")
+
+
+def test_festival_speaks_each_voice_with_word_times_that_spell_the_sentence(tmp_path):
+    text = "the cat's hat is red"
+    for voice in speech.ENGINE_VOICES["festival"]:
+        (path, spans), = _installed(lambda: speech.festival_synthesize([text], voice, [1.0], tmp_path))
+        audio, rate = soundfile.read(path)
+        assert rate >= 16000 and 0.8 < audio.size / rate < 4.0  # the HTS voice speaks at 32 kHz
+        assert [word for word, _, _ in spans] == text.split()  # the clitic 's joins its word
+        times = [t for _, start, end in spans for t in (start, end)]
+        assert times == sorted(times) and 0 < times[0] and times[-1] <= audio.size / rate
+
+
+def test_festival_words_that_do_not_spell_the_sentence_give_no_times():
+    words = [("the", 0.1, 0.2), ("cat", 0.2, 0.5), ("'s", 0.0, 0.0)]
+    assert speech._festival_word_spans(words, "the cat's") == [("the", 0.1, 0.2), ("cat's", 0.2, 0.5)]
+    assert speech._festival_word_spans(words, "the cats") is None
+
+
+def test_flite_is_a_second_engine_with_its_own_voices(tmp_path):
+    assert set(speech.FLITE_VOICES) <= set(_installed(speech.flite_voices))
+    path = speech.flite_synthesize("let there be light", "slt", 1.2, tmp_path / "a.wav")
+    audio, rate = soundfile.read(path)
+    slower = speech.flite_synthesize("let there be light", "slt", 1.5, tmp_path / "b.wav")
+    assert rate == 16000 and soundfile.info(slower).frames > audio.size > 0.5 * rate
+
+
+@pytest.mark.parametrize("source, packages", [("festival:kal_diphone", speech.FESTIVAL_PACKAGES),
+                                              ("flite", speech.FLITE_PACKAGES)])
+def test_a_missing_synthesiser_is_one_line_naming_the_apt_command(tmp_path, monkeypatch, source, packages):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no festival, no flite
+    with pytest.raises(DataError) as raised:
+        speech.Source.parse(source).require()
+    assert f"`apt-get install -y {packages}`" in str(raised.value) and "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("text, message", [("marytts", "unknown engine 'marytts'"),
+                                           ("festival:rab_diphone", "Festival has no voice 'rab_diphone'")])
+def test_bad_source_names_are_one_line(text, message):
+    with pytest.raises(DataError, match=message):
+        speech.Source.parse(text)
+    assert str(speech.Source.parse("festival:kal_diphone")) == "festival:kal_diphone"
+    assert speech.Source.parse("flite").title() == "CMU Flite"
+
+
+def test_a_corpus_of_several_engines_labels_every_row_and_keeps_times_where_the_engine_gives_them(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQAPPS_DATA", str(tmp_path))
+    sentences = [SENTENCE, "and the earth was without form", "let there be light", "and there was light",
+                 "and god saw the light", "that it was good"]
+    spec = speech.CorpusSpec("test", {"train": 6, "val": 2, "test": 2}, seed=3,
+                             sources=["espeak", "festival:kal_diphone", "festival:ked_diphone"],
+                             test_sets=["espeak", "festival:cmu_us_slt_arctic_hts", "flite"])
+    root = _installed(lambda: speech.spoken_corpus(spec, lambda: sentences))
+    utterances, words = speech.read_generated(root)
+    assert [u.source for u in utterances["train"]] == ["espeak", "festival:kal_diphone", "festival:ked_diphone"] * 2
+    assert [u.source for u in utterances["test"]] == ["espeak"] * 2 + ["festival:cmu_us_slt_arctic_hts"] * 2 + [
+        "flite"] * 2
+    assert {u.engine for u in utterances["test"]} == {"espeak", "festival", "flite"}
+    for split in ("train", "test"):
+        for utterance in utterances[split]:
+            audio, rate = soundfile.read(utterance.path)
+            assert rate == speech.SAMPLE_RATE and audio.size > 0.5 * rate
+            spans = words.get(f"wavs/{utterance.path.name}")
+            assert (spans is None) == (utterance.engine == "flite")  # Flite gives no word times
+            if spans:
+                assert " ".join(w for w, _, _ in spans) == utterance.transcript
+                assert all(0 <= start < end <= audio.size / rate + 1e-3 for _, start, end in spans)

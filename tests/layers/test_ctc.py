@@ -118,3 +118,24 @@ def test_hrnn_lean_ctc_gradients_equal_plain_autodiff():
     plain = tape.gradient(loss, model.trainable_variables)
     for a, b in zip(lean, plain):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)  # float32 summation order differs
+
+
+def test_augmentation_runs_in_train_step_only():
+    """The augmenter's generator advances in a training step, never in a call (which is what exports hold)."""
+    import keras
+
+    model = ctc.CTCSpeechModel(num_classes=5, n_mels=8, units=[4], augment=["speed", "noise", "telephone"], seed=0)
+    model.build()
+    model.compile(optimizer="adam")
+    rng = np.random.default_rng(0)
+    waveform = (0.1 * rng.standard_normal((2, 8000))).astype(np.float32)
+    inputs = {"waveform": waveform, "length": np.array([8000, 6000], np.int32)}
+    labels = np.array([[1, 2, 3], [4, 4, 0]], np.int32)
+    state = lambda: keras.ops.convert_to_numpy(model.augmenter.seed_generator.state).copy()  # noqa: E731
+    before = state()
+    first = model(inputs, training=False).numpy()
+    np.testing.assert_array_equal(state(), before)
+    np.testing.assert_array_equal(model(inputs, training=True).numpy(), first)  # no dropout: the call is plain
+    history = model.fit(tf.data.Dataset.from_tensors((inputs, labels)), epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0]) and not np.array_equal(state(), before)
+    assert ctc.CTCSpeechModel.from_config(model.get_config()).augment == ["speed", "noise", "telephone"]

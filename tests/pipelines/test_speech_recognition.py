@@ -46,6 +46,8 @@ def tiny_corpus(speech_run):
 def test_tiny_run_reports_cer_and_wer_beside_the_baselines(speech_run):
     _, metrics = speech_run
     assert metrics["data"]["utterances"] == {"train": 24, "val": 4, "test": 4}
+    test_set = metrics["metrics"]["test_sets"]["espeak-ng (held-out voices)"]  # tiny: espeak-ng alone
+    assert test_set["utterances"] == 4 and test_set["greedy_cer"] == metrics["metrics"]["greedy_cer"]
     for kind in ("greedy", "beam"):
         assert metrics["metrics"][f"{kind}_cer"] >= 0 and metrics["metrics"][f"{kind}_wer"] >= 0
     assert metrics["baseline"]["empty_transcript"] == {"cer": 1.0, "wer": 1.0}
@@ -169,7 +171,9 @@ def test_corrupt_audio_in_user_data_names_file_and_row(capsys, tmp_path, tiny_co
 
 
 @pytest.mark.parametrize("setting, message", [("encoder=transformer", "'encoder'"), ("oov=map", "'oov'"),
-                                              ("vocabulary=grow", "'vocabulary'"), ("units=8", "'units'")])
+                                              ("vocabulary=grow", "'vocabulary'"), ("units=8", "'units'"),
+                                              ("sources=espeak,marytts", "'sources'"),
+                                              ("test_sets=espeak:en-us+m1", "'test_sets'")])
 def test_bad_config_exits_2_with_one_line(capsys, tmp_path, setting, message):
     extra = ["--set", "encoder=hrnn"] if setting == "units=8" else []
     assert_rejected_in_one_line(capsys, tmp_path, "speech_recognition", ["--set", setting, *extra], message)
@@ -297,7 +301,7 @@ def test_word_timings_of_a_model_that_transcribes_fall_inside_espeaks_word_spans
     keras.utils.set_random_seed(0)
     sentences = ["in the beginning god created the heaven", "and the earth was without form", "let there be light",
                  "and there was light", "and god saw the light", "that it was good"]
-    root = speech.espeak_corpus(speech.CorpusSpec("timing", {"train": 4, "val": 1, "test": 1}, seed=3),
+    root = speech.spoken_corpus(speech.CorpusSpec("timing", {"train": 4, "val": 1, "test": 1}, seed=3),
                                 lambda: sentences)
     with open(root / "metadata.csv", newline="") as handle:
         rows = [row for row in csv.DictReader(handle) if row["split"] == "train"]
@@ -376,17 +380,41 @@ def test_per_voice_error_rates_weigh_up_to_the_test_splits(speech_report, tiny_c
 def test_report_sections_draw_each_utterance_and_the_voices_and_build_without_report_data(speech_report):
     folder, result, arrays = speech_report
     page = (folder / run_folder.REPORT_FILE).read_text()
-    assert 'id="word-timings"' in page and 'id="per-voice"' in page
+    assert 'id="word-timings"' in page and 'id="per-voice"' in page and 'id="per-test-set"' in page
+    assert "espeak-ng (held-out voices)" in page  # the test set is named by its engine
     sections = {section.id(): section for section in SpeechRecognition().report_sections(result, arrays)}
-    assert list(sections) == ["word-timings", "per-voice"]
+    assert list(sections) == ["word-timings", "per-test-set", "per-voice"]
     figures = figures_of(sections.values())
-    assert [f.name for f in figures] == ["word_timings_0", "word_timings_1", "word_timings_2", "per_voice_error_rates"]
+    assert [f.name for f in figures] == ["word_timings_0", "word_timings_1", "word_timings_2",
+                                         "test_sets_error_rates", "per_voice_error_rates"]
     assert_figures_decode(sections.values())
     (table,) = [block for block in sections["per-voice"].blocks if isinstance(block, Table)]
     voices = [f"voice {voice}" for voice in result["metrics"]["per_voice"]]
     assert [row[0] for row in table.rows] == [*voices, "all test voices", "baseline: empty transcript",
                                               "baseline: most frequent sentence"]
     assert table.rows[-2][2:] == [100.0] * 4  # the empty transcript: every character and word deleted
+    (table,) = [block for block in sections["per-test-set"].blocks if isinstance(block, Table)]
+    assert [row[0] for row in table.rows][0] == "espeak-ng (held-out voices)"
     bare = SpeechRecognition().report_sections(result, {})
-    assert [s.id() for s in bare] == ["word-timings", "per-voice"]
-    assert [f.name for f in figures_of(bare)] == ["per_voice_error_rates"]
+    assert [s.id() for s in bare] == ["word-timings", "per-test-set", "per-voice"]
+    assert [f.name for f in figures_of(bare)] == ["test_sets_error_rates", "per_voice_error_rates"]
+
+
+def test_the_default_sources_never_speak_a_held_out_voice_or_engine_in_training(tmp_path, monkeypatch):
+    """Every training and validation item of the default preset's corpus (at a tiny size) is labelled by a
+    training source, and none is the held-out Festival voice, an espeak-ng test variant or Flite."""
+    from tests.data.test_speech import _installed
+
+    monkeypatch.setenv("SEQAPPS_DATA", str(tmp_path))
+    config = resolve_config(SpeechRecognition.Config, "default", overrides=[
+        "corpus=pydoc", "train_utterances=9", "val_utterances=3", "test_utterances=2"])
+    assert config.test_sets == ["espeak", "festival:cmu_us_slt_arctic_hts", "flite"]
+    data = _installed(lambda: SpeechRecognition().load_data(config, None))
+    for split in ("train", "val"):
+        labels = list(zip(data.arrays[split]["sources"], data.arrays[split]["speakers"]))
+        assert {source for source, _ in labels} == {"espeak", "festival:kal_diphone", "festival:ked_diphone"}
+        assert all(not source.startswith("flite") and speaker != "cmu_us_slt_arctic_hts" for source, speaker in labels)
+        assert not {speaker for source, speaker in labels if source == "espeak"} & set(speech.VARIANTS["test"])
+    assert data.arrays["test"]["sources"] == ["espeak"] * 2 + ["festival:cmu_us_slt_arctic_hts"] * 2 + ["flite"] * 2
+    assert set(data.report["test_sets"].values()) == {
+        "espeak-ng (held-out voices)", "Festival cmu_us_slt_arctic_hts (held-out voice)", "CMU Flite (held-out engine)"}
