@@ -7,7 +7,9 @@ blank, trained with ``tf.nn.ctc_loss``. ``--set encoder=hrnn`` swaps the recurre
 stack for a causal ``DecoupledHRNN`` (lower level at the subsampled frame rate,
 upper level every ``hrnn_periods`` frames), trained in its memory-lean mode; its
 input frames are stacked rather than convolved, since the lean gradients stop at
-the layer's inputs.
+the layer's inputs. ``--set encoder=bihrnn`` reads the frames both ways with a
+``BidirectionalHRNN`` (the same layer and a copy on the reversed frames, their logits summed), which
+sees what the BiGRU sees.
 
 Data: without ``--data``, a spoken-sentence corpus generated into ``$SEQAPPS_DATA``
 (``seqapps.data.speech``; sentences from the KJV Bible, public domain, or for ``tiny``
@@ -110,7 +112,7 @@ class SpeechRecognitionConfig(TrainingConfig):
         n_mels, n_fft, hop_length: the log-mel front end (samples at 16 kHz).
         stride: time subsampling of the features.
         conv_filters: filters of the subsampling convolution (0: stack frames).
-        encoder: "birnn" or "hrnn".
+        encoder: "birnn", "hrnn" (causal) or "bihrnn" (an HRNN each way).
         cell: "gru" or "lstm".
         units: units per direction of each layer (birnn) or per level (hrnn).
         dropout: between recurrent layers (birnn).
@@ -194,8 +196,8 @@ class SpeechRecognitionConfig(TrainingConfig):
         require(self.encoder in ctc.ENCODERS, "encoder", self.encoder, f"one of {', '.join(ctc.ENCODERS)}")
         require(self.cell in ctc.CELLS, "cell", self.cell, f"one of {', '.join(ctc.CELLS)}")
         require(bool(self.units) and min(self.units) >= 1, "units", self.units, "a list of integers >= 1")
-        require(self.encoder != "hrnn" or len(self.units) >= 2, "units", self.units,
-                "at least two integers (one per HRNN level) with encoder=hrnn")
+        require(self.encoder not in ctc.HRNN_ENCODERS or len(self.units) >= 2, "units", self.units,
+                f"at least two integers (one per HRNN level) with encoder={self.encoder}")
         require(0 <= self.dropout < 1, "dropout", self.dropout, "a number in [0, 1)")
         require(set(self.augment) <= set(augmentation.AUGMENTATIONS), "augment", self.augment,
                 f"a list of {', '.join(augmentation.AUGMENTATIONS)} (or empty)")
@@ -327,8 +329,8 @@ class SpeechRecognition(Pipeline):
         if model.num_classes == len(chars):
             return model
         grown = self.build_model(config, data)
-        transfer_weights(model, grown, {grown.logits_layer.path: VocabularyMap.from_tokens(
-            chars[:model.num_classes], chars)})
+        grown_classes = VocabularyMap.from_tokens(chars[:model.num_classes], chars)
+        transfer_weights(model, grown, {layer.path: grown_classes for layer in grown.logits_layers})
         return grown
 
     def compile_args(self, config: SpeechRecognitionConfig, data: Splits) -> dict[str, Any]:

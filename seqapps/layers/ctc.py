@@ -12,7 +12,7 @@ TensorFlow graph (core ops only), so exports hold them:
 ``CTCSpeechModel`` maps a padded waveform and its length to per-frame logits:
 log-mel features (in the model, so training and serving compute the same ones),
 per-utterance normalisation, time subsampling (a strided convolution, or frame
-stacking), then a stack of bidirectional GRU/LSTM layers or a ``DecoupledHRNN``,
+stacking), then a stack of bidirectional GRU/LSTM layers, a ``DecoupledHRNN`` or a ``BidirectionalHRNN``,
 then logits over the characters and the blank. ``fit`` minimises
 ``tf.nn.ctc_loss``; with the HRNN encoder it trains in the layer's memory-lean mode.
 ``train_step`` alone augments the waveforms (``seqapps.layers.augment``), so neither
@@ -26,11 +26,12 @@ import keras
 import tensorflow as tf
 
 from seqapps.layers.augment import WaveformAugment
-from seqapps.layers.hierarchical_rnn import DecoupledHRNN
+from seqapps.layers.hierarchical_rnn import BidirectionalHRNN, DecoupledHRNN
 from seqapps.layers.spectrogram import LogMelSpectrogram
 
 BLANK = 0
-ENCODERS = ("birnn", "hrnn")
+ENCODERS = ("birnn", "hrnn", "bihrnn")
+HRNN_ENCODERS = ("hrnn", "bihrnn")  # trained through the layer's memory-lean gradients
 CELLS = {"gru": keras.layers.GRU, "lstm": keras.layers.LSTM}
 CELL_TYPES = {"gru": keras.layers.GRUCell, "lstm": keras.layers.LSTMCell}
 
@@ -178,13 +179,14 @@ class CTCSpeechModel(keras.Model):
         conv_filters: filters of the strided Conv1D that subsamples time (kernel
             ``2 * stride + 1``, ReLU); 0 stacks ``stride`` frames instead (no weights).
             The HRNN encoder always stacks: its lean gradients stop at its inputs.
-        encoder: "birnn" (stacked bidirectional RNNs) or "hrnn" (``DecoupledHRNN``,
-            causal, trained with its memory-lean gradients).
+        encoder: "birnn" (stacked bidirectional RNNs), "hrnn" (``DecoupledHRNN``,
+            causal, trained with its memory-lean gradients) or "bihrnn" (``BidirectionalHRNN``:
+            that layer and a copy reading backwards, each with its lean gradients).
         cell: "gru" or "lstm".
         units: units per direction of each bidirectional layer, or per HRNN level.
         dropout: dropout between layers (birnn only).
-        hrnn_periods: lower-level frames per upper tick (hrnn).
-        hrnn_mode: the ``DecoupledHRNN`` mode (hrnn).
+        hrnn_periods: lower-level frames per upper tick (hrnn, bihrnn).
+        hrnn_mode: the ``DecoupledHRNN`` mode (hrnn, bihrnn).
         augment: ``WaveformAugment`` augmentations applied to each training batch (``train_step`` only).
         augment_probability: the share of examples each augmentation but speed touches.
         seed: seed of the augmentations' draws.
@@ -216,7 +218,7 @@ class CTCSpeechModel(keras.Model):
         if cell not in CELLS:
             raise ValueError(f"cell must be one of {tuple(CELLS)}, got cell={cell!r}")
         units = list(units or [128, 128])
-        if encoder == "hrnn" and len(units) < 2:
+        if encoder in HRNN_ENCODERS and len(units) < 2:
             raise ValueError(f"the hrnn encoder needs units for at least two levels, got units={units}")
         self.num_classes, self.sample_rate, self.n_fft, self.hop_length = num_classes, sample_rate, n_fft, hop_length
         self.n_mels, self.stride, self.conv_filters, self.encoder = n_mels, stride, conv_filters, encoder
@@ -236,8 +238,9 @@ class CTCSpeechModel(keras.Model):
             self.drops = [keras.layers.Dropout(dropout) for _ in units]
             self.head = keras.layers.Dense(num_classes, name="logits")
         else:
-            self.hrnn = DecoupledHRNN([CELL_TYPES[cell](n) for n in units], periods=hrnn_periods, mode=hrnn_mode,
-                                      aux_hidden_units=64, aux_loss="mse", output_units=num_classes, name="hrnn")
+            forward = DecoupledHRNN([CELL_TYPES[cell](n) for n in units], periods=hrnn_periods, mode=hrnn_mode,
+                                    aux_hidden_units=64, aux_loss="mse", output_units=num_classes, name="hrnn")
+            self.hrnn = forward if encoder == "hrnn" else BidirectionalHRNN(forward, name="bihrnn")
         self.loss_tracker = keras.metrics.Mean(name="loss")
 
     @property
@@ -246,9 +249,14 @@ class CTCSpeechModel(keras.Model):
         return self.stride * self.hop_length / self.sample_rate
 
     @property
-    def logits_layer(self) -> keras.layers.Dense:
-        """The Dense layer with one unit per class (the blank, then the characters): what fine-tuning grows."""
-        return self.hrnn.head if self.encoder == "hrnn" else self.head
+    def logits_layers(self) -> list[keras.layers.Dense]:
+        """The Dense layers with one unit per class (the blank, then the characters): what fine-tuning grows.
+        One, but two with ``bihrnn``, whose directions' heads are summed."""
+        if self.encoder == "hrnn":
+            return [self.hrnn.head]
+        if self.encoder == "bihrnn":
+            return [self.hrnn.forward.head, self.hrnn.backward.head]
+        return [self.head]
 
     def output_lengths(self, length: tf.Tensor) -> tf.Tensor:
         """Valid output frames of waveforms with ``length`` valid samples."""
@@ -281,7 +289,7 @@ class CTCSpeechModel(keras.Model):
         if self.conv is not None:
             self.conv.build((None, None, self.n_mels))
             width = self.conv_filters
-        if self.encoder == "hrnn":
+        if self.encoder in HRNN_ENCODERS:
             self.hrnn.build((None, None, width))
         else:
             for rnn, units in zip(self.rnns, self.units):
@@ -292,7 +300,7 @@ class CTCSpeechModel(keras.Model):
 
     def call(self, inputs: dict[str, tf.Tensor], training: bool | None = None) -> tf.Tensor:
         x, mask = self.features(inputs)
-        if self.encoder == "hrnn":
+        if self.encoder in HRNN_ENCODERS:
             return self.hrnn(x, mask=mask, training=training)
         for rnn, drop in zip(self.rnns, self.drops):
             x = drop(rnn(x, mask=mask, training=training), training=training)
@@ -314,7 +322,7 @@ class CTCSpeechModel(keras.Model):
 
     def train_step(self, data: tuple) -> dict[str, tf.Tensor]:
         inputs, labels = self.augmented(data[0], data[1]), data[1]
-        if self.encoder == "hrnn":
+        if self.encoder in HRNN_ENCODERS:
             loss, grads = self._lean_hrnn_gradients(inputs, labels)
         else:
             with tf.GradientTape() as tape:
@@ -343,7 +351,11 @@ class CTCSpeechModel(keras.Model):
             loss = tf.reduce_mean(ctc_loss(labels, logits, self.output_lengths(inputs["length"])))
         steps = tf.maximum(tf.reduce_sum(tf.cast(mask, tf.float32)), 1.0)  # the lean path divides by them
         targets = tf.stop_gradient(tape.gradient(loss, logits)) * steps
-        _, grads = self.hrnn.loss_and_gradients(x, targets, lambda g, y: tf.reduce_sum(g * y, axis=-1), mask=mask)
+        if self.encoder == "bihrnn":
+            _, grads = self.hrnn.linear_gradients(x, targets, mask=mask)
+        else:
+            _, grads = self.hrnn.loss_and_gradients(x, targets, lambda g, y: tf.reduce_sum(g * y, axis=-1),
+                                                    mask=mask)
         return loss, grads
 
     def test_step(self, data: tuple) -> dict[str, tf.Tensor]:

@@ -94,8 +94,9 @@ def _inputs():
 
 
 # Trainable weights: birnn, the conv 2, two bidirectional GRUs 12, the head 2; hrnn (frames stacked, no conv), two
-# GRU cells 6, the decoder's two Dense 4, the head 2. The mel filterbank is the one non-trainable weight.
-@pytest.mark.parametrize("encoder, weights", [("birnn", 16), ("hrnn", 12)])
+# GRU cells 6, the decoder's two Dense 4, the head 2; bihrnn twice that. The mel filterbank is the one non-trainable
+# weight.
+@pytest.mark.parametrize("encoder, weights", [("birnn", 16), ("hrnn", 12), ("bihrnn", 24)])
 def test_speech_model_passes_the_layer_harness(encoder, weights):
     inputs, labels = _inputs()
     shorter = {"waveform": inputs["waveform"][:1, :3000], "length": inputs["length"][:1] - 1000}
@@ -107,8 +108,9 @@ def test_speech_model_passes_the_layer_harness(encoder, weights):
     assert model.output_lengths(inputs["length"]).numpy().tolist() == [13, 8]
 
 
-def test_hrnn_lean_ctc_gradients_equal_plain_autodiff():
-    model = ctc.CTCSpeechModel(num_classes=4, n_mels=8, units=[8, 6], encoder="hrnn", hrnn_mode="gr_hrnn",
+@pytest.mark.parametrize("encoder", ["hrnn", "bihrnn"])
+def test_hrnn_lean_ctc_gradients_equal_plain_autodiff(encoder):
+    model = ctc.CTCSpeechModel(num_classes=4, n_mels=8, units=[8, 6], encoder=encoder, hrnn_mode="gr_hrnn",
                                hrnn_periods=3, stride=2)
     model.build()
     inputs, labels = _inputs()

@@ -207,7 +207,7 @@ def test_finetune_on_a_new_character_grows_the_export_to_emit_it(capsys, speech_
     # the serving graph's character table holds the new character
     assert chars in _graph_string_constants(grown.path) and chars not in _graph_string_constants(copy)
     model = serializable.load_model(grown.keras_model_path)
-    assert model.num_classes == model.logits_layer.units == len(old_chars) + 1
+    assert model.num_classes == model.logits_layers[0].units == len(old_chars) + 1
 
 
 def _recordings(folder, transcripts):
@@ -245,7 +245,7 @@ def test_fine_tuning_extends_the_character_set_after_the_old_characters(tmp_path
     assert [data.state["chars"][i] for i in labels.numpy()] == list("café à la carte")
 
 
-@pytest.mark.parametrize("encoder, units", [("birnn", "[8]"), ("hrnn", "[8,8]")])
+@pytest.mark.parametrize("encoder, units", [("birnn", "[8]"), ("hrnn", "[8,8]"), ("bihrnn", "[8,8]")])
 def test_growing_the_ctc_output_layer_keeps_the_blank_and_the_old_characters_outputs(tmp_path, exported_state,
                                                                                    encoder, units):
     keras.utils.set_random_seed(0)
@@ -259,9 +259,10 @@ def test_growing_the_ctc_output_layer_keeps_the_blank_and_the_old_characters_out
     (inputs, _), = data.test.padded_batch(2).take(1)
     before = old(inputs).numpy()
     grown = pipeline.adapt_model(old, config, data)
-    assert old.num_classes == 5 and grown.num_classes == 6 == grown.logits_layer.units
+    assert old.num_classes == 5 and grown.num_classes == 6
+    assert [layer.units for layer in grown.logits_layers] == [6] * (2 if encoder == "bihrnn" else 1)
     for kept, new in zip(old.weights, grown.weights):
-        if new.path.startswith(grown.logits_layer.path):
+        if any(new.path.startswith(layer.path) for layer in grown.logits_layers):
             new = new.numpy()[..., :5]
         np.testing.assert_array_equal(kept.numpy(), new, err_msg=kept.path)
     # class 0 (the blank) and the old characters score every frame as the exported model does
