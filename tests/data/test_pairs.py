@@ -3,7 +3,7 @@ import pytest
 
 from seqapps.data import pairs, text
 from seqapps.errors import DataError
-from tests.data.test_text import _debian_corpus
+from tests.debian_data import installed_or_skip
 
 # Markup as mod2imp prints it: Strong's tags with added words glued to them (RV1909), a footnote between
 # two words (WEB), a book's end followed by its glossary, and a heading verse.
@@ -115,7 +115,7 @@ def test_number_pairs_are_distinct_seeded_num2words_phrases():
 
 
 def test_installed_bibles_join_on_the_verse_key():
-    verses = _debian_corpus(pairs.bible_pairs, "libsword-utils sword-text-web sword-text-sparv")
+    verses = installed_or_skip(pairs.bible_pairs, "libsword-utils sword-text-web sword-text-sparv")
     assert len(verses) == 31_077  # verses both the WEB and the RV1909 have
     first = verses.keys.index("Genesis 1:1")
     assert verses.sources[first] == "In the beginning, God created the heavens and the earth."

@@ -1,7 +1,6 @@
 """Tests of the spoken-sentence generator and the transcribed-audio reader (seqapps.data.speech)."""
 import csv
 import json
-import os
 
 import numpy as np
 import pytest
@@ -9,6 +8,7 @@ import soundfile
 
 from seqapps.data import speech
 from seqapps.errors import DataError
+from tests.debian_data import installed_or_skip
 
 SENTENCE = "in the beginning god created the heaven and the earth"
 
@@ -143,21 +143,15 @@ def test_long_clips_are_cut_at_the_quietest_moment():
     assert len(speech.split_at_silences(tone, 10 * rate, rate)) == 1
 
 
-def _installed(reader):
-    """Runs a reader of a Debian synthesiser. CI (SEQAPPS_REQUIRE_DEBIAN_DATA=1) installs them and must
-    run it; elsewhere a machine without them skips."""
-    try:
-        return reader()
-    except DataError as error:
-        if os.environ.get("SEQAPPS_REQUIRE_DEBIAN_DATA") == "1":
-            raise
-        pytest.skip(f"Debian packages not installed: {error}")
+#: the Debian packages of the Festival and Flite readers
+SYNTHESISERS = "festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts flite"
 
 
 def test_festival_speaks_each_voice_with_word_times_that_spell_the_sentence(tmp_path):
     text = "the cat's hat is red"
     for voice in speech.ENGINE_VOICES["festival"]:
-        (path, spans), = _installed(lambda: speech.festival_synthesize([text], voice, [1.0], tmp_path))
+        (path, spans), = installed_or_skip(lambda: speech.festival_synthesize([text], voice, [1.0], tmp_path),
+                                          SYNTHESISERS)
         audio, rate = soundfile.read(path)
         assert rate >= 16000 and 0.8 < audio.size / rate < 4.0  # the HTS voice speaks at 32 kHz
         assert [word for word, _, _ in spans] == text.split()  # the clitic 's joins its word
@@ -172,7 +166,7 @@ def test_festival_words_that_do_not_spell_the_sentence_give_no_times():
 
 
 def test_flite_is_a_second_engine_with_its_own_voices(tmp_path):
-    assert set(speech.FLITE_VOICES) <= set(_installed(speech.flite_voices))
+    assert set(speech.FLITE_VOICES) <= set(installed_or_skip(speech.flite_voices, SYNTHESISERS))
     path = speech.flite_synthesize("let there be light", "slt", 1.2, tmp_path / "a.wav")
     audio, rate = soundfile.read(path)
     slower = speech.flite_synthesize("let there be light", "slt", 1.5, tmp_path / "b.wav")
@@ -205,7 +199,7 @@ def test_a_corpus_of_several_engines_labels_every_row_and_keeps_times_where_the_
     spec = speech.CorpusSpec("test", {"train": 6, "val": 2, "test": 2}, seed=3,
                              sources=["espeak", "festival:kal_diphone", "festival:ked_diphone"],
                              test_sets=["espeak", "festival:cmu_us_slt_arctic_hts", "flite"])
-    root = _installed(lambda: speech.spoken_corpus(spec, lambda: sentences))
+    root = installed_or_skip(lambda: speech.spoken_corpus(spec, lambda: sentences), SYNTHESISERS)
     utterances, words = speech.read_generated(root)
     assert [u.source for u in utterances["train"]] == ["espeak", "festival:kal_diphone", "festival:ked_diphone"] * 2
     assert [u.source for u in utterances["test"]] == ["espeak"] * 2 + ["festival:cmu_us_slt_arctic_hts"] * 2 + [

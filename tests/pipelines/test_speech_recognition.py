@@ -404,13 +404,14 @@ def test_report_sections_draw_each_utterance_and_the_voices_and_build_without_re
 def test_the_default_sources_never_speak_a_held_out_voice_or_engine_in_training(tmp_path, monkeypatch):
     """Every training and validation item of the default preset's corpus (at a tiny size) is labelled by a
     training source, and none is the held-out Festival voice, an espeak-ng test variant or Flite."""
-    from tests.data.test_speech import _installed
+    from tests.data.test_speech import SYNTHESISERS
+    from tests.debian_data import installed_or_skip
 
     monkeypatch.setenv("SEQAPPS_DATA", str(tmp_path))
     config = resolve_config(SpeechRecognition.Config, "default", overrides=[
         "corpus=pydoc", "train_utterances=9", "val_utterances=3", "test_utterances=2"])
     assert config.test_sets == ["espeak", "festival:cmu_us_slt_arctic_hts", "flite"]
-    data = _installed(lambda: SpeechRecognition().load_data(config, None))
+    data = installed_or_skip(lambda: SpeechRecognition().load_data(config, None), SYNTHESISERS)
     for split in ("train", "val"):
         labels = list(zip(data.arrays[split]["sources"], data.arrays[split]["speakers"]))
         assert {source for source, _ in labels} == {"espeak", "festival:kal_diphone", "festival:ked_diphone"}
