@@ -66,6 +66,9 @@ class Headline:
             (a model's ``greedy_cer`` against a baseline's ``cer``); default ``key``. A baseline
             without it shows ``n/a``.
         higher_is_better: False for errors and losses.
+        optional: only some runs hold it (a split that only some data gives, such as music's held-out
+            soundfont, which the pip-only renderer of ``tiny`` and a user's folder lack); the summary
+            leaves it out of a run without it.
     """
 
     key: str
@@ -74,6 +77,7 @@ class Headline:
     scale: float = 1.0
     baseline_key: str = ""
     higher_is_better: bool = True
+    optional: bool = False
 
     def title(self) -> str:
         """The column's title: the label, with the unit in brackets."""

@@ -19,7 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from seqapps.data.audio import resample_waveform
+from seqapps.layers.resampling import resample_waveform
 
 AUGMENTATIONS = ("speed", "pitch", "noise", "reverb", "telephone")
 SPEED_FACTORS = (0.9, 1.0, 1.1)

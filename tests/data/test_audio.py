@@ -19,13 +19,13 @@ from seqapps.data.audio import (
     cut_windows,
     decode_wav,
     read_audio,
-    resample_waveform,
     signature_rows,
     window_dataset,
     window_starts,
 )
 from seqapps.data.audio import wav_bytes as resampled_wav_bytes
 from seqapps.errors import DataError
+from seqapps.layers.resampling import resample_waveform
 from seqapps.layers.spectrogram import LogMelSpectrogram
 from tests.layers.harness import run_layer_test
 
