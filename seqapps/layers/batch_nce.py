@@ -289,6 +289,26 @@ def sampled_nce_loss(
     return tf.math.softplus(-positive) + tf.reduce_sum(negative_losses, axis=1)
 
 
+def noise_centred_bias(logit_bias: tf.Tensor, noise_probs: tf.Tensor) -> tf.Tensor:
+    """A per-row logit bias shifted so that it leaves the noise distribution's normaliser at 1.
+
+    A bias such as the lexicon's ``log(p_lex + eps)`` moves every word's score of a row by about the
+    same few nats. The softmax does not see a shift that is common to a row; the self-normalised
+    losses (B-NCE, with its fixed ``log Z``) do, and would have to learn it back word by word. With
+    ``b' = b - log sum_v p_n(v) exp(b_v)`` a model that scores the noise distribution (``s = log p_n
+    + log Z``, where the output layer starts) stays normalised in every row, whatever the bias.
+
+    Args:
+        logit_bias: ``[..., V]`` scores added per row.
+        noise_probs: ``[V]`` noise distribution ``p_n`` (> 0, sums to 1).
+
+    Returns:
+        The shifted bias, the shape of ``logit_bias``; its log-softmax is the original's.
+    """
+    log_noise = tf.math.log(tf.cast(noise_probs, logit_bias.dtype))
+    return logit_bias - tf.reduce_logsumexp(logit_bias + log_noise, axis=-1, keepdims=True)
+
+
 def full_logits(hidden: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor, logit_bias: tf.Tensor | None = None
                 ) -> tf.Tensor:
     """Unnormalised scores ``l.w + c`` (plus a per-row ``logit_bias``) over the whole vocabulary.
@@ -414,7 +434,9 @@ class BatchNCE(keras.layers.Layer):
         logit_bias: optional ``[..., V]`` scores added to every word's score,
             per row (``hidden``'s leading shape), in training (``"softmax"``,
             ``"bnce"``: the batch's columns get their entries) and at inference;
-            for example ``seqapps.layers.lexicon.LexiconBias``.
+            for example ``seqapps.layers.lexicon.LexiconBias``. B-NCE's loss and
+            the self-normalised scores take it shifted per row by
+            ``noise_centred_bias``, which the full softmax does not see.
         target_mask: optional bool, the shape of the targets, False for padding.
             In training a padded token's loss is 0 and, under ``"bnce"``, it is
             in no other token's noise (``K`` counts the real targets); padding
@@ -546,6 +568,8 @@ class BatchNCE(keras.layers.Layer):
             target_mask = tf.cast(target_mask, tf.bool)
         if logit_bias is not None and self.loss == "snce":
             raise ValueError("`logit_bias` is supported by the 'softmax' and 'bnce' losses, not 'snce'")
+        if logit_bias is not None and self.loss == "bnce":
+            logit_bias = noise_centred_bias(tf.convert_to_tensor(logit_bias, self.compute_dtype), self.noise_probs)
         if self.loss == "bnce" and self.noise_scope == "time_step" and hidden.shape.rank == 3:
             steps = tf.shape(hidden)[1]
             extra = self.sample_noise((steps, self.extra_noise)) if self.extra_noise else None
@@ -616,6 +640,8 @@ class BatchNCE(keras.layers.Layer):
         flat_targets = tf.reshape(targets, [-1])
         flat_bias = None if logit_bias is None else tf.reshape(logit_bias, [-1, self.vocab_size])
         full = -softmax_loss(flat_hidden, self.kernel, self.bias, flat_targets, flat_bias)
+        if flat_bias is not None:
+            flat_bias = noise_centred_bias(flat_bias, self.noise_probs)
         score = (
             tf.reduce_sum(flat_hidden * tf.gather(self.kernel, flat_targets), axis=1)
             + tf.gather(self.bias, flat_targets)
@@ -637,8 +663,10 @@ class BatchNCE(keras.layers.Layer):
         hidden = tf.convert_to_tensor(hidden, dtype=self.compute_dtype)
         if targets is None:
             flat_hidden = tf.reshape(hidden, [-1, tf.shape(hidden)[-1]])
-            logits = full_logits(flat_hidden, self.kernel, self.bias,
-                                 None if logit_bias is None else tf.reshape(logit_bias, [-1, self.vocab_size]))
+            flat_bias = None if logit_bias is None else tf.reshape(logit_bias, [-1, self.vocab_size])
+            if flat_bias is not None and self_normalized:
+                flat_bias = noise_centred_bias(tf.cast(flat_bias, self.compute_dtype), self.noise_probs)
+            logits = full_logits(flat_hidden, self.kernel, self.bias, flat_bias)
             log_probs = logits - self.log_z if self_normalized else tf.nn.log_softmax(logits)
             return tf.reshape(log_probs, tf.concat([tf.shape(hidden)[:-1], [self.vocab_size]], axis=0))
         targets = tf.cast(targets, "int32")

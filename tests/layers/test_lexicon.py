@@ -109,12 +109,41 @@ def test_logit_bias_enters_the_softmax_loss_and_the_inference_log_probabilities(
     np.testing.assert_allclose(layer(problem["hidden"], logit_bias=problem["bias"]).numpy(), log_probs, atol=1e-5)
 
 
+def _numpy_centred(bias: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """The bias minus log sum_v p_n(v) exp(bias_v), per row, in float64."""
+    bias = bias.astype("float64")
+    return bias - np.log((noise * np.exp(bias)).sum(-1, keepdims=True))
+
+
+def test_a_centred_bias_keeps_the_noise_model_self_normalised_in_every_row():
+    """A layer that scores the noise distribution (kernel 0, bias log p_n + log Z) sums to 1 per row under
+    the self-normalised scores whatever the bias, while the full softmax is the bias's own."""
+    problem = _output_problem(5)
+    layer = BatchNCE(VOCAB, loss="bnce", log_z=9.0, seed=0)
+    layer.build((None, None, HIDDEN))
+    noise = unigram_distribution(np.arange(VOCAB) + 1.0)
+    layer.set_noise_distribution(noise)
+    layer.kernel.assign(np.zeros((VOCAB, HIDDEN), "float32"))
+    layer.bias.assign((np.log(noise) + 9.0).astype("float32"))
+    self_normalised = layer(problem["hidden"], logit_bias=problem["bias"], self_normalized=True).numpy()
+    # float32 log-probabilities of magnitude < 10 summed over 11 words: 1e-5 is round-off
+    np.testing.assert_allclose(np.exp(self_normalised.astype("float64")).sum(-1), 1.0, atol=1e-5)
+    wanted = np.log(noise) + _numpy_centred(problem["bias"], noise)
+    np.testing.assert_allclose(self_normalised, wanted, atol=1e-5)
+    full = layer(problem["hidden"], logit_bias=problem["bias"]).numpy()
+    logits = np.log(noise) + problem["bias"].astype("float64")
+    np.testing.assert_allclose(full, logits - np.log(np.exp(logits).sum(-1, keepdims=True)), atol=1e-5)
+    targets = problem["targets"]
+    found = layer.target_log_probs(problem["hidden"], targets, problem["bias"])["self_normalized"].numpy()
+    np.testing.assert_allclose(found, np.take_along_axis(wanted, targets[..., None], -1)[..., 0], atol=1e-5)
+
+
 def test_logit_bias_enters_the_bnce_scores_of_each_rows_batch_columns():
     problem = _output_problem(4)
     layer = _layer("bnce")
     loss = layer([problem["hidden"], problem["targets"]], training=True, logit_bias=problem["bias"]).numpy()
-    logits = _numpy_logits(layer, problem).astype("float64")
     noise = layer.noise_probs.numpy().astype("float64")
+    logits = _numpy_logits(layer, {**problem, "bias": _numpy_centred(problem["bias"], noise)})
     for t in range(STEPS):  # the paper's batch is one time step's targets: K = BATCH - 1 noise words per row
         columns = problem["targets"][:, t]
         scores = logits[:, t][:, columns]  # row i's score of column j includes row i's bias for word j
