@@ -75,6 +75,7 @@ from seqapps.losses import per_token_training_loss
 from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits, row_inputs
 from seqapps.report import plots
 from seqapps.report.document import Section, Table, Text
+from seqapps.training import training_tokens_per_second
 
 END = text_data.END_OF_SENTENCE
 START = "<s>"
@@ -140,7 +141,7 @@ class CaptioningConfig(Seq2SeqConfig):
         "tiny": {"num_train": 120, "num_val": 20, "num_test": 20, "num_novel": 20, "num_style": 20,
                  "image_size": 32,
                  "cnn_filters": [8, 16], "embedding_dim": 8, "units": 16, "epochs": 1, "steps_per_epoch": 6,
-                 "batch_size": 16, "beam_size": 2, "max_eval_images": 10},
+                 "batch_size": 16, "beam_size": 2, "max_eval_images": 10, "timing_steps": 0},
         "default": {},
         "full": {"image_size": 224, "cnn": "MobileNetV3Small", "units": 512, "embedding_dim": 256, "epochs": 30},
     }
@@ -378,6 +379,9 @@ class ImageCaptioning(Pipeline):
         frequent = most_frequent(train_captions)
         strategies = {"greedy": GreedySearch(), "beam": BeamSearch.from_request(data.state, {})}
         metrics: dict[str, Any] = {"parameters": int(model.count_params())}
+        if config.timing_steps:
+            metrics["train_tokens_per_s"] = training_tokens_per_second(
+                model, config, self.compile_args(config, data), data.train, data.arrays["target_counts"].sum())
         baselines: dict[str, dict[str, Any]] = {"most_frequent": {}, "nearest_neighbour": {}}
         for split in (name for name in TEST_SPLITS if name in parts):
             count = min(len(parts[split]), config.max_eval_images or len(parts[split]))

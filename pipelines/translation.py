@@ -90,7 +90,7 @@ from seqapps.losses import per_token_training_loss
 from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits
 from seqapps.report import plots
 from seqapps.report.document import Section, Table, Text
-from seqapps.training import seconds_per_training_step
+from seqapps.training import training_tokens_per_second
 
 CORPORA = ("bible", "numbers")
 END = text_data.END_OF_SENTENCE
@@ -138,8 +138,6 @@ class TranslationConfig(Seq2SeqConfig):
             word it attended to most, or that word itself when the lexicon has none (Luong et al. 2015),
             so rare words, names and numbers come through.
         max_eval_pairs: translate at most this many test pairs for BLEU/chrF (None: all).
-        timing_steps: training steps timed on a fresh copy of the model after training, for
-            ``train_tokens_per_s`` (target words and end tokens, not padding, per second; 0: not measured).
         jit_compile: compile the training step with XLA.
     """
 
@@ -169,7 +167,6 @@ class TranslationConfig(Seq2SeqConfig):
     max_decode_length: int = 60
     replace_unknown: bool = True
     max_eval_pairs: int | None = None
-    timing_steps: int = 10
     jit_compile: bool = False
     batch_size: int = 64
     learning_rate: float = 2e-3
@@ -210,7 +207,6 @@ class TranslationConfig(Seq2SeqConfig):
         require(self.length_penalty_choices is None or (len(self.length_penalty_choices) >= 1 and all(
             isinstance(alpha, (int, float)) and alpha >= 0 for alpha in self.length_penalty_choices)),
             "length_penalty_choices", self.length_penalty_choices, "null or a list of numbers >= 0")
-        require(self.timing_steps >= 0, "timing_steps", self.timing_steps, "an integer >= 0")
         require(self.max_vocab is None or self.max_vocab >= 4, "max_vocab", self.max_vocab, "null or >= 4")
         require(self.max_eval_pairs is None or self.max_eval_pairs >= 1, "max_eval_pairs", self.max_eval_pairs,
                 "null or >= 1")
@@ -425,10 +421,8 @@ class Translation(Pipeline):
                    "greedy_sentences_per_s": round(count / greedy_seconds, 1),
                    "parameters": int(model.count_params()), "eval_pairs": count}
         if config.timing_steps:
-            step = seconds_per_training_step(model, config, self.compile_args(config, data), data.train,
-                                             config.timing_steps)
-            tokens_per_pair = data.arrays["target_counts"].sum() / data.report["pairs"]["train"]
-            metrics["train_tokens_per_s"] = round(config.batch_size * tokens_per_pair / step, 1)
+            metrics["train_tokens_per_s"] = training_tokens_per_second(
+                model, config, self.compile_args(config, data), data.train, data.arrays["target_counts"].sum())
         if config.length_penalty_choices:  # what calibrate chose, and on what (not yet before a fine-tuning)
             metrics.update({key: data.state[key] for key in ("length_penalty", "val_beam_bleu_by_length_penalty")
                             if key in data.state})

@@ -147,6 +147,8 @@ class Seq2SeqConfig(TrainingConfig):
             other's noise: K = the batch's target tokens - 1). Padding is never noise.
         beam_size: hypotheses kept by the ``beam`` signature and the beam evaluation.
         length_penalty: alpha of the GNMT length penalty of beam search.
+        timing_steps: training steps timed on a fresh copy of the model after training, for
+            ``train_tokens_per_s`` (target words and end tokens, not padding, per second; 0: not measured).
     """
 
     cell: str = "lstm"
@@ -160,6 +162,7 @@ class Seq2SeqConfig(TrainingConfig):
     noise_scope: str = "time_step"
     beam_size: int = 3
     length_penalty: float = 0.6
+    timing_steps: int = 10
 
     #: field -> its allowed values
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -173,6 +176,7 @@ class Seq2SeqConfig(TrainingConfig):
         for name in ("embedding_dim", "units", "beam_size"):
             require(getattr(self, name) >= 1, name, getattr(self, name), "an integer >= 1")
         require(0 <= self.dropout < 1, "dropout", self.dropout, "a number in [0, 1)")
+        require(self.timing_steps >= 0, "timing_steps", self.timing_steps, "an integer >= 0")
         require(self.extra_noise >= 0, "extra_noise", self.extra_noise, "an integer >= 0")
         require(self.length_penalty >= 0, "length_penalty", self.length_penalty, "a number >= 0")
 

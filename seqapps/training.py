@@ -264,6 +264,23 @@ def seconds_per_training_step(model: keras.Model, config: TrainingConfig, compil
     return (time.perf_counter() - start) / steps
 
 
+def training_tokens_per_second(model: keras.Model, config: Any, compile_args: dict[str, Any],
+                               train: tf.data.Dataset, target_tokens: int) -> float:
+    """A sequence-to-sequence model's training target tokens per second (``seconds_per_training_step``).
+
+    Args:
+        model, compile_args, train: as ``seconds_per_training_step``.
+        config: its ``batch_size`` and ``timing_steps`` (the timed steps), and the optimizer settings.
+        target_tokens: the real (not padding) target tokens of all of ``train``'s examples.
+
+    Returns:
+        ``batch_size`` times the mean target tokens per example, over the seconds of one step.
+    """
+    examples = int(train.cardinality())
+    step = seconds_per_training_step(model, config, compile_args, train, config.timing_steps)
+    return round(config.batch_size * target_tokens / examples / step, 1)
+
+
 def _adapt_to_distribution(model: keras.Model, train: tf.data.Dataset) -> None:
     """Works around Keras 3.15 ``fit``/``evaluate`` failures under tf.distribute (see ``seqapps.compat``).
 
@@ -575,6 +592,7 @@ def fit(model: keras.Model, data: TrainingData, config: TrainingConfig, checkpoi
     logged = list(dict.fromkeys(key for epoch in backup.history for key in epoch))
     return {
         "epochs_run": len(backup.history),
+        "steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations)),
         "loss_history": [epoch["loss"] for epoch in backup.history if "loss" in epoch],
         "val_loss_history": val_losses,
         "history": {key: [epoch.get(key) for epoch in backup.history] for key in logged},
