@@ -5,10 +5,10 @@ over a fixed-length window, standardised per mel band with the train split's sta
 (a ``Normalization`` layer, saved with the model), SpecAugment-style time and band masks
 while training (``SpecAugment``), 2D convolution blocks (convolution, batch normalisation,
 ReLU, 2x2 max pooling), stacked (optionally bidirectional) GRU or LSTM layers over time
-(``--set rnn=hrnn``: a ``DecoupledHRNN``; ``rnn=bihrnn``: one each way, concatenated), pooled
-over time (mean and max, or the last step), optionally beside the mean and deviation of each
-band (``clip_statistics``), and one sigmoid per tag, trained with binary cross-entropy (``class_alpha`` > 0: class-balanced,
-positives weighted by ``class_alpha`` and negatives by ``1 - class_alpha``).
+(``--set rnn=hrnn``: a ``DecoupledHRNN``; ``rnn=bihrnn``: one each way, concatenated), pooled over
+time (mean and max, or the last step), optionally beside the mean and deviation of each band
+(``clip_statistics``), and one sigmoid per tag, trained with binary cross-entropy
+(``class_alpha`` > 0: class-balanced, positives weighted by ``class_alpha`` and negatives by ``1 - class_alpha``).
 A track is cut into non-overlapping windows, the last one ending at the track's end (a
 track shorter than one window is zero-padded); its scores are the windows' scores
 aggregated by ``mean`` or ``max``. Training windows may overlap (``train_hop_seconds``).
