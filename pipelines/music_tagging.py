@@ -5,10 +5,10 @@ over a fixed-length window, standardised per mel band with the train split's sta
 (a ``Normalization`` layer, saved with the model), SpecAugment-style time and band masks
 while training (``SpecAugment``), 2D convolution blocks (convolution, batch normalisation,
 ReLU, 2x2 max pooling), stacked (optionally bidirectional) GRU or LSTM layers over time
-(``--set rnn=hrnn``: a ``DecoupledHRNN``), pooled over time (mean and max, or the last
-step), optionally beside the mean and deviation of each band (``clip_statistics``), and one
-sigmoid per tag, trained with binary cross-entropy (``class_alpha`` > 0: class-balanced,
-positives weighted by ``class_alpha`` and negatives by ``1 - class_alpha``).
+(``--set rnn=hrnn``: a ``DecoupledHRNN``; ``rnn=bihrnn``: one each way, concatenated), pooled over
+time (mean and max, or the last step), optionally beside the mean and deviation of each band
+(``clip_statistics``), and one sigmoid per tag, trained with binary cross-entropy
+(``class_alpha`` > 0: class-balanced, positives weighted by ``class_alpha`` and negatives by ``1 - class_alpha``).
 A track is cut into non-overlapping windows, the last one ending at the track's end (a
 track shorter than one window is zero-padded); its scores are the windows' scores
 aggregated by ``mean`` or ``max``. Training windows may overlap (``train_hop_seconds``).
@@ -75,7 +75,7 @@ from seqapps.errors import DataError
 from seqapps.export import ExportCalls, Limits, ServingModule, Signature, examples_signature, ranked_classes
 from seqapps.export_format import CLASSIFY_METHOD
 from seqapps.finetuning import VocabularyMap, grow_vocabulary, transfer_weights
-from seqapps.layers.hierarchical_rnn import DecoupledHRNN
+from seqapps.layers.hierarchical_rnn import BidirectionalHRNN, DecoupledHRNN
 from seqapps.layers.spectrogram import LogMelSpectrogram, SpecAugment, TimeStatistics
 from seqapps.metrics import f1_thresholds, precision_recall_at, roc_curves, tag_groups, tagging_report
 from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits, row_inputs
@@ -91,7 +91,8 @@ ROC_COLUMNS = 3  # panels per row of the report's ROC curves
 PLAIN_TAGS = "tags"  # the ROC panel of tags outside any ``group:value`` group
 CELLS = {"gru": keras.layers.GRU, "lstm": keras.layers.LSTM}
 RNN_CELLS = {"gru": keras.layers.GRUCell, "lstm": keras.layers.LSTMCell}
-RNNS = ("rnn", "hrnn")
+RNNS = ("rnn", "hrnn", "bihrnn")
+HRNN_RNNS = ("hrnn", "bihrnn")
 POOLINGS = ("last", "meanmax")
 TAG_CHOICES = ("extend", "replace")
 
@@ -124,7 +125,9 @@ class MusicTaggingConfig(TrainingConfig):
         conv_filters: filters of each 2D convolution block.
         rnn: "rnn" (stacked GRU/LSTM layers) or "hrnn" (a ``DecoupledHRNN`` over the frames: one level per
             ``units`` entry, the upper ones ticking every ``hrnn_periods`` steps; the clip is read from the last
-            step, whose lower state has just read the upper level's summary; ``bidirectional`` does not apply).
+            step, whose lower state has just read the upper level's summary; ``bidirectional`` does not apply) or
+            "bihrnn" (that HRNN and a copy reading the frames backwards, their outputs concatenated; "last" pooling
+            takes the forward one's last step and the backward one's first).
         cell: "gru" or "lstm".
         units: units of each recurrent layer (per direction), or of each HRNN level.
         bidirectional: run each recurrent layer both ways.
@@ -212,8 +215,8 @@ class MusicTaggingConfig(TrainingConfig):
         require(self.pooling in POOLINGS, "pooling", self.pooling, f"one of {', '.join(POOLINGS)}")
         require(self.aggregate in AGGREGATES, "aggregate", self.aggregate, f"one of {', '.join(AGGREGATES)}")
         require(self.rnn in RNNS, "rnn", self.rnn, f"one of {', '.join(RNNS)}")
-        require(self.rnn != "hrnn" or len(self.units) >= 2, "units", self.units,
-                "at least two integers (one per HRNN level) with rnn=hrnn")
+        require(self.rnn not in HRNN_RNNS or len(self.units) >= 2, "units", self.units,
+                f"at least two integers (one per HRNN level) with rnn={self.rnn}")
         require(self.hrnn_periods >= 1, "hrnn_periods", self.hrnn_periods, "an integer >= 1")
         require(self.cell in CELLS, "cell", self.cell, f"one of {', '.join(CELLS)}")
         require(bool(self.units) and min(self.units) >= 1, "units", self.units, "a list of integers >= 1")
@@ -373,9 +376,10 @@ class MusicTagging(Pipeline):
             x = keras.layers.ReLU()(keras.layers.BatchNormalization()(x))
             x = keras.layers.MaxPooling2D((2, 2), padding="same")(x)
         x = keras.layers.Reshape((x.shape[1], x.shape[2] * x.shape[3]))(x)
-        if config.rnn == "hrnn":
-            x = DecoupledHRNN([RNN_CELLS[config.cell](units) for units in config.units], periods=config.hrnn_periods,
-                              mode=config.hrnn_mode, allow_padding=True, name="hrnn")(x)
+        if config.rnn in HRNN_RNNS:
+            hrnn = DecoupledHRNN([RNN_CELLS[config.cell](units) for units in config.units],
+                                 periods=config.hrnn_periods, mode=config.hrnn_mode, allow_padding=True, name="hrnn")
+            x = (hrnn if config.rnn == "hrnn" else BidirectionalHRNN(hrnn, name="bihrnn"))(x)
         layers = config.units if config.rnn == "rnn" else []
         for i, units in enumerate(layers):  # "last": the last layer returns its final state (both directions')
             layer = CELLS[config.cell](units, return_sequences=i < len(layers) - 1 or config.pooling == "meanmax")
@@ -384,6 +388,9 @@ class MusicTagging(Pipeline):
             x = TimeStatistics(("mean", "max"), name="pooling")(x)
         elif config.rnn == "hrnn":
             x = x[:, -1, :]
+        elif config.rnn == "bihrnn":  # each direction's state after reading the whole window
+            half = x.shape[-1] // 2
+            x = keras.layers.Concatenate()([x[:, -1, :half], x[:, 0, half:]])
         if config.clip_statistics:
             x = keras.layers.Concatenate()([x, TimeStatistics(("mean", "std"), name="band_statistics")(bands)])
         x = keras.layers.Dropout(config.dropout)(x)

@@ -1,9 +1,10 @@
-"""Benchmark of the speech CTC model's training memory and step time on long utterances: BiRNN vs HRNN encoder.
+"""Benchmark of the speech CTC model's training memory and step time on long utterances: BiRNN vs HRNN encoders.
 
 One training step (``CTCSpeechModel.train_step``: features, encoder, CTC loss,
 gradients, Adam update) of the ``speech_recognition`` model at a preset's sizes,
-with the bidirectional encoder (plain autodiff) and with ``encoder=hrnn`` (the
-``DecoupledHRNN`` in its memory-lean mode), on a batch of synthetic utterances of
+with the bidirectional encoder (plain autodiff), with ``encoder=hrnn`` (the
+``DecoupledHRNN`` in its memory-lean mode) and with ``encoder=bihrnn`` (a
+``BidirectionalHRNN``: that layer each way, each direction lean), on a batch of synthetic utterances of
 each length: seeded noise at 16 kHz and random transcripts of
 ``--chars-per-second`` characters. Each measurement runs in a fresh process; the
 harness (``seqapps.bench.steps``) reports the peak RSS during the steps minus the
@@ -20,7 +21,8 @@ from typing import Any
 
 from seqapps.bench import steps as steps_harness
 
-ENCODERS = ("birnn", "hrnn")
+ENCODERS = ("birnn", "hrnn", "bihrnn")
+HRNN_ENCODERS = ("hrnn", "bihrnn")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,20 +38,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=3, help="training steps per measurement")
     parser.add_argument("--chars-per-second", type=float, default=15.0, help="transcript length per second")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights and data")
+    parser.add_argument("--hrnn-units", default="", help="units of the HRNN encoders' levels, comma-separated "
+                        "(e.g. 124,124 to match the BiGRU's parameters); default: the preset's units")
 
 
 def measure(encoder: str, seconds: float, preset: str, batch: int, steps: int, chars_per_second: float,
-            seed: int) -> dict[str, Any]:
+            seed: int, hrnn_units: str = "") -> dict[str, Any]:
     """Trains ``steps`` steps of the speech model in this process and returns its memory and times.
 
     Args:
-        encoder: "birnn" or "hrnn".
+        encoder: one of ``ENCODERS``.
         seconds: the length of every utterance.
         preset: the ``speech_recognition`` preset.
         batch: utterances per batch.
         steps: training steps.
         chars_per_second: transcript characters per second of audio.
         seed: seed of the weights and data.
+        hrnn_units: comma-separated units per level of an HRNN encoder ("": the preset's).
 
     Returns:
         The harness's ``{"memory_mb", "step_s", "first_step_s", "trace_s", "device"}``
@@ -66,7 +71,10 @@ def measure(encoder: str, seconds: float, preset: str, batch: int, steps: int, c
 
     keras.utils.set_random_seed(seed)
     pipeline = REGISTRY.get("speech_recognition")()
-    config = resolve_config(pipeline.Config, preset, overrides=[f"encoder={encoder}"])
+    overrides = [f"encoder={encoder}"]
+    if hrnn_units and encoder in HRNN_ENCODERS:
+        overrides.append(f"units=[{hrnn_units}]")
+    config = resolve_config(pipeline.Config, preset, overrides=overrides)
     chars = ["", *sorted(set(speech.SPOKEN_CHARS))]  # the generated corpus's character set, as load_data makes it
     state = {"chars": chars, "sample_rate": speech.SAMPLE_RATE}
     model = training.build_and_compile(pipeline, config, Splits(None, None, None, state=state),
@@ -96,7 +104,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     Returns:
         ``{"config", "results"}``: one row per utterance length with, per encoder,
-        its memory (MiB), step time (s) and parameters, and the memory ratio birnn / hrnn.
+        its memory (MiB), step time (s) and parameters, and the memory ratio birnn / each HRNN encoder.
     """
     encoders = [e.strip() for e in args.encoders.split(",")]
     unknown = set(encoders) - set(ENCODERS)
@@ -108,16 +116,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for encoder in encoders:
             result = steps_harness.run_worker("seqapps.bench.speech", {
                 "encoder": encoder, "utterance_seconds": seconds, "preset": args.preset, "batch": args.batch,
-                "steps": args.steps, "chars_per_second": args.chars_per_second, "seed": args.seed})
+                "steps": args.steps, "chars_per_second": args.chars_per_second, "seed": args.seed,
+                "hrnn_units": args.hrnn_units})
             row["frames"], row["device"] = result["frames"], result["device"]
             for key in ("memory_mb", "step_s", "parameters"):
                 row[f"{encoder}_{key}"] = result[key]
-        if {"birnn", "hrnn"} <= set(encoders):
-            row["memory_ratio"] = round(row["birnn_memory_mb"] / max(row["hrnn_memory_mb"], 1e-3), 2)
+        for hrnn in (e for e in HRNN_ENCODERS if "birnn" in encoders and e in encoders):
+            ratio_key = "memory_ratio" if hrnn == "hrnn" else f"memory_ratio_{hrnn}"
+            row[ratio_key] = round(row["birnn_memory_mb"] / max(row[f"{hrnn}_memory_mb"], 1e-3), 2)
         rows.append(row)
         print(row, file=sys.stderr, flush=True)
     config = {"preset": args.preset, "batch": args.batch, "steps": args.steps,
-              "chars_per_second": args.chars_per_second, "seconds": args.seconds, "encoders": encoders}
+              "chars_per_second": args.chars_per_second, "seconds": args.seconds, "encoders": encoders,
+              "hrnn_units": args.hrnn_units}
     return {"config": config, "results": rows}
 
 
@@ -131,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.worker:
         result = measure(args.encoder, args.utterance_seconds, args.preset, args.batch, args.steps,
-                         args.chars_per_second, args.seed)
+                         args.chars_per_second, args.seed, args.hrnn_units)
     else:
         result = run(args)
     print(json.dumps(result))

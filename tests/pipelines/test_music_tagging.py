@@ -11,7 +11,7 @@ import soundfile
 import tensorflow as tf
 
 from pipelines.music_tagging import MusicTagging, clip_mfccs, mfcc_logistic_scores
-from seqapps import cli
+from seqapps import cli, export, serializable
 from seqapps.config import resolve_config
 from seqapps.data import music
 from seqapps.errors import DataError
@@ -20,8 +20,10 @@ from seqapps.metrics import roc_curves
 from seqapps.pipeline import VOCABULARIES
 from seqapps.report import run_folder
 from seqapps.report.document import Table, figures_of
-from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli
+from tests.export_harness import call_in_tensorflow_only_process
+from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli, run_tiny
 from tests.pipelines.report_checks import assert_figures_decode
+from tests.test_exports import warmup_calls
 
 RATE = music.SAMPLE_RATE
 
@@ -264,19 +266,38 @@ def test_calibrate_returns_thresholds_of_validation_scores_and_evaluate_decides_
     assert metrics["precision_micro"] == pytest.approx(test[:, 0].mean())
 
 
-def test_hrnn_model_scores_every_tag_and_needs_two_levels(tmp_path):
+@pytest.mark.parametrize("rnn, pooling", [("hrnn", "meanmax"), ("bihrnn", "meanmax"), ("bihrnn", "last")])
+def test_hrnn_model_scores_every_tag_and_needs_two_levels(tmp_path, rnn, pooling):
     from seqapps.errors import ConfigError
 
     pipeline = MusicTagging()
-    config = resolve_config(MusicTagging.Config, "tiny", overrides=["rnn=hrnn", "units=[8,8]"])
+    config = resolve_config(MusicTagging.Config, "tiny", overrides=[f"rnn={rnn}", "units=[8,8]", f"pooling={pooling}"])
     data = pipeline.load_data(config, str(_user_folder(tmp_path)))
     model = pipeline.build_model(config, data)
     window = data.state["window_samples"]
-    scores = model(np.zeros((3, window), np.float32)).numpy()
+    scores = model(np.random.default_rng(0).normal(size=(3, window)).astype(np.float32)).numpy()
     assert scores.shape == (3, 3) and np.all((scores > 0) & (scores < 1))
-    assert any(layer.name == "hrnn" for layer in model.layers)
+    assert any(layer.name == rnn for layer in model.layers)
+    if rnn == "bihrnn":  # both directions' weights reach the scores
+        hrnn = model.get_layer(rnn)
+        with tf.GradientTape() as tape:
+            score = tf.reduce_sum(model(np.ones((1, window), np.float32)))
+        forward, backward = tape.gradient(score, [hrnn.forward.trainable_variables, hrnn.backward.trainable_variables])
+        assert all(float(tf.reduce_max(tf.abs(g))) > 0 for g in (forward[0], backward[0]))
     with pytest.raises(ConfigError, match="units"):
-        resolve_config(MusicTagging.Config, "tiny", overrides=["rnn=hrnn", "units=[8]"])
+        resolve_config(MusicTagging.Config, "tiny", overrides=[f"rnn={rnn}", "units=[8]"])
+
+
+@pytest.mark.large
+def test_bihrnn_tiny_run_exports_a_tensorflow_only_model_without_cudnn_ops(tmp_path):
+    path = run_tiny(tmp_path / "exports", "music_tagging", "rnn=bihrnn", "units=[8,8]")
+    assert export.cudnn_ops(path) == []
+    info = read_export(path)
+    assert any(layer.name == "bihrnn" for layer in serializable.load_model(info.keras_model_path).layers)
+    calls = warmup_calls(path)
+    answer = call_in_tensorflow_only_process(path, calls)
+    assert answer["imported"] == [] and {name for name, _ in calls} <= set(answer["signatures"])
+    assert 0.0 <= export_metrics(path)["metrics"]["roc_auc_micro"] <= 1.0
 
 
 def test_abc_books_are_read_tune_by_tune_with_the_genre_of_their_rhythm_field(tmp_path):
