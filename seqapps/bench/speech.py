@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from seqapps.bench import steps as steps_harness
+from seqapps.errors import ConfigError
 
 ENCODERS = ("birnn", "hrnn", "bihrnn")
 HRNN_ENCODERS = ("hrnn", "bihrnn")
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     encoders = [e.strip() for e in args.encoders.split(",")]
     unknown = set(encoders) - set(ENCODERS)
     if unknown:
-        raise ValueError(f"--encoders: unknown {sorted(unknown)}; expected some of {ENCODERS}")
+        raise ConfigError(f"--encoders: unknown {sorted(unknown)}; expected some of {ENCODERS}")
     rows = []
     for seconds in (float(s) for s in args.seconds.split(",")):
         row: dict[str, Any] = {"seconds": seconds}
