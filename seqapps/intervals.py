@@ -137,23 +137,16 @@ def window_scale(interval: dict[str, Any], targets: Sequence[str], inputs: dict[
     return local_scales([inputs[name] for name in targets], interval["scale_lag"], interval["scale_floor"])
 
 
-def choose_shrinkage(model: Any, windows: Iterable[tuple[Any, Any]], base_shift: np.ndarray | None,
-                     per_step: bool) -> tuple[np.ndarray, dict[str, float]]:
-    """The shrinkage weights chosen on the validation windows, and the validation MAE with each choice.
-
-    The base forecast is the model's with the weights of its ``Shrinkage`` layer "shrinkage" at zero,
-    plus ``base_shift``, so that both the base and the correction are out of sample.
+def shrinkage_parts(model: Any, windows: Iterable[tuple[Any, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A forecaster's base and correction on some windows, apart: its ``Shrinkage`` layer "shrinkage" at 0 and 1.
 
     Args:
         model: a Keras forecaster of [batch, members, horizon, targets]; its shrinkage weights are left at 1.
-        windows: batches of ``(inputs, targets [B, horizon, targets])`` of the validation windows.
-        base_shift: what to add to the base forecast [windows, horizon, targets] (the ridge fitted
-            on the training split alone minus the full one), or None.
-        per_step: as in ``shrinkage_weights``.
+        windows: batches of ``(inputs, targets [B, horizon, targets])``.
 
     Returns:
-        The weights [horizon, targets] and ``{"base", "correction", "shrunk"}``: the validation MAE of the
-        base, of the whole correction and of the shrunk one.
+        ``(truth, base, correction)``, float64 [windows, horizon, targets]: the members' mean forecast is
+        ``base + correction`` with weights of 1.
     """
     from seqapps import compat
 
@@ -164,17 +157,119 @@ def choose_shrinkage(model: Any, windows: Iterable[tuple[Any, Any]], base_shift:
         for weights, found in ((ones, whole), (0 * ones, base)):
             layer.set_weights([weights])
             found.append(predict(inputs).numpy().mean(axis=1))  # over the members axis
-        truth.append(targets.numpy())
+        truth.append(np.asarray(targets))
     layer.set_weights([ones])
     whole, base, truth = (np.concatenate(found).astype("float64") for found in (whole, base, truth))
-    correction = whole - base
-    if base_shift is not None:
-        base = base + base_shift
+    return truth, base, whole - base
+
+
+def shrinkage_choice(truth: np.ndarray, base: np.ndarray, correction: np.ndarray,
+                     per_step: bool) -> tuple[np.ndarray, dict[str, float]]:
+    """``shrinkage_weights`` and the MAE of the base, of the whole correction and of the shrunk one.
+
+    Returns:
+        The weights [horizon, targets] and ``{"base", "correction", "shrunk"}``.
+    """
     weights = shrinkage_weights(truth, base, correction, per_step)
     scores = {"base": float(np.abs(truth - base).mean()),
               "correction": float(np.abs(truth - base - correction).mean()),
               "shrunk": float(np.abs(truth - base - weights * correction).mean())}
     return weights, scores
+
+
+def choose_shrinkage(model: Any, windows: Iterable[tuple[Any, Any]], base_shift: np.ndarray | None,
+                     per_step: bool) -> tuple[np.ndarray, dict[str, float]]:
+    """The shrinkage weights chosen on the validation windows, and the validation MAE with each choice.
+
+    The base forecast is the model's with the weights of its ``Shrinkage`` layer "shrinkage" at zero,
+    plus ``base_shift``, so that both the base and the correction are out of sample.
+
+    Args:
+        model: as in ``shrinkage_parts``.
+        windows: batches of ``(inputs, targets [B, horizon, targets])`` of the validation windows.
+        base_shift: what to add to the base forecast [windows, horizon, targets] (the ridge fitted
+            on the training split alone minus the full one), or None.
+        per_step: as in ``shrinkage_weights``.
+
+    Returns:
+        As ``shrinkage_choice``, on the validation windows.
+    """
+    truth, base, correction = shrinkage_parts(model, windows)
+    if base_shift is not None:
+        base = base + base_shift
+    return shrinkage_choice(truth, base, correction, per_step)
+
+
+def rolling_origin_rows(edges: np.ndarray, origins: int, gap: int) -> list[tuple[range, range, range]]:
+    """The rows of a rolling-origin validation over contiguous blocks of time-ordered forecast windows.
+
+    Each of the last ``origins`` blocks is held out in turn; the correction it is scored on trains on
+    the rows before it, the block just before it (less a gap) pacing that training. A gap of
+    ``gap`` rows keeps the targets of the rows trained on from overlapping the next part's.
+
+    Args:
+        edges: the blocks' row edges, [blocks + 1] (``seqapps.baselines.RidgeFit.edges``).
+        origins: how many of the last blocks are held out, at most blocks - 2.
+        gap: the rows left out before each held-out block and each pacing block (the horizon).
+
+    Returns:
+        ``(training rows, pacing rows, held-out rows)`` per origin, in time order; [] when a part would be empty.
+    """
+    blocks = len(edges) - 1
+    found = []
+    for block in range(max(2, blocks - origins), blocks):
+        train, pace, held = (range(0, edges[block - 1] - gap), range(edges[block - 1], edges[block] - gap),
+                             range(edges[block], edges[block + 1]))
+        if not (len(train) and len(pace) and len(held)):
+            return []
+        found.append((train, pace, held))
+    return found
+
+
+def rolling_shrinkage(rows: Sequence[tuple[range, range, range]],
+                      parts: Any) -> tuple[np.ndarray, dict[str, float]]:
+    """Per-step shrinkage weights chosen on the pooled out-of-sample forecasts of several origins.
+
+    Args:
+        rows: ``rolling_origin_rows``'.
+        parts: ``parts(train, pace, held) -> (truth, base, correction)`` of the held-out rows, each
+            [rows, horizon, targets], from a correction trained on ``train`` (paced by ``pace``) and a base
+            that has not seen ``held``.
+
+    Returns:
+        As ``shrinkage_choice`` with ``per_step``, on every origin's held-out rows together.
+    """
+    found = [parts(*origin) for origin in rows]
+    truth, base, correction = (np.concatenate([part[i] for part in found]) for i in range(3))
+    return shrinkage_choice(truth, base, correction, per_step=True)
+
+
+def describe_shrinkage(weights: np.ndarray, targets: Sequence[str]) -> str:
+    """Which leads of the forecast the correction changed, in words.
+
+    Args:
+        weights: [horizon, targets] shrinkage weights (1: the correction kept, 0: dropped).
+        targets: the target columns.
+
+    Returns:
+        E.g. "correction kept at leads 1-8, shrunk at 9-17 (w 0.1-0.95), dropped at 18-24", a clause per
+        target after its name when there are several.
+    """
+    clauses = []
+    for column, name in enumerate(targets):
+        w = np.asarray(weights)[:, column]
+        kinds = np.where(w >= 1, "kept", np.where(w <= 0, "dropped", "shrunk"))
+        runs, start = [], 0
+        for lead in range(1, len(w) + 1):
+            if lead == len(w) or kinds[lead] != kinds[start]:
+                leads = f"{start + 1}-{lead}" if lead - start > 1 else f"{lead}"
+                span = w[start:lead]
+                detail = (f" (w {span.min():.3g}-{span.max():.3g})" if span.min() < span.max()
+                          else f" (w {span[0]:.3g})") if kinds[start] == "shrunk" else ""
+                runs.append(f"{kinds[start]} at lead{'s' if lead - start > 1 else ''} {leads}{detail}")
+                start = lead
+        clauses.append((f"{name}: " if len(targets) > 1 else "") + "correction " + ", ".join(runs))
+    return "; ".join(clauses)
 
 
 def pinball_loss(truth: np.ndarray, quantile_forecasts: Sequence[np.ndarray], quantiles: tuple[float, ...]) -> float:

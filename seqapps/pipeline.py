@@ -194,7 +194,8 @@ class Pipeline:
             log_dir: the run's TensorBoard folder (None: no logs, as on a worker that is not the chief).
 
         Returns:
-            The JSON-able training report.
+            The JSON-able training report; its ``note``, if any (one line of what the fit decided),
+            is printed in the run's summary.
         """
         from seqapps import training
 

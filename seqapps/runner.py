@@ -147,13 +147,18 @@ def _train_evaluate_export(pipeline: Pipeline, config: TrainingConfig, preset: s
     result: dict[str, Any] = {"metrics": metrics, "baseline": baseline}
     if fitted["metrics_before"] is not None:
         result["metrics_before"] = fitted["metrics_before"]
-    folds, periods, fold_dirs = [], [], []
+    folds, periods, fold_dirs, notes = [], [], [], []
     for index, fold in enumerate(earlier_folds):
         fold_dirs.append(_checkpoint_dir(model_root, {**checkpoint_key, "backtest_fold": index}))
-        folds.append(_fit_calibrate_evaluate(pipeline, config, fold, fold_dirs[-1], strategy, progress)[3])
+        _, _, fold_fitted, scores = _fit_calibrate_evaluate(pipeline, config, fold, fold_dirs[-1], strategy, progress)
+        folds.append(scores)
+        notes.append(fold_fitted["training"].get("note"))
         periods.append(fold.report.get("test_period"))
     if folds:
         result["backtest"] = backtest_summary([*folds, (metrics, baseline)], [*periods, data.report.get("test_period")])
+        notes.append(fitted["training"].get("note"))
+        if any(notes):
+            result["backtest"]["notes"] = notes
     result.update(training=fitted["training"], data=data.report)
     nulls: dict[str, str] = {}
     result = json_safe(result, nulls)  # the export's metrics.json and --json are standard JSON

@@ -130,6 +130,7 @@ def _backtest(backtest: dict[str, Any], headlines: Sequence[Headline]) -> list[s
                 mean, std = headline.scale * found["mean"], headline.scale * found["std"]
                 cells.append(f"{number(mean):>{column - 10}} +- {std:<6.3g}")
         lines.append(f"{name:<{width}}" + "".join(cells))
+    lines += [f"fold {index + 1}: {note}" for index, note in enumerate(backtest.get("notes", [])) if note]
     return lines
 
 
@@ -157,6 +158,8 @@ def run_summary(result: dict[str, Any], declared: Sequence[Headline] = ()) -> st
     if headlines:
         lines += _table(rows, set(result.get("baseline", {})), headlines)
     lines += _other_metrics(result["metrics"], headlines)
+    if (result.get("training") or {}).get("note"):
+        lines.append(f"training: {result['training']['note']}")
     if "backtest" in result and headlines:
         lines += _backtest(result["backtest"], headlines)
     data = result.get("data", {})

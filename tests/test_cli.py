@@ -166,6 +166,22 @@ def test_run_summary_lists_the_backtest_mean_and_spread_beside_the_split_metrics
     assert lines[start + 3].split() == ["ridge", "4", "+-", "2"]
 
 
+def test_run_summary_states_what_each_fit_decided_for_the_run_and_every_backtest_fold():
+    from seqapps.runner import backtest_summary
+
+    folds = [({"mae": m}, {"ridge": {"mae": 2.0}}) for m in (3.0, 4.0)]
+    backtest = {**backtest_summary(folds, ["a", "b"]), "notes": ["correction dropped at leads 1-2", None]}
+    result = {"pipeline": "p", "preset": "tiny", "seconds": 1.0, "metrics": folds[-1][0], "baseline": folds[-1][1],
+              "backtest": backtest, "training": {"note": "correction kept at lead 1, dropped at lead 2"},
+              "export": "out/p/1"}
+    lines = run_summary(result, (Headline("mae", "MAE", "MW"),)).splitlines()
+    assert "training: correction kept at lead 1, dropped at lead 2" in lines
+    assert "fold 1: correction dropped at leads 1-2" in lines
+    assert not any(line.startswith("fold 2:") for line in lines)  # a fold whose fit noted nothing
+    del result["training"], backtest["notes"]
+    assert not any(line.startswith(("training:", "fold ")) for line in run_summary(result).splitlines())
+
+
 def test_run_summary_keeps_a_long_metric_name_apart_from_its_neighbours():
     result = {"pipeline": "p", "preset": "tiny", "seconds": 1.0, "export": "out/p/1",
               "metrics": {"mase": 0.175, "interval_coverage": 0.798, "pinball": 109.2},

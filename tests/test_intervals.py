@@ -3,6 +3,7 @@ import pytest
 from sklearn.metrics import mean_pinball_loss
 
 from seqapps.intervals import (CHUNK_ROWS, SHRINKAGE_GRID, choose_shrinkage, conformal_offsets, coverage,
+                               describe_shrinkage, rolling_origin_rows, rolling_shrinkage,
                                interval_levels, local_scale, local_scales, pinball_loss, scaled_conformal_offsets,
                                shrinkage_weights, window_scale)
 
@@ -118,3 +119,75 @@ def test_choose_shrinkage_scores_the_model_s_base_and_correction_and_restores_th
     np.testing.assert_allclose(scores["shrunk"], np.abs(truth - shifted - weights * correction).mean(), rtol=1e-6)
     assert scores["shrunk"] <= min(scores["base"], scores["correction"])
     np.testing.assert_array_equal(model.get_layer("shrinkage").get_weights()[0], np.ones((horizon, targets)))
+
+
+def test_rolling_origin_shrinkage_matches_a_brute_force_search_on_a_small_series():
+    # A small series, forecast 3 steps ahead from each of 100 windows in 5 blocks. The base is a least-squares
+    # fit of the targets on the last value that left the held-out block out; the "correction" is the mean residual
+    # per lead of the rows it trains on, plus a slope in the window's last value that helps at lead 1 only.
+    rng = np.random.default_rng(8)
+    horizon, rows = 3, 100
+    series = np.cumsum(rng.normal(size=rows + horizon + 1))
+    last = series[:rows]
+    truth = np.stack([series[1 + h: rows + 1 + h] for h in range(horizon)], axis=1)[..., None]  # [rows, h, 1]
+    truth[:, 0, 0] += 2.0 * np.sin(last)  # what the correction can learn, at lead 1
+    edges = np.array([0, 20, 40, 60, 80, 100])
+    seen = []
+
+    def fit_base(use: np.ndarray) -> np.ndarray:
+        design = np.stack([last, np.ones(rows)], axis=1)
+        coef = np.linalg.lstsq(design[use], truth[use, :, 0], rcond=None)[0]
+        return (design @ coef)[..., None]
+
+    def correction(train: np.ndarray, base: np.ndarray) -> np.ndarray:
+        level = (truth - base)[train].mean(axis=0)
+        return level + np.where(np.arange(horizon) == 0, 2.0, 0.0)[:, None] * np.sin(last)[:, None, None]
+
+    def parts(train, pace, held):
+        train, pace, held = (np.asarray(part) for part in (train, pace, held))
+        seen.append((train, pace, held))
+        block = np.ones(rows, bool)
+        block[held] = False
+        base = fit_base(block)
+        return truth[held], base[held], correction(train, fit_base(np.ones(rows, bool)))[held]
+
+    weights, scores = rolling_shrinkage(rolling_origin_rows(edges, 3, horizon), parts)
+    # Brute force: the last three blocks, each scored on a correction trained on the rows whose targets end
+    # `horizon` rows before the pacing block, the block before it (less the same gap) pacing it.
+    row = np.arange(rows)
+    truth_all, base_all, correction_all = [], [], []
+    for k, (start, stop) in enumerate([(40, 60), (60, 80), (80, 100)]):
+        previous = start - 20
+        train, pace, held = row[row < previous - horizon], row[(row >= previous) & (row < start - horizon)], \
+            row[(row >= start) & (row < stop)]
+        np.testing.assert_array_equal(seen[k][0], train)
+        np.testing.assert_array_equal(seen[k][1], pace)
+        np.testing.assert_array_equal(seen[k][2], held)
+        outside = (row < start) | (row >= stop)
+        truth_all.append(truth[held])
+        base_all.append(fit_base(outside)[held])
+        correction_all.append(correction(train, fit_base(np.ones(rows, bool)))[held])
+    truth_all, base_all, correction_all = (np.concatenate(found) for found in (truth_all, base_all, correction_all))
+    for h in range(horizon):
+        errors = [np.abs(truth_all[:, h, 0] - base_all[:, h, 0] - w * correction_all[:, h, 0]).mean()
+                  for w in SHRINKAGE_GRID]
+        assert weights[h, 0] == SHRINKAGE_GRID[int(np.argmin(errors))]
+    assert weights[0, 0] > 0.5  # the correction helps at lead 1
+    np.testing.assert_allclose(scores["shrunk"], np.abs(truth_all - base_all - weights * correction_all).mean())
+    np.testing.assert_allclose(scores["base"], np.abs(truth_all - base_all).mean())
+
+
+def test_rolling_origin_rows_are_none_when_a_block_cannot_hold_its_gap():
+    assert rolling_origin_rows(np.array([0, 4, 8, 12, 16]), 2, 5) == []
+    assert rolling_origin_rows(np.zeros(0, int), 3, 2) == []  # no cross-fitting blocks
+    assert len(rolling_origin_rows(np.array([0, 10, 20, 30, 40]), 5, 2)) == 2  # at most blocks - 2 origins
+
+
+def test_describe_shrinkage_names_the_leads_the_correction_kept_shrank_and_dropped():
+    weights = np.array([1.0, 1.0, 0.5, 0.25, 0.0, 0.0, 1.0])[:, None]
+    assert describe_shrinkage(weights, ["demand"]) == (
+        "correction kept at leads 1-2, shrunk at leads 3-4 (w 0.25-0.5), dropped at leads 5-6, kept at lead 7")
+    two = np.stack([np.ones(3), [0.0, 0.3, 0.0]], axis=1)
+    assert describe_shrinkage(two, ["a", "b"]) == ("a: correction kept at leads 1-3; "
+                                                   "b: correction dropped at lead 1, shrunk at lead 2 (w 0.3), "
+                                                   "dropped at lead 3")

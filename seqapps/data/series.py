@@ -261,6 +261,16 @@ def _with_members_axis(inputs: dict[str, Any], targets: Any) -> tuple[dict[str, 
     return inputs, targets[None]
 
 
+def fitted_windows(state: dict[str, Any], arrays: dict[str, Any], origins: np.ndarray,
+                   blocks: np.ndarray | None) -> Any:
+    """Windows to train or validate on (``series_windows``, unbatched), their targets with a members axis of 1.
+
+    Args:
+        state, arrays, origins, blocks: as in ``series_windows``.
+    """
+    return series_windows(state, arrays, origins, blocks).map(_with_members_axis)
+
+
 def window_datasets(data: Splits, cross_fitted_targets: bool, fit_on_val: bool, holdout: bool) -> None:
     """Sets the splits' datasets of windows, with targets of a members axis of 1 (every member is scored on them).
 
@@ -280,7 +290,7 @@ def window_datasets(data: Splits, cross_fitted_targets: bool, fit_on_val: bool, 
     val = (origins["val"], None if blocks is None else blocks[n_train:])
     if fit_on_val:
         if holdout:
-            arrays["train_alone"] = series_windows(state, arrays, *train).map(_with_members_axis)
+            arrays["train_alone"] = fitted_windows(state, arrays, *train)
         train = (np.concatenate([origins["train"], origins["val"]]), blocks)
-    data.train, data.val, data.test = (series_windows(state, arrays, *split).map(_with_members_axis)
+    data.train, data.val, data.test = (fitted_windows(state, arrays, *split)
                                        for split in (train, val, (origins["test"], None)))
