@@ -13,6 +13,7 @@ import contextlib
 import importlib
 import io
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -186,7 +187,8 @@ def native_stderr_to_file(enabled: bool) -> Iterator[io.BufferedRandom | None]:
     TensorFlow prints start-up messages from C++ at import and at its first ops
     (absl's "All log messages before absl::InitializeLog()", oneDNN notices), which
     no environment variable silences in TF 2.21. Python's ``sys.stderr`` keeps
-    writing to the terminal, and Python warnings go to the file as well.
+    writing to the terminal; Python warnings and TensorFlow's Python log (the
+    "tensorflow" logger: retracing notices and the like) go to the file as well.
 
     Args:
         enabled: when False, nothing is redirected.
@@ -211,15 +213,34 @@ def native_stderr_to_file(enabled: bool) -> Iterator[io.BufferedRandom | None]:
                                       errors="backslashreplace", line_buffering=True)
     warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: log.write(
         warnings.formatwarning(message, category, filename, lineno, line).encode())
+    tensorflow_log = _RecordsToFile(log)
+    logging.getLogger("tensorflow").addFilter(tensorflow_log)
     try:
         yield log
     finally:
+        logging.getLogger("tensorflow").removeFilter(tensorflow_log)
         warnings.showwarning = show_warning
         if uses_fd2:
             sys.stderr.flush()
             sys.stderr = python_stderr
         os.dup2(saved_fd, 2)
         os.close(saved_fd)
+
+
+class _RecordsToFile(logging.Filter):
+    """A logger filter that writes every record to a binary file instead of the logger's handlers.
+
+    Args:
+        log: the file.
+    """
+
+    def __init__(self, log: io.BufferedRandom) -> None:
+        super().__init__()
+        self.log = log
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.log.write(f"{record.levelname}:{record.name}:{record.getMessage()}\n".encode())
+        return False
 
 
 def replay_native_stderr(log: io.BufferedRandom | None) -> None:

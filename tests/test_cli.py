@@ -69,6 +69,27 @@ def test_bad_csv_in_a_fresh_process_prints_one_line_without_tensorflow_start_up_
     assert len(lines) == 1 and re.search(message, lines[0]), completed.stderr
 
 
+def test_tensorflows_python_log_is_held_back_with_its_start_up_noise_and_replayed_after_a_crash():
+    """TensorFlow's "retracing" notices and the like (its "tensorflow" logger) are noise on a terminal, as its
+    C++ start-up lines are: ``native_stderr_to_file`` holds them back, and ``replay_native_stderr`` shows them."""
+    code = """
+import sys
+from seqapps import cli
+with cli.native_stderr_to_file(True) as log:
+    import tensorflow as tf
+    tf.get_logger().warning("a notice from TensorFlow")
+    print("the user's line", file=sys.stderr)
+sys.stderr.flush()
+print("held back:", "a notice from TensorFlow" in (log.seek(0) or log.read().decode()))
+cli.replay_native_stderr(log)
+"""
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "held back: True"
+    user_line, replayed = completed.stderr.split("the user's line\n", 1)
+    assert "a notice from TensorFlow" not in user_line and "a notice from TensorFlow" in replayed
+
+
 def test_unknown_names_and_missing_files_are_answered_before_tensorflow_is_imported(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text("horizn: 1D\n")
