@@ -203,7 +203,8 @@ def test_two_workers_train_together_and_the_chief_exports_once(two_worker_runs, 
 
 
 def test_a_killed_worker_resumes_from_its_backup(tmp_path):
-    overrides = ["epochs=4", "steps_per_epoch=3", "batch_size=16", "early_stopping_patience=10"]
+    # shrinkage=none: one fit, so that the kill hits the final fit (the rolling-origin refits have backups of their own)
+    overrides = ["epochs=4", "steps_per_epoch=3", "batch_size=16", "early_stopping_patience=10", "shrinkage=none"]
     chief, victim = start_workers(tmp_path, [("load_forecasting", overrides)], kill_index=1, kill_at_epoch=2)
     assert victim.wait(timeout=600) == 3, victim.stderr.read()[-3000:]
     # The survivor's next collective fails once the dead peer misses its heartbeats (about 10 s here):
