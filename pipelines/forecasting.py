@@ -353,9 +353,9 @@ class Forecasting(Pipeline):
         from seqapps import training
 
         kind = data.arrays["shrinkage"]
-        if kind != "none":  # training sees the whole correction (a fine-tuned model's too)
-            layer = model.get_layer("shrinkage")
-            layer.set_weights([np.ones(layer.weight.shape, "float32")])
+        # Training sees the whole correction, and "none" keeps it: a fine-tuned model's exported weights go too.
+        layer = model.get_layer("shrinkage")
+        layer.set_weights([np.ones(layer.weight.shape, "float32")])
         holdout, weights, scores, rolling = None, None, None, {}
         if kind == "rolling":
             weights, scores, rolling = self._rolling_shrinkage(model, config, data, checkpoint_dir, progress, log_dir)

@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import pandas as pd
 import pytest
+import tensorflow as tf
 from PIL import Image
 from sklearn.linear_model import Ridge
 
@@ -588,3 +589,18 @@ def test_report_backtest_section_shows_each_folds_headline_metric_from_the_resul
                              *(value + 50 for value in mae[1:])]
     assert table.rows[1] == ["fold 2", " to ".join(result["data"]["test_period"]), *mae]
     assert table.rows[2][2] == f"{mae[0] + 50:.4g} ± {np.std([mae[0] + 100, mae[0]], ddof=1):.4g}"
+
+
+def test_shrinkage_none_serves_the_whole_correction_even_from_a_model_that_came_with_other_weights(tmp_path):
+    """A fine-tuned export arrives with its own shrinkage weights; ``shrinkage=none`` means w = 1."""
+    from seqapps.config import resolve_config
+
+    pipeline = REGISTRY.get("weather_forecasting")()
+    config = resolve_config(pipeline.Config, "tiny", overrides=["shrinkage=none", "steps_per_epoch=1"])
+    data = pipeline.load_data(config, None)
+    model = training.build_and_compile(pipeline, config, data, tf.distribute.get_strategy())
+    layer = model.get_layer("shrinkage")
+    layer.set_weights([np.zeros_like(layer.get_weights()[0])])  # as an export whose correction was dropped
+    report = pipeline.fit(model, config, data, tmp_path / "checkpoints")
+    np.testing.assert_array_equal(layer.get_weights()[0], 1.0)
+    assert report["note"].startswith("correction kept at leads 1-")
