@@ -569,7 +569,7 @@ class BatchNCE(keras.layers.Layer):
         if logit_bias is not None and self.loss == "snce":
             raise ValueError("`logit_bias` is supported by the 'softmax' and 'bnce' losses, not 'snce'")
         if logit_bias is not None and self.loss == "bnce":
-            logit_bias = noise_centred_bias(tf.convert_to_tensor(logit_bias, self.compute_dtype), self.noise_probs)
+            logit_bias = noise_centred_bias(tf.cast(logit_bias, self.compute_dtype), self.noise_probs)
         if self.loss == "bnce" and self.noise_scope == "time_step" and hidden.shape.rank == 3:
             steps = tf.shape(hidden)[1]
             extra = self.sample_noise((steps, self.extra_noise)) if self.extra_noise else None
@@ -641,7 +641,7 @@ class BatchNCE(keras.layers.Layer):
         flat_bias = None if logit_bias is None else tf.reshape(logit_bias, [-1, self.vocab_size])
         full = -softmax_loss(flat_hidden, self.kernel, self.bias, flat_targets, flat_bias)
         if flat_bias is not None:
-            flat_bias = noise_centred_bias(flat_bias, self.noise_probs)
+            flat_bias = noise_centred_bias(tf.cast(flat_bias, self.compute_dtype), self.noise_probs)
         score = (
             tf.reduce_sum(flat_hidden * tf.gather(self.kernel, flat_targets), axis=1)
             + tf.gather(self.bias, flat_targets)
