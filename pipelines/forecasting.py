@@ -364,14 +364,16 @@ class Forecasting(Pipeline):
             first = training.build_and_compile(self, config, alone, model.distribute_strategy)
             first.set_weights(model.get_weights())  # the same start (a fresh or a fine-tuned model)
             holdout = training.fit(first, alone, config, Path(checkpoint_dir) / "holdout", progress=progress,
-                                   log_dir=log_dir and log_dir / "holdout")
+                                   log_dir=log_dir and log_dir / "holdout",
+                                   label="held-out fit")
             if kind in ("global", "step"):
                 weights, scores = self._shrinkage(first, data, kind == "step")
             if config.refit_epochs:
                 losses = holdout["val_loss_history"]
                 config = dataclasses.replace(config, epochs=int(np.argmin(losses)) + 1)
         report = training.fit(model, data, config, checkpoint_dir, progress=progress, log_dir=log_dir,
-                              epoch_metrics=lambda trained: self.epoch_metrics(trained, config, data))
+                              epoch_metrics=lambda trained: self.epoch_metrics(trained, config, data),
+                              label="final fit" if rolling or holdout is not None else None)
         if kind in ("global", "step") and weights is None:  # the validation windows were not trained on
             weights, scores = self._shrinkage(model, data, kind == "step")
         if weights is not None:
@@ -405,6 +407,7 @@ class Forecasting(Pipeline):
         cross = config.ridge_cross_fit > 1
         short = dataclasses.replace(config, epochs=min(config.epochs, config.rolling_epochs))
         start, epochs, started = model.get_weights(), [], time.perf_counter()
+        origins = len(arrays["rolling_rows"])
 
         def windows(rows: range, shifted: bool) -> tf.data.Dataset:
             rows = np.asarray(rows)
@@ -415,8 +418,9 @@ class Forecasting(Pipeline):
             refit = training.build_and_compile(self, short, split, model.distribute_strategy)
             refit.set_weights(start)
             name = f"rolling{len(epochs) + 1}"
+            label = f"shrinkage origin {len(epochs) + 1}/{origins}"  # a short fit that chooses the weights
             epochs.append(training.fit(refit, split, short, Path(checkpoint_dir) / name, progress=progress,
-                                       log_dir=log_dir and log_dir / name)["epochs_run"])
+                                       log_dir=log_dir and log_dir / name, label=label)["epochs_run"])
             held = np.asarray(held)
             return intervals.shrinkage_parts(refit, series_windows(state, arrays, fitted[held], blocks[held],
                                                                    batch_size=256))

@@ -485,9 +485,10 @@ class _TimeBudget(keras.callbacks.Callback):
 class _EpochLines(keras.callbacks.Callback):
     """Prints one line per epoch (loss, validation loss, learning rate, elapsed time, ETA) for logs and CI."""
 
-    def __init__(self, epochs: int) -> None:
+    def __init__(self, epochs: int, label: str | None = None) -> None:
         super().__init__()
         self.epochs = epochs
+        self.prefix = f"{label}: " if label else ""
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         self.start, self.first = time.perf_counter(), None
@@ -501,7 +502,7 @@ class _EpochLines(keras.callbacks.Callback):
         values = "  ".join(f"{key} {float(value):.4g}" for key, value in logs.items()
                            if key in ("loss", "val_loss"))
         rate = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
-        print(f"epoch {epoch + 1}/{self.epochs}  {values}  lr {rate:.3g}  elapsed {elapsed:.0f} s  "
+        print(f"{self.prefix}epoch {epoch + 1}/{self.epochs}  {values}  lr {rate:.3g}  elapsed {elapsed:.0f} s  "
               f"eta {eta:.0f} s", file=sys.stdout, flush=True)
 
 
@@ -523,7 +524,8 @@ class _EpochMetrics(keras.callbacks.Callback):
 def fit(model: keras.Model, data: TrainingData, config: TrainingConfig, checkpoint_dir: Path,
         progress: str = "none", extra_callbacks: Sequence[keras.callbacks.Callback] = (),
         log_dir: Path | None = None,
-        epoch_metrics: Callable[[keras.Model], dict[str, float]] | None = None) -> dict[str, Any]:
+        epoch_metrics: Callable[[keras.Model], dict[str, float]] | None = None,
+        label: str | None = None) -> dict[str, Any]:
     """Trains ``model`` with the shared callbacks; resumes from ``checkpoint_dir`` if a backup is there.
 
     Args:
@@ -540,6 +542,9 @@ def fit(model: keras.Model, data: TrainingData, config: TrainingConfig, checkpoi
             ``validation/``); None for none.
         epoch_metrics: ``model -> {name: value}``, validation metrics measured after each epoch
             and logged as ``val_NAME`` (``Pipeline.epoch_metrics``).
+        label: names this fit in the progress output, for a run that trains more than once (the
+            prefix of each epoch line, or a heading line above Keras' progress bar); None for the run's
+            one fit.
 
     Returns:
         A JSON-able report: epochs run (in total, before and after a restart), training
@@ -577,7 +582,9 @@ def fit(model: keras.Model, data: TrainingData, config: TrainingConfig, checkpoi
     logs = [keras.callbacks.TensorBoard(str(log_dir), write_graph=False, profile_batch=0)] if log_dir else []
     callbacks = [*measured, _StopOnNonFiniteLoss(), *stateful, *budget, backup, *logs, *extra_callbacks]
     if progress == "lines":
-        callbacks.append(_EpochLines(epochs))
+        callbacks.append(_EpochLines(epochs, label))
+    if label and progress == "bar":
+        print(f"{label}:", file=sys.stdout, flush=True)
     start = time.perf_counter()
     try:
         model.fit(train, validation_data=val, epochs=epochs, steps_per_epoch=steps_per_epoch,

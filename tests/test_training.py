@@ -198,3 +198,22 @@ def test_time_budget_stops_at_the_first_step_past_it(tmp_path, monkeypatch):
     report = training.fit(model, Splits(rows, rows, rows, state={}), config, tmp_path,
                           extra_callbacks=[TenSecondSteps()])
     assert steps == [0, 1, 0] and report["epochs_run"] == 2 and len(report["val_loss_history"]) == 2
+
+
+@pytest.mark.parametrize("progress", ["lines", "bar"])
+def test_a_labelled_fit_names_itself_before_its_epochs(tmp_path, capsys, progress):
+    """A run that trains more than once (forecasting's shrinkage origins, then the final fit) says which fit is which."""
+    rng = np.random.default_rng(0)
+    rows = tf.data.Dataset.from_tensor_slices((rng.normal(size=(8, 2)).astype("float32"),
+                                               rng.normal(size=(8, 1)).astype("float32")))
+    config = TrainingConfig(epochs=2, batch_size=4, early_stopping_patience=10)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=make_optimizer(config), loss="mse")
+    training.fit(model, Splits(rows, rows, rows, state={}), config, tmp_path, progress=progress,
+                 label="shrinkage origin 1/3")
+    printed = capsys.readouterr().out.splitlines()
+    if progress == "lines":  # a log file: every epoch line carries the label
+        assert [line.split()[:5] for line in printed] == [
+            ["shrinkage", "origin", "1/3:", "epoch", f"{epoch}/2"] for epoch in (1, 2)]
+    else:  # Keras' bar prints its own "Epoch 1/2" lines: a heading above them
+        assert printed[0] == "shrinkage origin 1/3:" and printed[1] == "Epoch 1/2"
