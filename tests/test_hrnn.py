@@ -1,4 +1,5 @@
-"""The HRNN pipelines' shared report parts: the memory bench's result, found beside the export, as a curve and table."""
+"""The HRNN pipelines' shared report parts: the memory bench's result, found beside the export, as a curve and table;
+the speech bench's check of its HRNN sizes."""
 import io
 import json
 import types
@@ -7,8 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from seqapps import hrnn
+from seqapps import cli, hrnn
 from seqapps.bench import hrnn as memory_bench
+from seqapps.bench import speech as speech_bench
 from seqapps.errors import DataError
 from seqapps.report.document import Figure, Table, Text
 
@@ -68,3 +70,31 @@ def test_run_writes_out_only_when_asked(tmp_path, monkeypatch):
     result = memory_bench.run(args)
     assert memory_bench.read_result(tmp_path / "bench.json") == json.loads(json.dumps(result))
     assert result["results"][0]["memory_ratio"] == 5.0
+
+
+@pytest.mark.parametrize("value", ["abc", "0,5", "64", "64,", "1.5,2"])
+def test_speech_bench_bad_hrnn_units_is_one_line_naming_the_option(capfd, monkeypatch, value):
+    def no_worker(module, options):
+        raise AssertionError("a measurement started despite a bad --hrnn-units")
+
+    monkeypatch.setattr(speech_bench.steps_harness, "run_worker", no_worker)
+    code = cli.main(["bench", "speech", "--hrnn-units", value])
+    lines = capfd.readouterr().err.splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0] == (f"seqapps: error: --hrnn-units: got {value!r}, expected two or more comma-separated "
+                        "integers >= 1 (one per HRNN level, e.g. 124,124)")
+
+
+@pytest.mark.parametrize("value, passed", [("124, 124", "124,124"), ("", "")])
+def test_speech_bench_passes_good_hrnn_units_to_each_worker(capfd, monkeypatch, value, passed):
+    workers = []
+
+    def fake_worker(module, options):
+        workers.append(options)
+        return {"frames": 10, "device": "cpu", "memory_mb": 1.0, "step_s": 0.1, "parameters": 5}
+
+    monkeypatch.setattr(speech_bench.steps_harness, "run_worker", fake_worker)
+    code = cli.main(["bench", "speech", "--hrnn-units", value, "--seconds", "5", "--encoders", "birnn,hrnn"])
+    assert code == 0 and [options["encoder"] for options in workers] == ["birnn", "hrnn"]
+    assert all(options["hrnn_units"] == passed for options in workers)
+    assert json.loads(capfd.readouterr().out)["config"]["hrnn_units"] == passed

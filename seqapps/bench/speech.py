@@ -97,6 +97,30 @@ def measure(encoder: str, seconds: float, preset: str, batch: int, steps: int, c
     return {**result, "frames": frames, "parameters": model.count_params()}
 
 
+def parse_hrnn_units(text: str) -> str:
+    """Checks ``--hrnn-units`` before any measurement starts.
+
+    Args:
+        text: the option's value: comma-separated units per HRNN level, or "" for the preset's.
+
+    Returns:
+        The units joined by commas without spaces ("" for the preset's).
+
+    Raises:
+        ConfigError: the value is not two or more comma-separated integers >= 1.
+    """
+    if not text.strip():
+        return ""
+    try:
+        units = [int(item) for item in text.split(",")]
+    except ValueError:
+        units = []
+    if len(units) < 2 or min(units) < 1:
+        raise ConfigError(f"--hrnn-units: got {text!r}, expected two or more comma-separated integers >= 1 "
+                          "(one per HRNN level, e.g. 124,124)")
+    return ",".join(str(unit) for unit in units)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Runs every measurement and returns the JSON-able report.
 
@@ -111,6 +135,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     unknown = set(encoders) - set(ENCODERS)
     if unknown:
         raise ConfigError(f"--encoders: unknown {sorted(unknown)}; expected some of {ENCODERS}")
+    hrnn_units = parse_hrnn_units(args.hrnn_units)
     rows = []
     for seconds in (float(s) for s in args.seconds.split(",")):
         row: dict[str, Any] = {"seconds": seconds}
@@ -118,7 +143,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result = steps_harness.run_worker("seqapps.bench.speech", {
                 "encoder": encoder, "utterance_seconds": seconds, "preset": args.preset, "batch": args.batch,
                 "steps": args.steps, "chars_per_second": args.chars_per_second, "seed": args.seed,
-                "hrnn_units": args.hrnn_units})
+                "hrnn_units": hrnn_units})
             row["frames"], row["device"] = result["frames"], result["device"]
             for key in ("memory_mb", "step_s", "parameters"):
                 row[f"{encoder}_{key}"] = result[key]
@@ -129,7 +154,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(row, file=sys.stderr, flush=True)
     config = {"preset": args.preset, "batch": args.batch, "steps": args.steps,
               "chars_per_second": args.chars_per_second, "seconds": args.seconds, "encoders": encoders,
-              "hrnn_units": args.hrnn_units}
+              "hrnn_units": hrnn_units}
     return {"config": config, "results": rows}
 
 
