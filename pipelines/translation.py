@@ -11,7 +11,8 @@ serving always use the full softmax over the trained output embedding (PPL^f). W
 ``log(p_lex + epsilon)``, where ``p_lex`` mixes the IBM Model 1 translation probabilities of the source
 words (each word's ``lexicon_top_k`` likeliest, a non-trainable table of the model) by the step's
 attention weights (``seqapps.layers.lexicon.LexiconBias``); B-NCE's batch columns get each row's
-bias of their words, and decoding adds it at every step.
+bias of their words (evaluated at those words only, from the lexicon's mixture), and decoding adds it
+at every step.
 
 Tokens: lower-case words with punctuation split (``seqapps.data.text.Tokenizer("word")``), one
 vocabulary per language learned from the training pairs (``max_vocab``, ``min_count``). Unknown words
@@ -352,7 +353,7 @@ class Translation(Pipeline):
             lexicon = LexiconBias(source_size, target_size, config.lexicon_top_k, config.lexicon_epsilon,
                                   name="lexicon")
             per_token = output([attended, target_out], target_mask=target_mask,
-                               logit_bias=lexicon({"attention": attention, "source_ids": source}))
+                               logit_bias=lexicon({"attention": attention, "source_ids": source}, mixture=True))
             lexicon.set_table(*data.arrays["lexical"].lexicon(*_vocabularies(data.state), config.lexicon_top_k))
         else:
             per_token = output([decoder(decoder_inputs), target_out], target_mask=target_mask)

@@ -23,13 +23,14 @@ failing, so check ids eagerly or in a non-XLA graph first.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from seqapps.layers.bnce_options import LOSSES, NOISE_SCOPES
+from seqapps.layers.lexicon import lexical_log_bias, lexical_log_bias_at_columns, lexical_log_noise_mass
 
 NOISE_SUM_TOLERANCE = 1e-3
 
@@ -152,7 +153,7 @@ def batch_nce_loss(
     log_z: float = 9.0,
     extra_noise_ids: tf.Tensor | None = None,
     remove_accidental_hits: bool = False,
-    logit_bias: tf.Tensor | None = None,
+    column_bias: Callable[[tf.Tensor], tf.Tensor] | None = None,
     target_mask: tf.Tensor | None = None,
 ) -> tf.Tensor:
     """Per-row B-NCE loss (Oualil & Klakow, 2017), with the optional adaptive extra noise.
@@ -179,8 +180,8 @@ def batch_nce_loss(
             ``[..., K_extra]`` (one set per batch) int ids drawn from ``p_n`` and
             shared by the batch's rows (adaptive B-NCE; use it when ``B`` is small).
         remove_accidental_hits: mask noise columns equal to the row's target.
-        logit_bias: optional ``[..., B, V]`` scores added per row to every word's (for example
-            ``LexiconBias``); each row's scores of the columns ``c`` get its entries of ``c``.
+        column_bias: optional function of the columns ``c`` (int ``[..., M]``) that returns each row's
+            scores to add to theirs, ``[..., B, M]`` (for example ``dense_column_bias`` of a per-row bias).
         target_mask: optional ``[..., B]`` bool, False for padding: a padded target is in no row's
             noise and its own loss is 0, so ``K`` counts the real targets (and the extra noise) only.
 
@@ -217,9 +218,8 @@ def batch_nce_loss(
         columns = tf.identity(columns)
     weights = tf.gather(kernel, columns)
     scores = tf.matmul(hidden, weights, transpose_b=True) + tf.gather(bias, columns)[..., tf.newaxis, :] - log_z
-    if logit_bias is not None:
-        row_columns = tf.broadcast_to(columns[..., tf.newaxis, :], tf.shape(scores))
-        scores += tf.gather(logit_bias, row_columns, batch_dims=row_columns.shape.rank - 1)
+    if column_bias is not None:
+        scores += column_bias(columns)
     ignore_mask = None
     if remove_accidental_hits:
         hits = tf.equal(targets[..., :, tf.newaxis], columns[..., tf.newaxis, :])
@@ -307,6 +307,23 @@ def noise_centred_bias(logit_bias: tf.Tensor, noise_probs: tf.Tensor) -> tf.Tens
     """
     log_noise = tf.math.log(tf.cast(noise_probs, logit_bias.dtype))
     return logit_bias - tf.reduce_logsumexp(logit_bias + log_noise, axis=-1, keepdims=True)
+
+
+def dense_column_bias(logit_bias: tf.Tensor) -> Callable[[tf.Tensor], tf.Tensor]:
+    """``batch_nce_loss``'s ``column_bias`` of a dense per-row bias: each row's entries of the columns.
+
+    Args:
+        logit_bias: ``[..., B, V]`` scores added per row to every word's.
+
+    Returns:
+        A function of the columns (int ``[..., M]``) that returns ``[..., B, M]``.
+    """
+    def at_columns(columns: tf.Tensor) -> tf.Tensor:
+        shape = tf.concat([tf.shape(logit_bias)[:-1], tf.shape(columns)[-1:]], axis=0)
+        row_columns = tf.broadcast_to(columns[..., tf.newaxis, :], shape)
+        return tf.gather(logit_bias, row_columns, batch_dims=row_columns.shape.rank - 1)
+
+    return at_columns
 
 
 def full_logits(hidden: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor, logit_bias: tf.Tensor | None = None
@@ -436,7 +453,11 @@ class BatchNCE(keras.layers.Layer):
             ``"bnce"``: the batch's columns get their entries) and at inference;
             for example ``seqapps.layers.lexicon.LexiconBias``. B-NCE's loss and
             the self-normalised scores take it shifted per row by
-            ``noise_centred_bias``, which the full softmax does not see.
+            ``noise_centred_bias``, which the full softmax does not see. Or
+            the lexicon's mixture (``LexiconBias(..., mixture=True)``, for
+            ``[B, T, H]`` hidden states): B-NCE's training loss then evaluates
+            the bias and its shift at the batch's columns only, never over
+            ``V``; everything else takes its dense bias, the same numbers.
         target_mask: optional bool, the shape of the targets, False for padding.
             In training a padded token's loss is 0 and, under ``"bnce"``, it is
             in no other token's noise (``K`` counts the real targets); padding
@@ -547,15 +568,16 @@ class BatchNCE(keras.layers.Layer):
         uniform = keras.random.uniform(shape if isinstance(shape, tuple) else (shape,), seed=self.seed_generator)
         return noise_ids_from_uniform(self.noise_cdf, uniform)
 
-    def training_loss(self, hidden: tf.Tensor, targets: tf.Tensor, logit_bias: tf.Tensor | None = None,
+    def training_loss(self, hidden: tf.Tensor, targets: tf.Tensor, logit_bias: Any = None,
                       target_mask: tf.Tensor | None = None) -> tf.Tensor:
         """Per-token training loss of the configured ``loss``.
 
         Args:
             hidden: ``[B, H]`` or ``[B, T, H]`` hidden states.
             targets: ``[B]`` or ``[B, T]`` int target ids.
-            logit_bias: optional ``[..., V]`` scores added to every word's, per row (``"softmax"`` and
-                ``"bnce"`` only).
+            logit_bias: optional ``[..., V]`` scores added to every word's, per row, or a lexical mixture
+                (``LexiconBias(..., mixture=True)``, ``[B, T, H]`` hidden states only), of which B-NCE
+                evaluates the batch's columns only (``"softmax"`` and ``"bnce"`` only).
             target_mask: optional bool, the shape of ``targets``: False for padding. A padded token's
                 loss is 0, and under ``"bnce"`` it is in no other token's noise.
 
@@ -568,9 +590,14 @@ class BatchNCE(keras.layers.Layer):
             target_mask = tf.cast(target_mask, tf.bool)
         if logit_bias is not None and self.loss == "snce":
             raise ValueError("`logit_bias` is supported by the 'softmax' and 'bnce' losses, not 'snce'")
+        if isinstance(logit_bias, dict) and hidden.shape.rank != 3:
+            raise ValueError(f"`logit_bias` as a lexical mixture needs [B, T, H] hidden states; got {hidden.shape}")
+        time_major = self.loss == "bnce" and self.noise_scope == "time_step" and hidden.shape.rank == 3
+        column_bias = None
         if logit_bias is not None and self.loss == "bnce":
-            logit_bias = noise_centred_bias(tf.cast(logit_bias, self.compute_dtype), self.noise_probs)
-        if self.loss == "bnce" and self.noise_scope == "time_step" and hidden.shape.rank == 3:
+            column_bias = self._centred_column_bias(logit_bias, time_major)
+            logit_bias = None
+        if time_major:
             steps = tf.shape(hidden)[1]
             extra = self.sample_noise((steps, self.extra_noise)) if self.extra_noise else None
             per_step = batch_nce_loss(
@@ -582,18 +609,57 @@ class BatchNCE(keras.layers.Layer):
                 log_z=self.log_z,
                 extra_noise_ids=extra,
                 remove_accidental_hits=self.remove_accidental_hits,
-                logit_bias=None if logit_bias is None else tf.transpose(logit_bias, [1, 0, 2]),
+                column_bias=column_bias,
                 target_mask=None if target_mask is None else tf.transpose(target_mask),
             )
             return tf.transpose(per_step)
+        if logit_bias is not None:
+            logit_bias = tf.reshape(self._dense_logit_bias(logit_bias), [-1, self.vocab_size])
         flat = self._flat_training_loss(tf.reshape(hidden, [-1, tf.shape(hidden)[-1]]), tf.reshape(targets, [-1]),
-                                        None if logit_bias is None else tf.reshape(logit_bias, [-1, self.vocab_size]),
+                                        logit_bias, column_bias,
                                         None if target_mask is None else tf.reshape(target_mask, [-1]))
         return tf.reshape(flat, tf.shape(targets))
 
+    def _dense_logit_bias(self, logit_bias: Any) -> tf.Tensor:
+        """The ``[..., V]`` bias of a dense ``logit_bias`` or of a lexical mixture."""
+        return lexical_log_bias(logit_bias, self.vocab_size) if isinstance(logit_bias, dict) else logit_bias
+
+    def _centred_column_bias(self, logit_bias: Any, time_major: bool) -> Callable[[tf.Tensor], tf.Tensor]:
+        """B-NCE's ``column_bias``: the bias centred by ``noise_centred_bias``, at the batch's columns.
+
+        A lexical mixture is evaluated at the columns only, and its centring term is exact without ``V``
+        (``lexical_log_noise_mass``); a dense bias is centred over ``V`` and gathered.
+
+        Args:
+            logit_bias: ``[B, (T,) V]`` scores, or a lexical mixture of ``[B, T]`` rows.
+            time_major: the columns are one set per time step (``[T, M]``, rows ``[T, B]``); otherwise one set
+                for every row of the flattened batch (``[M]``, rows ``[B T]``).
+
+        Returns:
+            A function of the columns that returns the rows' centred bias of each, ``[T, B, M]`` or ``[N, M]``.
+        """
+        if not isinstance(logit_bias, dict):
+            centred = noise_centred_bias(tf.cast(logit_bias, self.compute_dtype), self.noise_probs)
+            return dense_column_bias(tf.transpose(centred, [1, 0, 2]) if time_major
+                                     else tf.reshape(centred, [-1, self.vocab_size]))
+        log_mass = tf.cast(lexical_log_noise_mass(logit_bias, self.noise_probs), self.compute_dtype)
+
+        def at_columns(columns: tf.Tensor) -> tf.Tensor:
+            centred = tf.cast(lexical_log_bias_at_columns(logit_bias, columns), self.compute_dtype)
+            centred -= log_mass[..., tf.newaxis]  # [B, T, M]
+            if time_major:
+                return tf.transpose(centred, [1, 0, 2])
+            return tf.reshape(centred, [-1, tf.shape(centred)[-1]])
+
+        return at_columns
+
     def _flat_training_loss(self, hidden: tf.Tensor, targets: tf.Tensor, logit_bias: tf.Tensor | None,
+                            column_bias: Callable[[tf.Tensor], tf.Tensor] | None,
                             target_mask: tf.Tensor | None) -> tf.Tensor:
-        """``training_loss`` of ``[N, H]`` hidden states and ``[N]`` targets as one batch."""
+        """``training_loss`` of ``[N, H]`` hidden states and ``[N]`` targets as one batch.
+
+        The softmax takes a dense ``[N, V]`` ``logit_bias``, B-NCE its ``column_bias`` (``[M]`` columns -> ``[N, M]``).
+        """
         if self.loss == "bnce":
             return batch_nce_loss(
                 hidden,
@@ -604,7 +670,7 @@ class BatchNCE(keras.layers.Layer):
                 log_z=self.log_z,
                 extra_noise_ids=self.sample_noise(self.extra_noise) if self.extra_noise else None,
                 remove_accidental_hits=self.remove_accidental_hits,
-                logit_bias=logit_bias,
+                column_bias=column_bias,
                 target_mask=target_mask,
             )
         if self.loss == "softmax":
@@ -628,7 +694,7 @@ class BatchNCE(keras.layers.Layer):
         Args:
             hidden: ``[..., H]`` hidden states.
             targets: int target ids, the shape of ``hidden`` without its last axis.
-            logit_bias: optional ``[..., V]`` scores added to every word's, per row.
+            logit_bias: optional ``[..., V]`` scores added to every word's, per row, or a lexical mixture.
 
         Returns:
             Dict with ``"full"`` (log-softmax over the vocabulary) and
@@ -638,7 +704,8 @@ class BatchNCE(keras.layers.Layer):
         targets = tf.convert_to_tensor(targets)
         flat_hidden = tf.reshape(hidden, [-1, tf.shape(hidden)[-1]])
         flat_targets = tf.reshape(targets, [-1])
-        flat_bias = None if logit_bias is None else tf.reshape(logit_bias, [-1, self.vocab_size])
+        flat_bias = None if logit_bias is None else tf.reshape(self._dense_logit_bias(logit_bias),
+                                                               [-1, self.vocab_size])
         full = -softmax_loss(flat_hidden, self.kernel, self.bias, flat_targets, flat_bias)
         if flat_bias is not None:
             flat_bias = noise_centred_bias(tf.cast(flat_bias, self.compute_dtype), self.noise_probs)
@@ -663,7 +730,8 @@ class BatchNCE(keras.layers.Layer):
         hidden = tf.convert_to_tensor(hidden, dtype=self.compute_dtype)
         if targets is None:
             flat_hidden = tf.reshape(hidden, [-1, tf.shape(hidden)[-1]])
-            flat_bias = None if logit_bias is None else tf.reshape(logit_bias, [-1, self.vocab_size])
+            flat_bias = None if logit_bias is None else tf.reshape(self._dense_logit_bias(logit_bias),
+                                                                   [-1, self.vocab_size])
             if flat_bias is not None and self_normalized:
                 flat_bias = noise_centred_bias(tf.cast(flat_bias, self.compute_dtype), self.noise_probs)
             logits = full_logits(flat_hidden, self.kernel, self.bias, flat_bias)

@@ -4,7 +4,8 @@ import pytest
 import tensorflow as tf
 
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
-from seqapps.layers.lexicon import LexiconBias, lexical_distribution
+from seqapps.layers.lexicon import (LexiconBias, lexical_distribution, lexical_log_bias_at_columns,
+                                    lexical_log_noise_mass, lexical_mixture)
 from tests.layers.harness import run_layer_test
 
 BATCH, STEPS, SOURCE, SOURCE_VOCAB, VOCAB, TOP_K, HIDDEN = 3, 4, 5, 7, 11, 3, 6
@@ -39,7 +40,8 @@ def test_lexical_distribution_matches_the_dense_mixture_and_its_gradient():
     attention = tf.Variable(problem["attention"])
     upstream = np.random.default_rng(1).normal(size=(BATCH, STEPS, VOCAB))
     with tf.GradientTape() as tape:
-        mixed = lexical_distribution(attention, problem["source_ids"], problem["ids"], problem["probs"], VOCAB)
+        mixed = lexical_distribution(lexical_mixture(attention, problem["source_ids"], problem["ids"],
+                                                     problem["probs"], 1e-3), VOCAB)
         total = tf.reduce_sum(mixed * upstream)
     np.testing.assert_allclose(mixed.numpy(), _numpy_lexical(problem), atol=ATOL)
     dense = np.zeros((SOURCE_VOCAB, VOCAB))
@@ -62,6 +64,38 @@ def test_lexicon_bias_is_the_log_of_the_mixture_plus_epsilon_and_survives_save()
                    other_input_data={"attention": inputs["attention"][:1, :2, :3],
                                      "source_ids": inputs["source_ids"][:1, :3]},
                    not_applicable={"fit": "the lexicon is set from data (set_table), not trained"})
+
+
+def _mixture(problem: dict, epsilon: float = 1e-3) -> dict:
+    return lexical_mixture(problem["attention"], problem["source_ids"], problem["ids"], problem["probs"], epsilon)
+
+
+def test_the_bias_at_columns_is_the_dense_bias_of_those_words():
+    """Shared columns ([M]) and one set per step ([T, M]), with duplicates and words no entry proposes."""
+    problem = _problem(6)
+    dense = np.log(_numpy_lexical(problem) + 1e-3)  # [B, T, V]
+    proposed = set(problem["ids"][problem["source_ids"]].ravel().tolist())
+    shared = np.array([4, 0, 4, 10, 2, 0, 7], "int32")
+    assert not set(range(VOCAB)) <= proposed and {4, 0} <= set(shared.tolist())
+    # float32 log of a sum of at most SOURCE * TOP_K products in [0, 1], plus epsilon >= 1e-3: relative
+    # round-off 1e-6 of a value >= 1e-3 moves its log by about 1e-6; 1e-5 leaves room for the order of the sum.
+    np.testing.assert_allclose(lexical_log_bias_at_columns(_mixture(problem), shared).numpy(), dense[..., shared],
+                               atol=1e-5)
+    per_step = np.random.default_rng(7).integers(0, VOCAB, (STEPS, 6)).astype("int32")
+    per_step[:, 1] = per_step[:, 0]
+    wanted = np.stack([dense[:, t, per_step[t]] for t in range(STEPS)], axis=1)
+    np.testing.assert_allclose(lexical_log_bias_at_columns(_mixture(problem), per_step).numpy(), wanted, atol=1e-5)
+
+
+def test_the_noise_mass_is_the_log_sum_over_the_vocabulary():
+    """log sum_v p_n(v) (p_lex(v | t) + epsilon), brute force over V in float64."""
+    problem = _problem(8)
+    noise = unigram_distribution(np.random.default_rng(8).integers(0, 50, VOCAB))
+    for epsilon in (1e-3, 0.5):
+        wanted = np.log((noise * (_numpy_lexical(problem) + epsilon)).sum(-1))
+        found = lexical_log_noise_mass(_mixture(problem, epsilon), noise.astype("float32")).numpy()
+        # float32 sums of SOURCE * TOP_K terms below 1 and p_n rounded to float32 (its sum off 1 by ~1e-7)
+        np.testing.assert_allclose(found, wanted, atol=1e-6)
 
 
 def test_bad_tables_and_arguments_are_value_errors():
@@ -159,3 +193,41 @@ def test_snce_rejects_a_logit_bias():
     problem = _output_problem()
     with pytest.raises(ValueError, match="not 'snce'"):
         _layer("snce")([problem["hidden"], problem["targets"]], training=True, logit_bias=problem["bias"])
+
+
+@pytest.mark.parametrize("extra_noise", [0, 3])
+@pytest.mark.parametrize("scope", ["time_step", "batch"])
+def test_bnce_on_the_mixture_equals_the_dense_bias_in_loss_and_gradients(scope, extra_noise):
+    """B-NCE's column path (the lexicon's mixture at the batch's columns, centred without V) against the dense
+    path (the [B, T, V] bias, centred over V, gathered at the columns), on a padded batch with duplicated
+    targets: the loss and its gradients w.r.t. the hidden states, the kernel, the bias and the attention."""
+    problem = _problem(9)
+    rng = np.random.default_rng(9)
+    lexicon = LexiconBias(SOURCE_VOCAB, VOCAB, TOP_K)
+    lexicon.build(None)
+    lexicon.set_table(problem["ids"], problem["probs"])
+    layer = BatchNCE(VOCAB, loss="bnce", log_z=2.0, noise_scope=scope, extra_noise=extra_noise, seed=0)
+    layer.build((None, None, HIDDEN))
+    layer.set_noise_distribution(unigram_distribution(rng.integers(0, 20, VOCAB)))
+    layer.kernel.assign(rng.normal(0, 0.5, (VOCAB, HIDDEN)).astype("float32"))
+    layer.bias.assign(rng.normal(0, 0.5, VOCAB).astype("float32"))
+    hidden = tf.Variable(rng.normal(0, 0.5, (BATCH, STEPS, HIDDEN)).astype("float32"))
+    attention = tf.Variable(problem["attention"])
+    targets = rng.integers(0, VOCAB, (BATCH, STEPS)).astype("int32")
+    targets[0, :2] = targets[2, :2] = 5  # duplicated columns
+    mask = np.arange(STEPS)[None, :] < np.array([[4], [2], [3]])
+    state = layer.seed_generator.state.numpy()
+    found = []
+    for mixture in (False, True):
+        layer.seed_generator.state.assign(state)  # the same extra noise draws
+        with tf.GradientTape() as tape:
+            bias = lexicon({"attention": attention, "source_ids": problem["source_ids"]}, mixture=mixture)
+            loss = layer([hidden, targets], training=True, logit_bias=bias, target_mask=mask)
+            total = tf.reduce_sum(loss)
+        gradients = tape.gradient(total, [hidden, layer.kernel, layer.bias, attention])
+        found.append([loss.numpy(), *(tf.convert_to_tensor(gradient).numpy() for gradient in gradients)])
+    assert np.any(found[0][0] > 0) and np.all(found[0][0][~mask] == 0.0)
+    # float32 both: the centring is a log of a sum against a log-sum-exp over V, and the column values come
+    # from the same products summed in another order; losses below 30 agree to a few ulps (2e-6 seen).
+    for name, dense, columns in zip(("loss", "hidden", "kernel", "bias", "attention"), *found):
+        np.testing.assert_allclose(columns, dense, atol=1e-5, err_msg=name)

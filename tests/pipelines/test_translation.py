@@ -175,10 +175,14 @@ def _pair_file(path, words: int, lines: int, seed: int):
 
 
 def _step_logits(model, inputs) -> np.ndarray:
-    """The output layer's logits at every target step, lexicon bias included, in NumPy: h W^T + b + bias."""
-    output = model.get_layer("output")
-    hidden, lexical = keras.Model(model.input, [model.get_layer("decoder").output[0],
-                                                model.get_layer("lexicon").output])(inputs, training=False)
+    """The output layer's logits at every target step, lexicon bias included, in NumPy: h W^T + b + bias.
+
+    The model's lexicon returns its mixture (B-NCE evaluates it at the batch's columns); the dense bias is
+    called here from the decoder's attention.
+    """
+    output, lexicon = model.get_layer("output"), model.get_layer("lexicon")
+    hidden, attention = keras.Model(model.input, model.get_layer("decoder").output[:2])(inputs, training=False)
+    lexical = lexicon({"attention": attention, "source_ids": inputs["source"]})
     return (keras.ops.convert_to_numpy(hidden) @ keras.ops.convert_to_numpy(output.kernel).T
             + keras.ops.convert_to_numpy(output.bias) + keras.ops.convert_to_numpy(lexical))
 
