@@ -34,7 +34,7 @@ from seqapps.errors import DataError
 from seqapps.export import ExportCalls, ServingModule, Signature, examples_signature
 from seqapps.export_format import REGRESS_METHOD
 from seqapps.forecaster import (encoder_inputs, forecast_batches, forecast_model, recurrent_correction,
-                                ridge_extractor, scaled_window, target_scale, window_inputs)
+                                ridge_extractor, scaled_window, set_ridge, target_scale, window_inputs)
 from seqapps.losses import ScaledMeanAbsoluteError
 from seqapps.pipeline import Headline, Pipeline, Splits, row_inputs
 from seqapps.report import plots
@@ -321,6 +321,17 @@ class Forecasting(Pipeline):
                    for m in range(config.members)]
         return forecast_model(state, inputs, scaled, base, members, data.arrays.get("ridge"),
                               config.ridge_trainable, self.name)
+
+    def adapt_model(self, model: keras.Model, config: ForecastingConfig, data: Splits) -> keras.Model:
+        """Puts the ridge fitted on the fine-tuning series (in ``load_data``) into the export's ridge part.
+
+        The correction learns the errors of that ridge (its cross-fitted residuals), and the evaluation's
+        ridge baseline is that fit, so the export's ridge, fitted on another series, would leave the
+        correction correcting the wrong base.
+        """
+        if data.state["ridge_lags"]:
+            set_ridge(model, data.arrays["ridge"])
+        return model
 
     def compile_args(self, config: ForecastingConfig, data: Splits) -> dict[str, Any]:
         _, std = target_scale(data.state)

@@ -130,8 +130,18 @@ def forecast_model(state: dict[str, Any], inputs: dict[str, Any], scaled: Any, b
                                           name="unscale_forecast")(scaled_forecast)
     model = keras.Model(inputs, forecast, name=name)
     if state["ridge_lags"]:
-        model.get_layer("ridge").set_weights([ridge.coef.astype("float32"), ridge.intercept.astype("float32")])
+        set_ridge(model, ridge)
     return model
+
+
+def set_ridge(model: keras.Model, ridge: LinearFit) -> None:
+    """Puts a ridge fit into a forecaster's ``Dense`` layer "ridge" (the base the correction is added to).
+
+    Args:
+        model: a model of ``forecast_model`` with a ridge part.
+        ridge: the fit (``seqapps.baselines.fit_window_ridge``'s), on features of the model's state.
+    """
+    model.get_layer("ridge").set_weights([ridge.coef.astype("float32"), ridge.intercept.astype("float32")])
 
 
 def recurrent_correction(sequence: Any, extra: list[Any], horizon: int, targets: int, prefix: str, *, cell: str,

@@ -273,6 +273,31 @@ def test_untrained_model_is_the_ridge_baseline(name):
     assert data.arrays["ridge"].alpha in baselines.RIDGE_ALPHAS
 
 
+def test_a_fine_tuned_model_starts_from_the_ridge_of_the_fine_tuning_series(tmp_path):
+    """The export's ridge part was fitted on another series; ``adapt_model`` puts the new series' fit there.
+
+    With the correction dropped (w = 0) the fine-tuned model is then the fine-tuning series' ridge baseline,
+    the forecast its correction learns to correct and the evaluation compares it with.
+    """
+    from seqapps.config import resolve_config
+
+    pipeline = REGISTRY.get("weather_forecasting")()
+    config = resolve_config(pipeline.Config, "tiny")
+    exported = pipeline.load_data(config, None)  # the default series (TMY3)
+    model = pipeline.build_model(config, exported)
+    user_csv, _ = pipeline.write_sample_data(tmp_path)  # ten weeks of another climate
+    data = pipeline.load_data(config, user_csv, state=exported.state)
+    test = split_inputs(data, "test", 256)
+    zero = np.zeros(model.get_layer("shrinkage").get_weights()[0].shape, "float32")
+    model.get_layer("shrinkage").set_weights([zero])
+    export_ridge = model.predict(test, verbose=0).mean(axis=1)
+    assert np.abs(export_ridge - data.arrays["ridge_forecast"]).max() > 0.5  # degC: the two fits differ
+    adapted = pipeline.adapt_model(model, config, data)
+    # As in test_untrained_model_is_the_ridge_baseline: float32 graph vs float64 NumPy.
+    np.testing.assert_allclose(adapted.predict(test, verbose=0).mean(axis=1), data.arrays["ridge_forecast"],
+                               rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("name", ["weather_forecasting", "load_forecasting"])
 def test_windows_cut_from_the_series_give_the_numbers_of_materialised_windows(name):
     """The reference is the implementation that held every window as NumPy arrays (before issue 16, item 6)."""
