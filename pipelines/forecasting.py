@@ -134,7 +134,8 @@ class ForecastingConfig(TrainingConfig):
             cross-fitting blocks of the training and validation windows is forecast by a correction
             trained on the windows before it (at most ``rolling_epochs`` epochs, paced by the block
             before) on top of the ridge fit that left it out, and w minimises the MAE of all of
-            them together (``intervals.rolling_shrinkage``); without cross-fitting blocks (no ridge,
+            them together among the w that lose to w = 0 on no block (``intervals.rolling_shrinkage``);
+            without cross-fitting blocks (no ridge,
             or a series too short), as "step". "none": w = 1.
         rolling_origins: with ``shrinkage`` "rolling", how many origins (at most the blocks - 2).
         rolling_epochs: with ``shrinkage`` "rolling", the most epochs of each origin's fit.

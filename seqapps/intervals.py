@@ -120,7 +120,7 @@ def shrinkage_weights(truth: np.ndarray, base: np.ndarray, correction: np.ndarra
     Returns:
         Weights of shape [horizon, targets] (the smallest of tied weights).
     """
-    errors = np.stack([np.abs(truth - base - w * correction).mean(axis=0) for w in SHRINKAGE_GRID])
+    errors = _errors_by_weight(truth, base, correction)
     if not per_step:  # [weights, horizon, targets]: one weight per target, the same at every step
         errors = np.broadcast_to(errors.mean(axis=1, keepdims=True), errors.shape)
     return SHRINKAGE_GRID[np.argmin(errors, axis=0)]
@@ -171,10 +171,23 @@ def shrinkage_choice(truth: np.ndarray, base: np.ndarray, correction: np.ndarray
         The weights [horizon, targets] and ``{"base", "correction", "shrunk"}``.
     """
     weights = shrinkage_weights(truth, base, correction, per_step)
-    scores = {"base": float(np.abs(truth - base).mean()),
-              "correction": float(np.abs(truth - base - correction).mean()),
-              "shrunk": float(np.abs(truth - base - weights * correction).mean())}
-    return weights, scores
+    return weights, shrinkage_scores(truth, base, correction, weights)
+
+
+def shrinkage_scores(truth: np.ndarray, base: np.ndarray, correction: np.ndarray,
+                     weights: np.ndarray) -> dict[str, float]:
+    """The MAE of the base, of the base plus the whole correction and of the base plus the shrunk one.
+
+    Args:
+        truth, base, correction: as in ``shrinkage_weights``.
+        weights: [horizon, targets] weights of the correction.
+
+    Returns:
+        ``{"base", "correction", "shrunk"}``.
+    """
+    return {"base": float(np.abs(truth - base).mean()),
+            "correction": float(np.abs(truth - base - correction).mean()),
+            "shrunk": float(np.abs(truth - base - weights * correction).mean())}
 
 
 def choose_shrinkage(model: Any, windows: Iterable[tuple[Any, Any]], base_shift: np.ndarray | None,
@@ -228,7 +241,12 @@ def rolling_origin_rows(edges: np.ndarray, origins: int, gap: int) -> list[tuple
 
 def rolling_shrinkage(rows: Sequence[tuple[range, range, range]],
                       parts: Any) -> tuple[np.ndarray, dict[str, float]]:
-    """Per-step shrinkage weights chosen on the pooled out-of-sample forecasts of several origins.
+    """Per-step shrinkage weights chosen on the out-of-sample forecasts of several origins.
+
+    At each lead and target, w minimises the MAE of every origin's held-out rows together, among the
+    weights that lose to w = 0 (the base alone) on no single origin. A correction that wins on the
+    pooled rows while losing on one block is not kept: with one weight per lead, the pooled choice alone
+    keeps a little correction at some leads by luck.
 
     Args:
         rows: ``rolling_origin_rows``'.
@@ -237,11 +255,20 @@ def rolling_shrinkage(rows: Sequence[tuple[range, range, range]],
             that has not seen ``held``.
 
     Returns:
-        As ``shrinkage_choice`` with ``per_step``, on every origin's held-out rows together.
+        As ``shrinkage_choice`` with ``per_step``, the scores on every origin's held-out rows together.
     """
     found = [parts(*origin) for origin in rows]
+    per_origin = np.stack([_errors_by_weight(*part) for part in found])  # [origins, weights, horizon, targets]
+    never_worse = np.all(per_origin <= per_origin[:, :1], axis=0)  # SHRINKAGE_GRID[0] is w = 0
     truth, base, correction = (np.concatenate([part[i] for part in found]) for i in range(3))
-    return shrinkage_choice(truth, base, correction, per_step=True)
+    pooled = np.where(never_worse, _errors_by_weight(truth, base, correction), np.inf)
+    weights = SHRINKAGE_GRID[np.argmin(pooled, axis=0)]
+    return weights, shrinkage_scores(truth, base, correction, weights)
+
+
+def _errors_by_weight(truth: np.ndarray, base: np.ndarray, correction: np.ndarray) -> np.ndarray:
+    """The MAE of ``base + w * correction`` per weight of ``SHRINKAGE_GRID``, lead and target."""
+    return np.stack([np.abs(truth - base - w * correction).mean(axis=0) for w in SHRINKAGE_GRID])
 
 
 def describe_shrinkage(weights: np.ndarray, targets: Sequence[str]) -> str:

@@ -122,15 +122,19 @@ def test_choose_shrinkage_scores_the_model_s_base_and_correction_and_restores_th
 
 
 def test_rolling_origin_shrinkage_matches_a_brute_force_search_on_a_small_series():
+    """w per lead minimises the pooled MAE among the w that lose to w = 0 on no origin's block."""
     # A small series, forecast 3 steps ahead from each of 100 windows in 5 blocks. The base is a least-squares
     # fit of the targets on the last value that left the held-out block out; the "correction" is the mean residual
-    # per lead of the rows it trains on, plus a slope in the window's last value that helps at lead 1 only.
+    # per lead of the rows it trains on, plus a slope in the window's last value that helps at lead 1 only, plus
+    # a step at lead 3 from row 40 on that the truth takes only from row 60: it helps the last two origins'
+    # blocks and the three pooled, and hurts the first.
     rng = np.random.default_rng(8)
     horizon, rows = 3, 100
     series = np.cumsum(rng.normal(size=rows + horizon + 1))
     last = series[:rows]
     truth = np.stack([series[1 + h: rows + 1 + h] for h in range(horizon)], axis=1)[..., None]  # [rows, h, 1]
     truth[:, 0, 0] += 2.0 * np.sin(last)  # what the correction can learn, at lead 1
+    truth[60:, 2, 0] += 1.5
     edges = np.array([0, 20, 40, 60, 80, 100])
     seen = []
 
@@ -141,7 +145,8 @@ def test_rolling_origin_shrinkage_matches_a_brute_force_search_on_a_small_series
 
     def correction(train: np.ndarray, base: np.ndarray) -> np.ndarray:
         level = (truth - base)[train].mean(axis=0)
-        return level + np.where(np.arange(horizon) == 0, 2.0, 0.0)[:, None] * np.sin(last)[:, None, None]
+        step = np.where(np.arange(horizon) == 2, 1.5, 0.0)[:, None] * (np.arange(rows) >= 40)[:, None, None]
+        return level + np.where(np.arange(horizon) == 0, 2.0, 0.0)[:, None] * np.sin(last)[:, None, None] + step
 
     def parts(train, pace, held):
         train, pace, held = (np.asarray(part) for part in (train, pace, held))
@@ -155,7 +160,7 @@ def test_rolling_origin_shrinkage_matches_a_brute_force_search_on_a_small_series
     # Brute force: the last three blocks, each scored on a correction trained on the rows whose targets end
     # `horizon` rows before the pacing block, the block before it (less the same gap) pacing it.
     row = np.arange(rows)
-    truth_all, base_all, correction_all = [], [], []
+    truth_all, base_all, correction_all, per_origin = [], [], [], []
     for k, (start, stop) in enumerate([(40, 60), (60, 80), (80, 100)]):
         previous = start - 20
         train, pace, held = row[row < previous - horizon], row[(row >= previous) & (row < start - horizon)], \
@@ -167,12 +172,19 @@ def test_rolling_origin_shrinkage_matches_a_brute_force_search_on_a_small_series
         truth_all.append(truth[held])
         base_all.append(fit_base(outside)[held])
         correction_all.append(correction(train, fit_base(np.ones(rows, bool)))[held])
+        per_origin.append((truth_all[-1], base_all[-1], correction_all[-1]))
     truth_all, base_all, correction_all = (np.concatenate(found) for found in (truth_all, base_all, correction_all))
+    pooled_only = []
     for h in range(horizon):
-        errors = [np.abs(truth_all[:, h, 0] - base_all[:, h, 0] - w * correction_all[:, h, 0]).mean()
-                  for w in SHRINKAGE_GRID]
-        assert weights[h, 0] == SHRINKAGE_GRID[int(np.argmin(errors))]
-    assert weights[0, 0] > 0.5  # the correction helps at lead 1
+        def mae(w, truth, base, correction):
+            return np.abs(truth[:, h, 0] - base[:, h, 0] - w * correction[:, h, 0]).mean()
+
+        errors = [mae(w, truth_all, base_all, correction_all) for w in SHRINKAGE_GRID]
+        allowed = [w for w in SHRINKAGE_GRID if all(mae(w, *part) <= mae(0.0, *part) for part in per_origin)]
+        assert weights[h, 0] == min(allowed, key=lambda w: (mae(w, truth_all, base_all, correction_all), w))
+        pooled_only.append(SHRINKAGE_GRID[int(np.argmin(errors))])
+    assert weights[0, 0] > 0.5  # the correction helps at lead 1, on every block
+    assert weights[2, 0] == 0.0 and pooled_only[2] > 0.5  # at lead 3 it wins pooled but loses on the first block
     np.testing.assert_allclose(scores["shrunk"], np.abs(truth_all - base_all - weights * correction_all).mean())
     np.testing.assert_allclose(scores["base"], np.abs(truth_all - base_all).mean())
 
