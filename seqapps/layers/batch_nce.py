@@ -613,16 +613,18 @@ class BatchNCE(keras.layers.Layer):
                 target_mask=None if target_mask is None else tf.transpose(target_mask),
             )
             return tf.transpose(per_step)
-        if logit_bias is not None:
-            logit_bias = tf.reshape(self._dense_logit_bias(logit_bias), [-1, self.vocab_size])
+        logit_bias = self._flat_logit_bias(logit_bias)
         flat = self._flat_training_loss(tf.reshape(hidden, [-1, tf.shape(hidden)[-1]]), tf.reshape(targets, [-1]),
                                         logit_bias, column_bias,
                                         None if target_mask is None else tf.reshape(target_mask, [-1]))
         return tf.reshape(flat, tf.shape(targets))
 
-    def _dense_logit_bias(self, logit_bias: Any) -> tf.Tensor:
-        """The ``[..., V]`` bias of a dense ``logit_bias`` or of a lexical mixture."""
-        return lexical_log_bias(logit_bias, self.vocab_size) if isinstance(logit_bias, dict) else logit_bias
+    def _flat_logit_bias(self, logit_bias: Any) -> tf.Tensor | None:
+        """The ``[N, V]`` rows of a dense ``logit_bias`` or of a lexical mixture (densified); None for None."""
+        if logit_bias is None:
+            return None
+        dense = lexical_log_bias(logit_bias, self.vocab_size) if isinstance(logit_bias, dict) else logit_bias
+        return tf.reshape(dense, [-1, self.vocab_size])
 
     def _centred_column_bias(self, logit_bias: Any, time_major: bool) -> Callable[[tf.Tensor], tf.Tensor]:
         """B-NCE's ``column_bias``: the bias centred by ``noise_centred_bias``, at the batch's columns.
@@ -704,8 +706,7 @@ class BatchNCE(keras.layers.Layer):
         targets = tf.convert_to_tensor(targets)
         flat_hidden = tf.reshape(hidden, [-1, tf.shape(hidden)[-1]])
         flat_targets = tf.reshape(targets, [-1])
-        flat_bias = None if logit_bias is None else tf.reshape(self._dense_logit_bias(logit_bias),
-                                                               [-1, self.vocab_size])
+        flat_bias = self._flat_logit_bias(logit_bias)
         full = -softmax_loss(flat_hidden, self.kernel, self.bias, flat_targets, flat_bias)
         if flat_bias is not None:
             flat_bias = noise_centred_bias(tf.cast(flat_bias, self.compute_dtype), self.noise_probs)
@@ -730,8 +731,7 @@ class BatchNCE(keras.layers.Layer):
         hidden = tf.convert_to_tensor(hidden, dtype=self.compute_dtype)
         if targets is None:
             flat_hidden = tf.reshape(hidden, [-1, tf.shape(hidden)[-1]])
-            flat_bias = None if logit_bias is None else tf.reshape(self._dense_logit_bias(logit_bias),
-                                                                   [-1, self.vocab_size])
+            flat_bias = self._flat_logit_bias(logit_bias)
             if flat_bias is not None and self_normalized:
                 flat_bias = noise_centred_bias(tf.cast(flat_bias, self.compute_dtype), self.noise_probs)
             logits = full_logits(flat_hidden, self.kernel, self.bias, flat_bias)
