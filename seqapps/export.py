@@ -269,7 +269,7 @@ def write_export(
         model.save(extra / KERAS_MODEL_FILE)
         examples = {name: signature.example for name, signature in signatures.items()}
         write_warmup_requests(extra / WARMUP_FILE, model_root.name, examples)
-        _check_export(staging, examples)
+        _check_export(staging, model_root, examples)
         return _rename_into_place(staging, model_root)
     finally:
         if staging.exists():
@@ -398,17 +398,27 @@ class ExportCalls:
         return call_signature(self._loaded.signatures[signature], inputs)
 
 
-def _check_export(export_dir: Path, examples: dict[str, dict[str, np.ndarray]]) -> None:
-    found = cudnn_ops(export_dir)
+def _check_export(staging: Path, model_root: Path, examples: dict[str, dict[str, np.ndarray]]) -> None:
+    """Refuses an export a CPU-only server cannot run, or whose outputs on its own example are not finite.
+
+    Args:
+        staging: the export, still in its temporary folder.
+        model_root: the folder it is for (named in the error; the temporary folder is removed).
+        examples: ``{signature name: example inputs}``.
+
+    Raises:
+        ExportError: CudnnRNN ops in the graph, or a NaN or infinite output (a diverged model).
+    """
+    found = cudnn_ops(staging)
     if found:
-        raise ExportError(f"{export_dir}: serving graph holds CudnnRNN ops ({', '.join(found[:3])}), "
-                          "which a CPU-only server cannot run")
-    loaded = tf.saved_model.load(str(export_dir))
+        raise ExportError(f"{model_root}: not exported: the serving graph holds CudnnRNN ops "
+                          f"({', '.join(found[:3])}), which a CPU-only server cannot run")
+    loaded = tf.saved_model.load(str(staging))
     for signature_name, example in examples.items():
         for name, value in call_signature(loaded.signatures[signature_name], example).items():
             if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
-                raise ExportError(f"{export_dir}: output {name!r} of signature {signature_name!r} is not finite "
-                                  "on the example input")
+                raise ExportError(f"{model_root}: not exported: output {name!r} of signature {signature_name!r} is "
+                                  "not finite on the example input (the training diverged? lower learning_rate)")
 
 
 def _rename_into_place(staging: Path, model_root: Path) -> Path:

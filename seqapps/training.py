@@ -35,6 +35,8 @@ from seqapps.config import TrainingConfig
 from seqapps.errors import ConfigError, TrainingError
 
 STRATEGIES = ("auto", "mirrored", "multiworker")
+#: the largest finite float32: TensorBoard stores scalars as float32.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class TrainingData(Protocol):
@@ -518,7 +520,23 @@ class _EpochMetrics(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if logs is not None:
-            logs.update({f"val_{name}": float(value) for name, value in self.measure(self.model).items()})
+            logs.update({f"val_{name}": _in_float32_range(value) for name, value in self.measure(self.model).items()})
+
+
+def _in_float32_range(value: float) -> float:
+    """``value`` as a float TensorBoard can store: a finite value beyond float32's range becomes infinity.
+
+    A diverging language model's perplexity (say 4e100) is a valid double that TensorBoard's
+    float32 summary refuses with a ValueError; infinity is what it means there.
+
+    Args:
+        value: a metric value.
+
+    Returns:
+        ``float(value)``, or signed infinity when its magnitude exceeds float32's largest value.
+    """
+    value = float(value)
+    return value if abs(value) <= FLOAT32_MAX or math.isnan(value) else math.copysign(math.inf, value)
 
 
 def fit(model: keras.Model, data: TrainingData, config: TrainingConfig, checkpoint_dir: Path,

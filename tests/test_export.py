@@ -54,6 +54,15 @@ def test_folders_not_named_by_ascii_digits_do_not_stop_an_export(tmp_path):
     assert write(small_model(), root).name == "1"
 
 
+def test_a_model_with_non_finite_outputs_is_not_exported(tmp_path):
+    """A diverged model is refused, in one message that names the export root, and leaves no folder behind."""
+    model = small_model()
+    root = tmp_path / "toy"
+    with pytest.raises(ExportError, match=r"toy: not exported: output 'y' of signature 'serving_default' is not finite"):
+        write(model, root, serve=lambda features: {"y": model(features["x"]) * np.inf})
+    assert list(root.iterdir()) == []
+
+
 def test_every_input_needs_a_leading_batch_dimension(tmp_path):
     model = small_model()
     with pytest.raises(ExportError, match="leading batch dimension"):

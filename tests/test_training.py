@@ -217,3 +217,18 @@ def test_a_labelled_fit_names_itself_before_its_epochs(tmp_path, capsys, progres
             ["shrinkage", "origin", "1/3:", "epoch", f"{epoch}/2"] for epoch in (1, 2)]
     else:  # Keras' bar prints its own "Epoch 1/2" lines: a heading above them
         assert printed[0] == "shrinkage origin 1/3:" and printed[1] == "Epoch 1/2"
+
+
+def test_an_epoch_metric_beyond_float32_is_logged_as_infinity(tmp_path):
+    """A diverging language model's perplexity (4e100, a valid double) crashed TensorBoard's float32 summary."""
+    rng = np.random.default_rng(0)
+    rows = tf.data.Dataset.from_tensor_slices((rng.normal(size=(8, 2)).astype("float32"),
+                                               rng.normal(size=(8, 1)).astype("float32")))
+    config = TrainingConfig(epochs=1, batch_size=4, early_stopping_patience=10)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=make_optimizer(config), loss="mse")
+    report = training.fit(model, Splits(rows, rows, rows, state={}), config, tmp_path / "backup",
+                          log_dir=tmp_path / "logs", epoch_metrics=lambda trained: {"ppl": 3.9e100, "small": 2.5})
+    assert report["history"]["val_ppl"] == [np.inf] and report["history"]["val_small"] == [2.5]
+    validation = tmp_path / "logs" / "validation"
+    assert scalars(validation, "epoch_ppl") == {0: np.inf} and scalars(validation, "epoch_small") == {0: 2.5}
