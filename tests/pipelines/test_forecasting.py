@@ -100,8 +100,9 @@ def write_load_csv(path, rows=2000, freq="30min", column="demand"):
 
 
 def test_load_backtest_then_finetune_on_a_user_csv_exports_the_next_version(capsys, tmp_path):
+    """shrinkage=none: the folds and the fine-tune fit once each (the rolling choice has tests of its own)."""
     code, first, _ = run_cli(capsys, "run", "load_forecasting", "--preset", "tiny", "--json", "--out", str(tmp_path),
-                             "--set", "backtest_folds=2", "--set", "members=2")
+                             "--set", "backtest_folds=2", "--set", "members=2", "--set", "shrinkage=none")
     assert code == 0
     backtest = first["backtest"]
     assert backtest["folds"] == 2 and set(backtest["baseline"]) == set(first["baseline"])

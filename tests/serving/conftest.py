@@ -7,11 +7,10 @@ from tests.serving.hostile import ServerProcess
 
 
 @pytest.fixture(scope="session")
-def hostile_server(tiny_exports: dict) -> ServerProcess:
+def hostile_server(tiny_model_root: Path) -> ServerProcess:
     """One ``seqapps serve`` process over every tiny export (REST and gRPC), shared by the hostile tests.
 
     Tests must leave it serving: ``ServerProcess.check`` asserts it still answers a normal request.
     """
-    model_root = Path(next(iter(tiny_exports.values()))["export"]).parents[1]
-    with ServerProcess(model_root, ["--grpc-port", "0"]) as server:
+    with ServerProcess(tiny_model_root, ["--grpc-port", "0"]) as server:
         yield server

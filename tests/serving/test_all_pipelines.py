@@ -1,7 +1,6 @@
 """Every pipeline's tiny export, served by ``seqapps serve`` and called with its own warm-up request."""
 import base64
 import json
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -18,13 +17,8 @@ pytestmark = pytest.mark.large
 
 
 @pytest.fixture(scope="module")
-def model_root(tiny_exports):
-    return Path(next(iter(tiny_exports.values()))["export"]).parents[1]
-
-
-@pytest.fixture(scope="module")
-def client(model_root):
-    with serve_in_thread(model_root, ServingOptions(poll_seconds=0.2)) as url:
+def client(tiny_model_root):
+    with serve_in_thread(tiny_model_root, ServingOptions(poll_seconds=0.2)) as url:
         with httpx.Client(base_url=url, timeout=120) as http_client:
             yield http_client
 
@@ -45,19 +39,19 @@ def to_json(value: np.ndarray):
 
 
 @pytest.mark.parametrize("name", REGISTRY.names())
-def test_every_pipeline_export_is_served_like_tf_serving(client, model_root, name):
+def test_every_pipeline_export_is_served_like_tf_serving(client, tiny_model_root, name):
     status = client.get(f"/v1/models/{name}").json()
     assert status["model_version_status"][0]["state"] == "AVAILABLE", status
     metadata = client.get(f"/v1/models/{name}/metadata").json()
     signature = metadata["metadata"]["signature_def"]["signature_def"]["serving_default"]
 
-    inputs = warmup_inputs(model_root / name / "1")
+    inputs = warmup_inputs(tiny_model_root / name / "1")
     assert set(inputs) == set(signature["inputs"])
     response = client.post(f"/v1/models/{name}:predict",
                            json={"inputs": {key: to_json(value) for key, value in inputs.items()}})
     assert response.status_code == 200, response.text
     outputs = response.json()["outputs"]
-    direct = tf.saved_model.load(str(model_root / name / "1")).signatures["serving_default"](
+    direct = tf.saved_model.load(str(tiny_model_root / name / "1")).signatures["serving_default"](
         **{key: tf.constant(value) for key, value in inputs.items()})
     if not isinstance(outputs, dict):  # a single output comes back bare, as TF Serving does
         outputs = {next(iter(direct)): outputs}
@@ -84,8 +78,8 @@ def over_limit_requests(inputs: dict[str, np.ndarray], limits: dict) -> dict[str
 
 
 @pytest.mark.parametrize("name", REGISTRY.names())
-def test_every_pipeline_export_bounds_its_requests(client, model_root, name):
-    version_dir = model_root / name / "1"
+def test_every_pipeline_export_bounds_its_requests(client, tiny_model_root, name):
+    version_dir = tiny_model_root / name / "1"
     limits = json.loads((version_dir / export_format.ASSETS_EXTRA / export_format.LIMITS_FILE).read_text())
     inputs = warmup_inputs(version_dir)
     for bound, request in over_limit_requests(inputs, limits).items():
