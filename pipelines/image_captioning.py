@@ -9,7 +9,9 @@ the words (``output=softmax|bnce``; evaluation and serving use the full softmax)
 decoder compositional: the colour words share one input embedding (so do the shape words, and their plurals),
 so the decoder knows that it said a colour but not which, and the shape it names next comes from what it
 attends to rather than from the colour word (on ``test_novel`` this doubled fact accuracy at a reduced size; see
-docs/results.md).
+docs/results.md). ``image_streams=colour_shape`` factorises the image features: the convnet reads a colour-blind grey
+view (a random mix of the channels per training image, ``RandomChannelMix``), so its features cannot tie a shape to
+the colours it was seen in, and 1 x 1 convolutions beside it read each pixel's colour.
 
 Data: by default generated scenes of 1-3 coloured shapes with their true captions
 (``seqapps.data.scenes``), written once from the seed into ``$SEQAPPS_DATA`` (default
@@ -71,6 +73,7 @@ from seqapps.generation import (Generation, Generator, evaluation_decoder, gener
 from seqapps.layers.attention_decoder import AttentionDecoder, PaddingMask
 from seqapps.layers.decoding import BeamSearch, DecodingStrategy, GreedySearch
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
+from seqapps.layers.image_streams import RandomChannelMix
 from seqapps.losses import per_token_training_loss
 from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits, row_inputs
 from seqapps.report import plots
@@ -87,6 +90,8 @@ REPORT_IMAGES = 6  # test images the report shows, shared between test and test_
 ATTENTION_WORDS = 12  # the most caption words whose attention map the report shows, per image
 # split -> what the report calls it
 DECODER_INPUTS = ("words", "roles")  # what the decoder reads of each previous word
+IMAGE_STREAMS = ("joint", "colour_shape")  # one convnet over RGB, or a colour-blind shape stream beside a colour one
+COLOUR_STREAM_FILTERS = 16
 TEST_SPLITS = {"test": "seen (test)", "test_novel": "novel (test_novel)", "test_style": "held-out style (test_style)"}
 
 
@@ -111,6 +116,9 @@ class CaptioningConfig(Seq2SeqConfig):
         decoder_inputs: "words" (the decoder reads each previous word) or "roles" (the colour words share
             one input embedding, the shape words one and their plurals one, ``scenes.WORD_ROLES``: the
             decoder knows that it said a colour, and the attention says which).
+        image_streams: "joint" (the small convnet reads the RGB image) or "colour_shape" (it reads a
+            colour-blind grey view, ``RandomChannelMix``, and 1 x 1 convolutions beside it read each pixel's
+            colour, max-pooled to the same grid: shape features that cannot tie a shape to a colour).
     """
 
     num_train: int = 4000
@@ -130,13 +138,15 @@ class CaptioningConfig(Seq2SeqConfig):
     vocabulary: str = "extend"
     max_eval_images: int | None = None
     decoder_inputs: str = "words"
+    image_streams: str = "joint"
     batch_size: int = 64
     learning_rate: float = 2e-3
     epochs: int = 10
     early_stopping_patience: int = 3
     lr_patience: int = 1
 
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {**Seq2SeqConfig.CHOICES, "decoder_inputs": DECODER_INPUTS}
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {**Seq2SeqConfig.CHOICES, "decoder_inputs": DECODER_INPUTS,
+                                                   "image_streams": IMAGE_STREAMS}
     PRESETS = {
         "tiny": {"num_train": 120, "num_val": 20, "num_test": 20, "num_novel": 20, "num_style": 20,
                  "image_size": 32,
@@ -157,6 +167,8 @@ class CaptioningConfig(Seq2SeqConfig):
                 "a non-empty list of integers >= 1")
         require(self.image_size >= 2 ** len(self.cnn_filters), "image_size", self.image_size,
                 f"at least 2 ** len(cnn_filters) = {2 ** len(self.cnn_filters)}")
+        require(self.image_streams == "joint" or self.cnn == "small", "image_streams", self.image_streams,
+                "joint with a keras.applications backbone (colour_shape needs cnn=small)")
         require(self.cnn_weights is None or Path(self.cnn_weights).is_file(), "cnn_weights", self.cnn_weights,
                 "null or an existing local weights file")
         require(self.vocabulary in VOCABULARY_CHOICES, "vocabulary", self.vocabulary,
@@ -300,12 +312,21 @@ class ImageCaptioning(Pipeline):
 
     def _cnn(self, config: CaptioningConfig, image: keras.KerasTensor) -> keras.KerasTensor:
         if config.cnn == "small":
-            hidden = keras.layers.Rescaling(1 / 255.0, name="rescale")(image)
+            pixels = keras.layers.Rescaling(1 / 255.0, name="rescale")(image)
+            hidden = pixels
+            if config.image_streams == "colour_shape":
+                hidden = RandomChannelMix(seed=config.seed, name="colour_blind")(pixels)
             for i, filters in enumerate(config.cnn_filters):
                 hidden = keras.layers.Conv2D(filters, 3, padding="same", activation="relu", name=f"conv_{i + 1}a")(hidden)
                 hidden = keras.layers.Conv2D(filters, 3, padding="same", activation="relu", name=f"conv_{i + 1}b")(hidden)
                 hidden = keras.layers.MaxPooling2D(name=f"pool_{i + 1}")(hidden)
-            return hidden
+            if config.image_streams == "joint":
+                return hidden
+            colour = pixels
+            for i in range(2):
+                colour = keras.layers.Conv2D(COLOUR_STREAM_FILTERS, 1, activation="relu", name=f"colour_{i + 1}")(colour)
+            colour = keras.layers.MaxPooling2D(2 ** len(config.cnn_filters), name="colour_pool")(colour)
+            return keras.layers.Concatenate(name="streams")([hidden, colour])
         backbone_class = getattr(keras.applications, config.cnn)
         try:
             backbone = backbone_class(include_top=False, weights=None,

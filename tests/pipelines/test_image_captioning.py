@@ -3,6 +3,7 @@ bad input."""
 import io
 from pathlib import Path
 
+import keras
 import numpy as np
 import pytest
 from PIL import Image
@@ -11,6 +12,7 @@ from pipelines import image_captioning
 from seqapps import runner
 from seqapps.config import resolve_config
 from seqapps.data import scenes
+from seqapps.errors import ConfigError
 from seqapps.export import ExportCalls
 from seqapps.report import run_folder
 from seqapps.report.document import Table, figures_of
@@ -47,6 +49,34 @@ def test_role_ids_share_one_input_per_colour_shape_and_plural_and_keep_an_export
     assert image_captioning.role_ids(words) == [0, 1, 2, 3, 4, 5, 4, 7, 5, 7, 10]
     grown = image_captioning.role_ids(words + ["purple", "temple"])
     assert grown[:len(words)] == image_captioning.role_ids(words) and grown[len(words):] == [4, 12]
+
+
+def test_the_colour_shape_streams_read_shape_without_colour_and_colour_without_shape(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQAPPS_DATA", str(tmp_path))
+    pipeline = image_captioning.ImageCaptioning()
+    config = resolve_config(image_captioning.CaptioningConfig, "tiny",
+                            overrides=["image_streams=colour_shape"])
+    model = pipeline.build_model(config, pipeline.load_data(config, None))
+    streams = keras.Model(model.input["image"], [model.get_layer(f"pool_{len(config.cnn_filters)}").output,
+                                                 model.get_layer("colour_pool").output])
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 256, (1, config.image_size, config.image_size, 3)).astype("float32")
+    # the same grey view (the channels' mean) in other colours: a channel permutation recolours every pixel
+    recoloured = image[..., ::-1]
+    (shape, colour), (shape_recoloured, colour_recoloured) = streams(image), streams(recoloured)
+    np.testing.assert_allclose(np.asarray(shape), np.asarray(shape_recoloured), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(np.asarray(colour), np.asarray(colour_recoloured), atol=1e-3)
+    # the colour stream sees one pixel at a time: moving pixels within a pooling cell leaves it unchanged
+    cell = 2 ** len(config.cnn_filters)
+    shuffled = image.copy()
+    shuffled[0, :cell, :cell] = shuffled[0, :cell, :cell][::-1, ::-1]
+    np.testing.assert_allclose(np.asarray(streams(shuffled)[1]), np.asarray(colour), rtol=1e-6)
+
+
+def test_colour_shape_streams_need_the_small_convnet():
+    with pytest.raises(ConfigError, match="image_streams.*needs cnn=small"):
+        resolve_config(image_captioning.CaptioningConfig, "tiny",
+                       overrides=["image_streams=colour_shape", "cnn=MobileNetV3Small"])
 
 
 @pytest.fixture(scope="module")
