@@ -165,10 +165,14 @@ def _corpus_score(metric: Any, references: Sequence[str | Sequence[str]],
 def bleu(references: Sequence[str | Sequence[str]], hypotheses: Sequence[str], **options: Any) -> dict[str, Any]:
     """Corpus BLEU (0-100) with sacrebleu's defaults (13a tokenisation, exponential smoothing).
 
+    The hypotheses may be word-tokenised (``"dijo : ven ."``, as the translation pipeline writes them): 13a splits
+    the references' punctuation the same way, so the score is that of the detokenised text. sacrebleu's warning
+    about tokenised periods is therefore off (``force=True``, which leaves the signature unchanged).
+
     Args:
         references: one entry per hypothesis: a reference string, or a list of one or
             more references (the number may vary between hypotheses).
-        hypotheses: the system's detokenised outputs.
+        hypotheses: the system's outputs.
         **options: passed to ``sacrebleu.metrics.BLEU`` (e.g. ``tokenize="intl"``, ``lowercase=True``).
 
     Returns:
@@ -177,7 +181,7 @@ def bleu(references: Sequence[str | Sequence[str]], hypotheses: Sequence[str], *
     """
     from sacrebleu.metrics import BLEU
 
-    return _corpus_score(BLEU(**options), references, hypotheses)
+    return _corpus_score(BLEU(**{"force": True, **options}), references, hypotheses)
 
 
 def chrf(references: Sequence[str | Sequence[str]], hypotheses: Sequence[str], **options: Any) -> dict[str, Any]:
