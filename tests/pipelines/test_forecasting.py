@@ -39,6 +39,9 @@ POINT_METRICS = {"mae", "rmse", "smape", "mase"}
 # x'x's conditioning (alpha 1e-4 on load): measured at most 3e-12 on coefficients of O(1) and 5e-9 MW on
 # targets of 4e4 MW. The float32 fit used before differed by 1e-4 relative, which this would catch.
 TOLERANCE = {"rtol": 1e-7, "atol": 1e-8}
+# For the runs that check reading and serving, not the correction's shrinkage: one fit instead of the rolling
+# origins' refits (a tiny load_forecasting run: 16 s against 29 s). The rolling choice has tests of its own.
+ONE_FIT = ("--set", "shrinkage=none")
 
 
 def test_list_names_both_pipelines(capsys):
@@ -49,7 +52,8 @@ def test_list_names_both_pipelines(capsys):
 
 def test_weather_tiny_run_exports_versions_1_then_2(capsys, weather_export):
     out, _ = weather_export  # a copy of the session's tiny run: test_user_paths checks that it printed version 1
-    code, result, _ = run_cli(capsys, "run", "weather_forecasting", "--preset", "tiny", "--json", "--out", str(out))
+    code, result, _ = run_cli(capsys, "run", "weather_forecasting", "--preset", "tiny", "--json", "--out", str(out),
+                                *ONE_FIT)
     assert code == 0 and result["export"] == str(out / "weather_forecasting" / "2")
     assert set(result) >= {"pipeline", "preset", "metrics", "baseline", "export", "seconds"}
     # The tiny preset skips Holt-Winters (seasonal_baseline: null) to stay fast.
@@ -151,7 +155,7 @@ def test_user_csv_of_any_frequency_runs_without_other_settings(capsys, tmp_path)
     data = write_load_csv(tmp_path / "series.csv", rows=400, freq="1D", column="y")
     code, result, err = run_cli(capsys, "run", "load_forecasting", "--preset", "tiny", "--json", "--out",
                                 str(tmp_path), "--data", str(data), "--set", "timestamp_col=time",
-                                "--set", "target_cols=y")
+                                "--set", "target_cols=y", *ONE_FIT)
     assert code == 0, err
     state = json.loads((tmp_path / "load_forecasting" / "1" / "assets.extra" / "state.json").read_text())
     assert state["horizon"] == 1 and result["data"]["rows"] == 400
@@ -213,7 +217,7 @@ def test_gaps_are_filled_when_asked_and_counted(capsys, tmp_path):
     table.loc[500, "demand"] = np.nan
     table.to_csv(tmp_path / "gappy.csv", index=False)
     code, result, err = run_cli(capsys, "run", "load_forecasting", "--preset", "tiny", "--json", "--data",
-                                str(tmp_path / "gappy.csv"), "--set", "fill_gaps=interpolate", "--out", str(tmp_path))
+                                str(tmp_path / "gappy.csv"), "--set", "fill_gaps=interpolate", "--out", str(tmp_path), *ONE_FIT)
     assert code == 0, err
     assert result["data"]["filled_values"] == 4
 
@@ -408,7 +412,7 @@ def test_a_local_series_across_a_daylight_saving_change_trains_and_forecasts_in_
     table = pd.DataFrame({"timestamp": local, "temp_air": datasets.tmy3_weather()["temp_air"].to_numpy()[:rows]})
     table.to_csv(tmp_path / "london.csv", index=False)
     code, result, err = run_cli(capsys, "run", "weather_forecasting", "--preset", "tiny", "--json", "--data",
-                                str(tmp_path / "london.csv"), "--out", str(tmp_path))
+                                str(tmp_path / "london.csv"), "--out", str(tmp_path), *ONE_FIT)
     assert code == 0, err
     assert result["data"]["step"] == "1 h" and result["data"]["timezone"] == "file offsets"
     table.iloc[-60:].to_csv(tmp_path / "recent.csv", index=False)
@@ -428,7 +432,7 @@ def test_a_european_csv_with_semicolons_and_decimal_commas_runs_with_decimal_set
     table = pd.read_csv(write_load_csv(tmp_path / "load.csv", rows=1500, column="mw"))
     table["mw"] = table["mw"].map(lambda v: f"{v:.1f}".replace(".", ","))
     table.to_csv(tmp_path / "eu.csv", sep=";", index=False)
-    sets = ["--set", "timestamp_col=time", "--set", "target_cols=mw", "--out", str(tmp_path / "out")]
+    sets = ["--set", "timestamp_col=time", "--set", "target_cols=mw", "--out", str(tmp_path / "out"), *ONE_FIT]
     code, result, err = run_cli(capsys, "run", "load_forecasting", "--preset", "tiny", "--json", "--data",
                                 str(tmp_path / "eu.csv"), "--set", "decimal=,", *sets)
     assert code == 0, err
