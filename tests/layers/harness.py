@@ -121,8 +121,15 @@ def _keras_tensors(structure: Any) -> Any:
 
 
 def _inputs(structure: Any) -> Any:
-    """Functional-model ``keras.Input``s with the shapes (batch unknown) and dtypes of ``structure``."""
-    return keras.tree.map_structure(lambda x: keras.Input(shape=np.shape(x)[1:], dtype=_dtype(x)), structure)
+    """Functional-model ``keras.Input``s with the shapes (batch unknown) and dtypes of ``structure``; a dict's
+    inputs are named by their keys, as Keras matches dict data to inputs by name."""
+    def new_input(x: Any, name: str | None = None) -> keras.KerasTensor:
+        return keras.Input(shape=np.shape(x)[1:], dtype=_dtype(x), name=name)
+
+    if isinstance(structure, dict):
+        return {key: new_input(x, key) if hasattr(x, "dtype") else keras.tree.map_structure(new_input, x)
+                for key, x in structure.items()}
+    return keras.tree.map_structure(new_input, structure)
 
 
 def _dtype(x: Any) -> str:
