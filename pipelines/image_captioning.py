@@ -18,6 +18,9 @@ Data: by default generated scenes of 1-3 coloured shapes with their true caption
 ``~/.cache/seqapps``). Scenes with a held-out colour/shape pair form the second test split
 ``test_novel``; scenes of seen pairs drawn in a style training never saw (``scenes.PHOTO``: outlines on
 photos, other sizes, overlapping, blurred, JPEG-compressed) form the third, ``test_style``.
+``train_style=varied`` draws the training and validation scenes on procedural textures with random blur and
+JPEG artefacts (``scenes.VARIED``, domain randomisation; never photos or outlines); the test splits stay as
+they are.
 ``--data folder/`` (or its ``captions.csv``) reads the user's ``image,caption`` rows.
 Fine-tuning (``seqapps finetune image_captioning --from EXPORT --data folder/``) extends the export's
 vocabulary with the training captions' new words seen ``min_count`` times (``vocabulary=extend``, the
@@ -119,6 +122,8 @@ class CaptioningConfig(Seq2SeqConfig):
         image_streams: "joint" (the small convnet reads the RGB image) or "colour_shape" (it reads a
             colour-blind grey view, ``RandomChannelMix``, and 1 x 1 convolutions beside it read each pixel's
             colour, max-pooled to the same grid: shape features that cannot tie a shape to a colour).
+        train_style: how generated training and validation scenes are drawn: "flat" (plain grey) or "varied"
+            (``scenes.VARIED``: textures, blur and JPEG artefacts). The user's own images are read as they are.
     """
 
     num_train: int = 4000
@@ -139,6 +144,7 @@ class CaptioningConfig(Seq2SeqConfig):
     max_eval_images: int | None = None
     decoder_inputs: str = "words"
     image_streams: str = "joint"
+    train_style: str = scenes.FLAT.name
     batch_size: int = 64
     learning_rate: float = 2e-3
     epochs: int = 10
@@ -146,7 +152,8 @@ class CaptioningConfig(Seq2SeqConfig):
     lr_patience: int = 1
 
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {**Seq2SeqConfig.CHOICES, "decoder_inputs": DECODER_INPUTS,
-                                                   "image_streams": IMAGE_STREAMS}
+                                                   "image_streams": IMAGE_STREAMS,
+                                                   "train_style": scenes.TRAINING_STYLES}
     PRESETS = {
         "tiny": {"num_train": 120, "num_val": 20, "num_test": 20, "num_novel": 20, "num_style": 20,
                  "image_size": 32,
@@ -182,15 +189,20 @@ class CaptioningConfig(Seq2SeqConfig):
 
 def scene_splits(config: CaptioningConfig) -> dict[str, caption_data.CaptionedImages]:
     """Generated scenes for train/val/test (no held-out pair), test_novel (at least one) and test_style (no
-    held-out pair, drawn in the held-out style ``scenes.PHOTO``; all others in ``scenes.FLAT``), from the seed."""
+    held-out pair, drawn in the held-out style ``scenes.PHOTO``), from the seed. train and val are drawn in
+    ``config.train_style``, test and test_novel in ``scenes.FLAT``."""
     counts = {"train": config.num_train, "val": config.num_val, "test": config.num_test,
               "test_novel": config.num_novel, "test_style": config.num_style}
+    styles = {"train": scenes.STYLES[config.train_style], "val": scenes.STYLES[config.train_style],
+              "test_style": scenes.PHOTO}
     found = {}
     for offset, (name, count) in enumerate(counts.items()):
-        folder = data_home() / "scenes" / f"v{SCENES_VERSION}-{name}-{count}-seed{config.seed}-{config.image_size}px"
+        style = styles.get(name, scenes.FLAT)
+        suffix = "" if style in (scenes.FLAT, scenes.PHOTO) else f"-{style.name}"
+        folder = (data_home() / "scenes"
+                  / f"v{SCENES_VERSION}-{name}-{count}-seed{config.seed}-{config.image_size}px{suffix}")
         csv_path = scenes.write_scenes(folder, count, seed=config.seed * 10 + offset, held_out=name == "test_novel",
-                                       image_size=config.image_size,
-                                       style=scenes.PHOTO if name == "test_style" else scenes.FLAT)
+                                       image_size=config.image_size, style=style)
         found[name] = caption_data.read_captions(csv_path, check_images=False)
     return found
 

@@ -7,10 +7,11 @@ scene. Everything follows from a seed, so a data set is the same on every machin
 
 Some (colour, shape) combinations are held out of training (``HELD_OUT``): scenes containing one
 make up a second test split that measures generalisation apart from memorisation. Scenes are drawn in a
-``Style``: training uses ``FLAT`` (filled shapes on plain grey, apart); ``PHOTO``, never used in training,
-draws outlines over a crop of one of scikit-learn's sample photos, with other object sizes, objects that
-may overlap, Gaussian blur and JPEG artefacts, so a test split in it measures a drawing style the model
-never saw.
+``Style``: training uses ``FLAT`` (filled shapes on plain grey, apart) or ``VARIED`` (the same filled
+shapes on procedural textures, with random blur and JPEG artefacts: domain randomisation); ``PHOTO``, never
+used in training, draws outlines over a crop of one of scikit-learn's sample photos, with other object sizes,
+objects that may overlap, Gaussian blur and JPEG artefacts, so a test split in it measures a drawing style
+the model never saw.
 
 Because the truth is known, ``check_caption`` parses a caption back into facts (objects, counts,
 sizes, relations) and checks them against the scene: BLEU cannot tell "two red squares" from "two
@@ -57,6 +58,7 @@ class Style:
         sizes: the radius of each size word, as a fraction of the image side.
         spacing: objects' centres are at least ``spacing * (r1 + r2) + 0.02`` apart (below 1: they may overlap).
         photo: draw on a crop of a scikit-learn sample photo instead of plain grey.
+        texture: draw on a procedural texture (``texture_background``) instead of plain grey.
         outline: the outline's width in pixels at 64 px (0: filled shapes).
         blur: the range of the Gaussian blur's sigma, in pixels at 64 px ((0, 0): none).
         jpeg_quality: the range of the JPEG quality the image is compressed at (None: no compression).
@@ -67,6 +69,7 @@ class Style:
     sizes: dict[str, float] = dataclasses.field(default_factory=lambda: dict(SIZES))
     spacing: float = 1.0
     photo: bool = False
+    texture: bool = False
     outline: int = 0
     blur: tuple[float, float] = (0.0, 0.0)
     jpeg_quality: tuple[int, int] | None = None
@@ -78,7 +81,12 @@ FLAT = Style("flat")
 #: the held-out style: outlines on photos, other sizes, overlapping, blurred and JPEG-compressed.
 PHOTO = Style("photo", sizes={"small": 0.09, "large": 0.28}, spacing=0.6, photo=True, outline=2, blur=(0.5, 1.0),
               jpeg_quality=(20, 50), background="a photo")
-STYLES = {style.name: style for style in (FLAT, PHOTO)}
+#: a training style that randomises what the held-out style changes without drawing it: the same filled shapes,
+#: sizes and spacing as FLAT, on procedural textures (no photos), blurred and JPEG-compressed by random amounts.
+VARIED = Style("varied", texture=True, blur=(0.0, 1.2), jpeg_quality=(20, 95), background="a textured background")
+STYLES = {style.name: style for style in (FLAT, PHOTO, VARIED)}
+#: the styles a training split may be drawn in
+TRAINING_STYLES = (FLAT.name, VARIED.name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +159,8 @@ def render(scene: Scene, size: int = 64, rng: np.random.Generator | None = None,
     Args:
         scene: the scene.
         size: the image side in pixels.
-        rng: draws the photo crop, blur and JPEG quality of a style that has them (FLAT draws nothing).
+        rng: draws the photo crop or texture, blur and JPEG quality of a style that has them (FLAT draws
+            nothing).
         style: the drawing (default: the scene's, ``STYLES[scene.style]``).
 
     Returns:
@@ -161,7 +170,12 @@ def render(scene: Scene, size: int = 64, rng: np.random.Generator | None = None,
 
     style = style or STYLES[scene.style]
     rng = rng if rng is not None else np.random.default_rng(0)
-    image = photo_background(rng, size) if style.photo else Image.new("RGB", (size, size), BACKGROUND)
+    if style.photo:
+        image = photo_background(rng, size)
+    elif style.texture:
+        image = texture_background(rng, size)
+    else:
+        image = Image.new("RGB", (size, size), BACKGROUND)
     draw = ImageDraw.Draw(image)
     width = max(1, round(style.outline * size / 64)) if style.outline else 0
     for o in scene.objects:
@@ -202,6 +216,21 @@ def photo_background(rng: np.random.Generator, size: int) -> "PIL.Image.Image": 
     top, left = (int(rng.integers(0, extent - side + 1)) for extent in photo.shape[:2])
     crop = Image.fromarray(photo[top: top + side, left: left + side]).resize((size, size), Image.Resampling.BILINEAR)
     return Image.blend(crop, Image.new("RGB", (size, size), BACKGROUND), 0.5)
+
+
+def texture_background(rng: np.random.Generator, size: int) -> "PIL.Image.Image":  # noqa: F821
+    """A procedural background that is no photo: a random colour field of 2-12 cells a side, upsampled bicubically,
+    plus Gaussian pixel noise of a random standard deviation (0-30 levels), faded 50-100% of the way to the plain
+    background's grey (50%: as strong as ``photo_background``; 100%: plain grey)."""
+    from PIL import Image
+
+    cells = int(rng.integers(2, 13))
+    field = Image.fromarray(rng.integers(0, 256, (cells, cells, 3), dtype=np.uint8))
+    pixels = np.asarray(field.resize((size, size), Image.Resampling.BICUBIC), "float64")
+    pixels = pixels + rng.normal(0.0, rng.uniform(0.0, 30.0), pixels.shape)
+    fade = rng.uniform(0.5, 1.0)
+    pixels = (1.0 - fade) * pixels + fade * np.asarray(BACKGROUND, "float64")
+    return Image.fromarray(np.clip(np.round(pixels), 0, 255).astype("uint8"))
 
 
 def gaussian_blur(image: "PIL.Image.Image", sigma: float) -> "PIL.Image.Image":  # noqa: F821

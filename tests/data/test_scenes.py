@@ -88,6 +88,34 @@ def test_held_out_style_scenes_are_deterministic_under_the_seed_and_their_captio
     assert _digest(scenes.write_scenes(tmp_path / "flat", 8, seed=5).parent) != _digest(first.parent)
 
 
+def test_texture_backgrounds_repeat_under_the_seed_and_span_plain_grey_to_a_photos_contrast():
+    draws = [np.asarray(scenes.texture_background(np.random.default_rng(seed), 64), "float64") for seed in range(200)]
+    again = np.asarray(scenes.texture_background(np.random.default_rng(0), 64), "float64")
+    assert np.array_equal(draws[0], again) and not np.array_equal(draws[0], draws[1])
+    spread = np.array([np.abs(pixels - scenes.BACKGROUND).mean() for pixels in draws])
+    # faded 50-100% of the way to grey: from near-plain to textured, never beyond half of a full-contrast field
+    assert spread.min() < 5 and spread.max() > 25 and spread.max() < 0.5 * 255
+    photo = np.asarray(scenes.photo_background(np.random.default_rng(0), 64), "float64")
+    assert spread.max() > np.abs(photo - scenes.BACKGROUND).mean() / 2  # as strong as the photos at the most
+
+
+def test_the_varied_training_style_draws_filled_shapes_at_flat_sizes_and_never_a_photo_or_outline(tmp_path):
+    assert (scenes.VARIED.sizes, scenes.VARIED.spacing, scenes.VARIED.outline, scenes.VARIED.photo) == (
+        scenes.FLAT.sizes, scenes.FLAT.spacing, 0, False)
+    scene = Scene((SceneObject("square", "blue", "large", 0.5, 0.5),), scenes.VARIED.name)
+    filled = np.all(np.asarray(scenes.render(scene, 64, style=scenes.FLAT)) == scenes.COLOURS["blue"], axis=-1)
+    interior = ndimage.binary_erosion(filled, iterations=4)  # beyond the blur's reach (sigma <= 1.2 px)
+    for seed in range(5):
+        pixels = np.asarray(scenes.render(scene, 64, np.random.default_rng(seed)), "float64")
+        assert np.abs(pixels[interior] - scenes.COLOURS["blue"]).mean() < 12  # filled, up to JPEG artefacts
+    first = scenes.write_scenes(tmp_path / "a", 8, seed=5, style=scenes.VARIED)
+    assert _digest(first.parent) == _digest(scenes.write_scenes(tmp_path / "b", 8, seed=5, style=scenes.VARIED).parent)
+    read = scenes.read_scenes(first.parent)
+    assert {scene.style for scene in read.values()} == {"varied"}
+    rows = [line.split(",", 1) for line in first.read_text().splitlines()[1:]]
+    assert all(scenes.check_caption(caption.strip('"'), read[name]) for name, caption in rows)
+
+
 def test_held_out_style_places_its_own_sizes_and_lets_objects_overlap():
     rng = np.random.default_rng(1)
     drawn = [scenes.random_scene(rng, style=scenes.PHOTO) for _ in range(300)]

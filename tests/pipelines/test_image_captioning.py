@@ -29,14 +29,17 @@ def test_most_frequent_and_nearest_neighbour_baselines():
         "a blue ball", "a red box"]
 
 
-def test_the_held_out_style_never_appears_in_training_and_is_all_of_test_style(tmp_path, monkeypatch):
+@pytest.mark.parametrize("train_style", scenes.TRAINING_STYLES)
+def test_the_held_out_style_never_appears_in_training_and_is_all_of_test_style(tmp_path, monkeypatch, train_style):
     monkeypatch.setenv("SEQAPPS_DATA", str(tmp_path))
-    parts = image_captioning.scene_splits(resolve_config(image_captioning.CaptioningConfig, "tiny"))
+    parts = image_captioning.scene_splits(resolve_config(image_captioning.CaptioningConfig, "tiny",
+                                                         overrides=[f"train_style={train_style}"]))
     styles = {name: [scenes.read_scenes(Path(part.source).parent)[image.name].style for image in part.images]
               for name, part in parts.items()}
     assert {name: len(found) for name, found in styles.items()} == {
         "train": 120, "val": 20, "test": 20, "test_novel": 20, "test_style": 20}
-    assert all(style == scenes.FLAT.name for name in ("train", "val", "test", "test_novel") for style in styles[name])
+    assert all(style == train_style for name in ("train", "val") for style in styles[name])
+    assert all(style == scenes.FLAT.name for name in ("test", "test_novel") for style in styles[name])
     assert set(styles["test_style"]) == {scenes.PHOTO.name}
     novel = scenes.read_scenes(Path(parts["test_novel"].source).parent)
     assert all(novel[image.name].held_out for image in parts["test_novel"].images)
