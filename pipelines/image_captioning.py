@@ -377,7 +377,7 @@ class ImageCaptioning(Pipeline):
                                    else None, name="decoder")
         hidden = decoder({"ids": target_in, "memory": memory, "state": initial_state})
         output = BatchNCE(vocab_size, loss=config.output, log_z=config.log_z, extra_noise=config.extra_noise,
-                          noise_scope=config.noise_scope, seed=config.seed, name="output")
+                          noise_scope=config.noise_scope, compact_batch=True, seed=config.seed, name="output")
         # target_in is END from the token after target_out's END on: those tokens are padding, never noise
         per_token = output([hidden, target_out], target_mask=PaddingMask(END_ID, name="target_mask")(target_in))
         unigram = unigram_distribution(data.arrays["target_counts"])
@@ -417,7 +417,7 @@ class ImageCaptioning(Pipeline):
         metrics: dict[str, Any] = {"parameters": int(model.count_params())}
         if config.timing_steps:
             metrics["train_tokens_per_s"] = training_tokens_per_second(
-                model, config, self.compile_args(config, data), data.train, data.arrays["target_counts"].sum())
+                model, config, self.compile_args(config, data), data.train)
         baselines: dict[str, dict[str, Any]] = {"most_frequent": {}, "nearest_neighbour": {}}
         for split in (name for name in TEST_SPLITS if name in parts):
             count = min(len(parts[split]), config.max_eval_images or len(parts[split]))

@@ -277,7 +277,8 @@ class LanguageModel(Pipeline):
         hidden = keras.layers.Identity(name="hidden")(hidden)
         output = BatchNCE(vocab_size, loss=config.loss, log_z=config.log_z, num_noise=config.num_noise,
                           extra_noise=config.extra_noise, remove_accidental_hits=config.remove_accidental_hits,
-                          noise_scope=config.noise_scope, seed=config.seed, name="output")
+                          noise_scope=config.noise_scope, compact_batch=not config.jit_compile, seed=config.seed,
+                          name="output")
         per_token = output([hidden, targets])
         unigram = unigram_distribution(data.arrays["train_counts"])
         output.set_noise_distribution(unigram)

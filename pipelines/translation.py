@@ -345,7 +345,8 @@ class Translation(Pipeline):
                                    attention=config.attention, dropout=config.dropout, name="decoder")
         decoder_inputs = {"ids": target_in, "memory": memory, "memory_mask": source_mask, "state": initial_state}
         output = BatchNCE(target_size, loss=config.output, log_z=config.log_z, extra_noise=config.extra_noise,
-                          noise_scope=config.noise_scope, seed=config.seed, name="output")
+                          noise_scope=config.noise_scope, compact_batch=not config.jit_compile, seed=config.seed,
+                          name="output")
         # target_in is END from the token after target_out's END on: those tokens are padding, never noise
         target_mask = PaddingMask(END_ID, name="target_mask")(target_in)
         if config.lexicon_bias:
@@ -423,7 +424,7 @@ class Translation(Pipeline):
                    "parameters": int(model.count_params()), "eval_pairs": count}
         if config.timing_steps:
             metrics["train_tokens_per_s"] = training_tokens_per_second(
-                model, config, self.compile_args(config, data), data.train, data.arrays["target_counts"].sum())
+                model, config, self.compile_args(config, data), data.train)
         if config.length_penalty_choices:  # what calibrate chose, and on what (not yet before a fine-tuning)
             metrics.update({key: data.state[key] for key in ("length_penalty", "val_beam_bleu_by_length_penalty")
                             if key in data.state})

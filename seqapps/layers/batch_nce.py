@@ -11,6 +11,10 @@ word is noise ``(B - 1) x count(w)`` times (unigram noise), and the updates of
 duplicated words are summed. For sequences ``[B, T, H]`` the paper's batch is the
 ``B`` sequences at one time step (``noise_scope="time_step"``). Padded tokens
 (``target_mask``) are in no batch: never noise, and ``K`` counts the real targets.
+With ``compact_batch`` the padded rows never reach the output layer, and a flat
+batch's B-NCE is computed on its distinct words, each noise term weighted by its
+count (``distinct_batch_nce_loss``): the same loss, on an ``R x U`` matrix of
+real rows by distinct words instead of ``N x N``.
 
 The functional cores (``batch_nce_loss``, ``sampled_nce_loss``,
 ``softmax_loss``) take the output embedding as a ``V x H`` matrix and gather its
@@ -233,6 +237,79 @@ def batch_nce_loss(
     return batch_nce_loss_from_scores(scores, tf.gather(noise_probs, columns), ignore_mask, column_mask)
 
 
+def distinct_batch_nce_loss(
+    hidden: tf.Tensor,
+    kernel: tf.Tensor,
+    bias: tf.Tensor,
+    targets: tf.Tensor,
+    noise_probs: tf.Tensor,
+    *,
+    log_z: float = 9.0,
+    extra_noise_ids: tf.Tensor | None = None,
+    remove_accidental_hits: bool = False,
+    column_bias: Callable[[tf.Tensor], tf.Tensor] | None = None,
+    target_mask: tf.Tensor | None = None,
+) -> tf.Tensor:
+    """``batch_nce_loss`` of one flat batch, computed on its distinct real words: the same loss, less work.
+
+    A row's noise term of a word is the same for every column that holds the word, so the ``N x M`` score
+    matrix of ``batch_nce_loss`` is rewritten exactly as ``R x U``: the ``R`` real (unmasked) rows against
+    the ``U`` distinct words of the real targets and the extra noise, each noise term weighted by how many
+    columns hold its word (minus the row's own column). Padded rows are never computed. The loss, ``K``
+    and the gradients are ``batch_nce_loss``'s; the shapes are dynamic, so it does not run under XLA.
+
+    Args:
+        hidden: ``[N, H]`` hidden states ``L``.
+        kernel, bias, noise_probs, log_z, remove_accidental_hits: as ``batch_nce_loss``.
+        targets: ``[N]`` int target ids.
+        extra_noise_ids: optional ``[K_extra]`` int ids drawn from ``p_n``, noise of every row.
+        column_bias: optional function of distinct word ids (int ``[U]``) that returns every row's scores
+            to add to theirs, ``[N, U]``.
+        target_mask: optional ``[N]`` bool, False for padding (in no row's noise, loss 0).
+
+    Returns:
+        ``[N]`` float loss per row, 0 for padding.
+    """
+    hidden = tf.convert_to_tensor(hidden)
+    targets = tf.cast(targets, tf.int32)
+    if targets.shape.rank != 1:
+        raise ValueError(f"distinct_batch_nce_loss takes one flat batch of targets, [N]; got {targets.shape}")
+    checks = _check_targets(targets, tf.shape(kernel)[0])
+    _maybe_validate_noise_probs(noise_probs)
+    with tf.control_dependencies(checks):
+        targets = tf.identity(targets)
+    if target_mask is None:
+        rows = tf.range(tf.shape(targets)[0])
+
+        def real_rows(rows_of_all: tf.Tensor) -> tf.Tensor:
+            return rows_of_all
+    else:
+        real = tf.cast(tf.cast(target_mask, tf.bool), tf.int32)
+        rows = tf.cast(tf.where(real > 0)[:, 0], tf.int32)
+
+        def real_rows(rows_of_all: tf.Tensor) -> tf.Tensor:  # in order, and with a dense gradient (not gather's)
+            return tf.dynamic_partition(rows_of_all, real, 2)[1]
+    real_hidden, real_targets = real_rows(hidden), real_rows(targets)
+    samples = real_targets if extra_noise_ids is None else tf.concat(
+        [real_targets, tf.cast(extra_noise_ids, tf.int32)], axis=0)
+    words, word_slots = tf.unique(samples)  # [U]; each sample's slot among them
+    num_words = tf.shape(words)[0]
+    counts = tf.math.unsorted_segment_sum(tf.ones_like(word_slots, hidden.dtype), word_slots, num_words)
+    num_noise = tf.cast(tf.shape(samples)[0] - 1, hidden.dtype)  # K: every other column
+    own = tf.one_hot(word_slots[: tf.shape(rows)[0]], num_words, dtype=hidden.dtype)  # [R, U]
+    noise_counts = counts[tf.newaxis, :] * (1.0 - own) if remove_accidental_hits else counts[tf.newaxis, :] - own
+    scores = (tf.matmul(real_hidden, tf.gather(kernel, words), transpose_b=True)
+              + tf.gather(bias, words)[tf.newaxis, :] - log_z)
+    if column_bias is not None:
+        scores += real_rows(column_bias(words))
+    log_noise = tf.math.log(tf.maximum(num_noise, 1.0) * tf.cast(tf.gather(noise_probs, words), hidden.dtype))
+    logits = scores - log_noise[tf.newaxis, :]
+    positive = tf.reduce_sum(logits * own, axis=1)
+    losses = tf.math.softplus(-positive) + tf.reduce_sum(noise_counts * tf.math.softplus(logits), axis=1)
+    losses = tf.where(num_noise > 0, losses, tf.zeros_like(losses))  # a lone target has no noise
+    return tf.scatter_nd(rows[:, tf.newaxis], losses, tf.shape(targets))
+
+
 def sampled_nce_loss(
     hidden: tf.Tensor,
     kernel: tf.Tensor,
@@ -427,6 +504,11 @@ class BatchNCE(keras.layers.Layer):
             ``K = B - 1``, extra noise drawn per step) or ``"batch"`` (all
             ``B x T`` targets pooled, ``K = B T - 1``; neighbouring words of a
             row's own sequence are then among its noise).
+        compact_batch: bool, train on the real tokens only: with a ``target_mask``, the padded rows never
+            reach the output layer, and ``"bnce"`` over one flat batch (``noise_scope="batch"``, or ``[B, H]``
+            inputs) is computed on the batch's distinct real words (``distinct_batch_nce_loss``). The same
+            losses and gradients, with less work; the shapes are dynamic, so leave it False when the training
+            step runs under XLA (``jit_compile=True``).
         noise_distribution: optional list of ``vocab_size`` noise probabilities
             (> 0, sum 1). Default uniform. For large vocabularies prefer
             ``set_noise_distribution`` after ``build`` (keeps the config small).
@@ -489,6 +571,7 @@ class BatchNCE(keras.layers.Layer):
         extra_noise: int = 0,
         remove_accidental_hits: bool = False,
         noise_scope: str = "time_step",
+        compact_batch: bool = False,
         noise_distribution: Sequence[float] | None = None,
         kernel_initializer: Any = "glorot_uniform",
         bias_initializer: Any = "zeros",
@@ -515,6 +598,7 @@ class BatchNCE(keras.layers.Layer):
         self.extra_noise = int(extra_noise)
         self.remove_accidental_hits = bool(remove_accidental_hits)
         self.noise_scope = noise_scope
+        self.compact_batch = bool(compact_batch)
         self.noise_distribution = noise_distribution
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
@@ -613,11 +697,38 @@ class BatchNCE(keras.layers.Layer):
                 target_mask=None if target_mask is None else tf.transpose(target_mask),
             )
             return tf.transpose(per_step)
+        if self.compact_batch and target_mask is not None and self.loss != "bnce":
+            return self._real_rows_training_loss(hidden, targets, logit_bias, target_mask)
         logit_bias = self._flat_logit_bias(logit_bias)
         flat = self._flat_training_loss(tf.reshape(hidden, [-1, tf.shape(hidden)[-1]]), tf.reshape(targets, [-1]),
                                         logit_bias, column_bias,
                                         None if target_mask is None else tf.reshape(target_mask, [-1]))
         return tf.reshape(flat, tf.shape(targets))
+
+    def _real_rows_training_loss(self, hidden: tf.Tensor, targets: tf.Tensor, logit_bias: Any,
+                                 target_mask: tf.Tensor) -> tf.Tensor:
+        """``training_loss`` of the softmax or S-NCE computed on the unmasked tokens only (``compact_batch``).
+
+        Returns:
+            Float loss, the shape of ``targets``, 0 at the padding.
+        """
+        real = tf.cast(tf.reshape(target_mask, [-1]), tf.int32)
+
+        def real_rows(x: tf.Tensor, width: Any) -> tf.Tensor:  # in order, and with a dense gradient (not gather's)
+            return tf.dynamic_partition(tf.reshape(x, [-1, width]), real, 2)[1]
+
+        if isinstance(logit_bias, dict):  # a lexical mixture: each real token's own terms, as rows of one step
+            weights = logit_bias["weights"]
+            entries = tf.shape(weights)[-1]
+            ids = tf.broadcast_to(logit_bias["ids"], tf.shape(weights))
+            logit_bias = {**logit_bias, "ids": real_rows(ids, entries)[:, tf.newaxis],
+                          "weights": real_rows(weights, entries)[:, tf.newaxis]}
+        elif logit_bias is not None:
+            logit_bias = real_rows(logit_bias, self.vocab_size)
+        losses = self._flat_training_loss(real_rows(hidden, tf.shape(hidden)[-1]), real_rows(targets, 1)[:, 0],
+                                          self._flat_logit_bias(logit_bias), None, None)
+        rows = tf.where(real > 0)
+        return tf.reshape(tf.scatter_nd(rows, losses, tf.shape(real, out_type=rows.dtype)), tf.shape(targets))
 
     def _flat_logit_bias(self, logit_bias: Any) -> tf.Tensor | None:
         """The ``[N, V]`` rows of a dense ``logit_bias`` or of a lexical mixture (densified); None for None."""
@@ -663,7 +774,7 @@ class BatchNCE(keras.layers.Layer):
         The softmax takes a dense ``[N, V]`` ``logit_bias``, B-NCE its ``column_bias`` (``[M]`` columns -> ``[N, M]``).
         """
         if self.loss == "bnce":
-            return batch_nce_loss(
+            return (distinct_batch_nce_loss if self.compact_batch else batch_nce_loss)(
                 hidden,
                 self.kernel,
                 self.bias,
@@ -759,6 +870,7 @@ class BatchNCE(keras.layers.Layer):
                 "extra_noise": self.extra_noise,
                 "remove_accidental_hits": self.remove_accidental_hits,
                 "noise_scope": self.noise_scope,
+                "compact_batch": self.compact_batch,
                 "noise_distribution": self.noise_distribution,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),

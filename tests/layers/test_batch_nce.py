@@ -21,10 +21,12 @@ from seqapps.layers.batch_nce import (
     BatchNCE,
     batch_nce_loss,
     batch_nce_loss_from_scores,
+    distinct_batch_nce_loss,
     noise_ids_from_uniform,
     sampled_nce_loss,
     unigram_distribution,
 )
+from seqapps.layers.lexicon import lexical_mixture
 from seqapps.metrics import perplexity
 from tests.layers.harness import run_layer_test
 
@@ -96,7 +98,9 @@ def tf_grads(loss_fn, problem):
     ],
 )
 @pytest.mark.parametrize("remove_hits", [False, True])
-def test_batch_nce_loss_matches_paper_equations(targets, extra, remove_hits):
+@pytest.mark.parametrize("loss_fn", [batch_nce_loss, distinct_batch_nce_loss], ids=["columns", "distinct-words"])
+def test_batch_nce_loss_matches_paper_equations(targets, extra, remove_hits, loss_fn):
+    """Both forms, the batch's columns (N x M) and its distinct words (R x U), against the paper's equations."""
     problem = make_problem()
     targets = np.asarray(targets, "int32")
     extra_ids = None if extra is None else np.asarray(extra, "int32")
@@ -106,7 +110,7 @@ def test_batch_nce_loss_matches_paper_equations(targets, extra, remove_hits):
     noise = problem["noise_probs"]
     options = {"remove_accidental_hits": True} if remove_hits else {}  # default: the paper's, duplicates are noise
     loss, d_hidden, d_kernel, d_bias = tf_grads(
-        lambda h, w, c: batch_nce_loss(h, w, c, targets, noise, log_z=LOG_Z, extra_noise_ids=extra_ids, **options),
+        lambda h, w, c: loss_fn(h, w, c, targets, noise, log_z=LOG_Z, extra_noise_ids=extra_ids, **options),
         problem,
     )
     assert isinstance(d_kernel, tf.IndexedSlices) and isinstance(d_bias, tf.IndexedSlices)
@@ -197,6 +201,7 @@ def test_jit_compile_gives_the_same_loss():
     [
         pytest.param({"loss": "bnce"}, id="bnce"),
         pytest.param({"loss": "bnce", "extra_noise": 4}, id="adaptive-bnce"),
+        pytest.param({"loss": "bnce", "extra_noise": 4, "compact_batch": True}, id="adaptive-bnce-distinct"),
         pytest.param({"loss": "snce", "num_noise": 5}, id="snce"),
         pytest.param({"loss": "softmax"}, id="softmax"),
     ],
@@ -324,8 +329,9 @@ def test_noise_scope_of_sequences(scope):
 
 
 @pytest.mark.parametrize("extra_noise", [0, 2])
-@pytest.mark.parametrize("scope", ["time_step", "batch"])
-def test_padding_is_never_noise(scope, extra_noise):
+@pytest.mark.parametrize("scope, distinct", [("time_step", False), ("batch", False), ("batch", True)],
+                         ids=["time_step", "batch", "batch-distinct-words"])
+def test_padding_is_never_noise(scope, distinct, extra_noise):
     """A padded [B, T] batch gives each real token the paper's loss over the batch with the padding removed.
 
     The reference drops the padded tokens before it forms the batch (each step's real targets, or all the
@@ -341,7 +347,7 @@ def test_padding_is_never_noise(scope, extra_noise):
     lengths = np.array([5, 3, 1, 4])  # the last step has 1 real token
     mask = np.arange(steps)[None, :] < lengths[:, None]
     targets[~mask] = 1  # padded with a word id, as the translation data pads with END_ID
-    layer = BatchNCE(V, log_z=LOG_Z, noise_scope=scope, extra_noise=extra_noise, seed=0)
+    layer = BatchNCE(V, log_z=LOG_Z, noise_scope=scope, extra_noise=extra_noise, compact_batch=distinct, seed=0)
     layer([hidden, targets])
     layer.set_weights([problem["kernel"], problem["bias"], *layer.get_weights()[2:]])
     noise = layer.noise_probs.numpy()
@@ -391,3 +397,48 @@ def test_masked_columns_get_no_gradient_from_the_scores():
     assert np.all(loss.numpy()[~keep] == 0.0)
     np.testing.assert_allclose(g[np.ix_(keep, keep)], ref["G"], rtol=RTOL, atol=ATOL)
     assert np.all(g[~keep, :] == 0.0) and np.all(g[:, ~keep] == 0.0)
+
+
+@pytest.mark.parametrize("bias_kind", [None, "dense", "lexicon"])
+@pytest.mark.parametrize("loss", ["softmax", "bnce"])
+def test_compact_batch_gives_the_same_losses_and_gradients(loss, bias_kind):
+    """``compact_batch`` drops the padded rows (and B-NCE's repeated columns) and changes no number.
+
+    A padded [B, T] batch with duplicated words, under a dense per-row bias or a lexical mixture: the
+    per-token losses and the gradients w.r.t. the hidden states, the output weights and the bias's
+    input match the layer without it (float32 sums in another order: atol 1e-5).
+    """
+    rng = np.random.RandomState(6)
+    batch, steps, source_steps = 3, 5, 4
+    hidden = tf.Variable(rng.normal(0.0, 0.5, (batch, steps, H)).astype("float32"))
+    targets = rng.randint(0, V, (batch, steps)).astype("int32")
+    targets[0, :2] = targets[2, :2] = 4
+    mask = np.arange(steps)[None, :] < np.array([[5], [2], [4]])
+    bias_input = tf.Variable(rng.normal(0.0, 1.0, (batch, steps, V) if bias_kind == "dense"
+                                        else (batch, steps, source_steps)).astype("float32"))
+    table_ids = tf.constant(rng.randint(0, V, (6, 3)), tf.int32)
+    table_probs = tf.constant(rng.dirichlet(np.ones(4), 6)[:, :3].astype("float32"))
+    source_ids = tf.constant(rng.randint(0, 6, (batch, source_steps)), tf.int32)
+    results = []
+    for compact in (False, True):
+        layer = BatchNCE(V, loss=loss, log_z=LOG_Z, noise_scope="batch", compact_batch=compact, seed=0)
+        layer([hidden, targets])
+        problem = make_problem(6)
+        layer.set_weights([problem["kernel"], problem["bias"], problem["noise_probs"], np.cumsum(problem["noise_probs"])])
+        with tf.GradientTape() as tape:
+            if bias_kind == "dense":
+                logit_bias = bias_input
+            elif bias_kind == "lexicon":
+                logit_bias = lexical_mixture(tf.nn.softmax(bias_input), source_ids, table_ids, table_probs, 1e-3)
+            else:
+                logit_bias = None
+            per_token = layer([hidden, targets], training=True, target_mask=mask, logit_bias=logit_bias)
+            total = tf.reduce_sum(per_token)
+        grads = tape.gradient(total, [hidden, layer.kernel, layer.bias, bias_input])
+        results.append([per_token.numpy()] + [None if g is None else tf.convert_to_tensor(g).numpy() for g in grads])
+    assert np.all(results[1][0][~mask] == 0.0)
+    for name, plain, compact in zip(("loss", "hidden", "kernel", "bias", "bias input"), *results):
+        if plain is None:
+            assert compact is None and (name == "bias input" and bias_kind is None), name
+            continue
+        np.testing.assert_allclose(compact, plain, rtol=RTOL, atol=1e-5, err_msg=name)
