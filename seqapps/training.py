@@ -256,31 +256,45 @@ def seconds_per_training_step(model: keras.Model, config: TrainingConfig, compil
     Returns:
         The mean seconds of one step (batches of ``config.batch_size``).
     """
-    copy = keras.Model.from_config(model.get_config())
-    copy.compile(optimizer=make_optimizer(config), **compile_args)
-    batches = iter(train.repeat().batch(config.batch_size, drop_remainder=True))
-    copy.train_on_batch(*next(batches))  # trace and compile
-    start = time.perf_counter()
-    for _ in range(steps):
-        copy.train_on_batch(*next(batches))
-    return (time.perf_counter() - start) / steps
+    return _timed_steps(model, config, compile_args, _timing_batches(train, config.batch_size, steps))
 
 
 def training_tokens_per_second(model: keras.Model, config: Any, compile_args: dict[str, Any],
-                               train: tf.data.Dataset, target_tokens: int) -> float:
+                               train: tf.data.Dataset) -> float:
     """A sequence-to-sequence model's training target tokens per second (``seconds_per_training_step``).
 
+    The tokens are the real (non-zero weight) target tokens of the timed batches themselves: a model that
+    skips padding (``BatchNCE(compact_batch=True)``) takes longer on longer sentences, so a mean over the
+    whole split would misstate it.
+
     Args:
-        model, compile_args, train: as ``seconds_per_training_step``.
+        model, compile_args, train: as ``seconds_per_training_step``; ``train``'s elements carry weights.
         config: its ``batch_size`` and ``timing_steps`` (the timed steps), and the optimizer settings.
-        target_tokens: the real (not padding) target tokens of all of ``train``'s examples.
 
     Returns:
-        ``batch_size`` times the mean target tokens per example, over the seconds of one step.
+        The timed batches' target tokens per second.
     """
-    examples = int(train.cardinality())
-    step = seconds_per_training_step(model, config, compile_args, train, config.timing_steps)
-    return round(config.batch_size * target_tokens / examples / step, 1)
+    batches = _timing_batches(train, config.batch_size, config.timing_steps)
+    step = _timed_steps(model, config, compile_args, batches)
+    tokens = sum(float(np.count_nonzero(batch[2])) for batch in batches[1:]) / config.timing_steps
+    return round(tokens / step, 1)
+
+
+def _timing_batches(train: tf.data.Dataset, batch_size: int, steps: int) -> list[tuple]:
+    """The first ``steps + 1`` full batches of ``train`` (repeated when it is shorter): one to trace, ``steps`` to time."""
+    return list(train.repeat().batch(batch_size, drop_remainder=True).take(steps + 1))
+
+
+def _timed_steps(model: keras.Model, config: TrainingConfig, compile_args: dict[str, Any],
+                 batches: list[tuple]) -> float:
+    """Mean seconds of a training step of a fresh copy of ``model`` over ``batches[1:]``, after tracing on the first."""
+    copy = keras.Model.from_config(model.get_config())
+    copy.compile(optimizer=make_optimizer(config), **compile_args)
+    copy.train_on_batch(*batches[0])  # trace and compile
+    start = time.perf_counter()
+    for batch in batches[1:]:
+        copy.train_on_batch(*batch)
+    return (time.perf_counter() - start) / (len(batches) - 1)
 
 
 def _adapt_to_distribution(model: keras.Model, train: tf.data.Dataset) -> None:

@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from seqapps import training
-from seqapps.config import TrainingConfig
+from seqapps.config import Seq2SeqConfig, TrainingConfig
 from seqapps.pipeline import Splits
 from seqapps.training import batch_datasets, clip_by_global_norm, make_optimizer
 from tests.tensorboard_events import scalars
@@ -198,6 +198,32 @@ def test_time_budget_stops_at_the_first_step_past_it(tmp_path, monkeypatch):
     report = training.fit(model, Splits(rows, rows, rows, state={}), config, tmp_path,
                           extra_callbacks=[TenSecondSteps()])
     assert steps == [0, 1, 0] and report["epochs_run"] == 2 and len(report["val_loss_history"]) == 2
+
+
+def test_tokens_per_second_counts_the_real_tokens_of_the_timed_batches(monkeypatch):
+    """Tokens/s divides the timed batches' own non-padding tokens (not the split's mean) by the step time.
+
+    Each step takes 2 s on a fake clock. The split is 4 rows of 3 real tokens, then 8 of 1: batches of
+    4 give a traced batch of 12 tokens and 2 timed ones of 4 (the split's mean would say 6.7 per batch).
+    """
+    clock = [0.0]
+    monkeypatch.setattr(training.time, "perf_counter", lambda: clock[0])
+
+    weights = np.array([[1, 1, 1]] * 4 + [[1, 0, 0]] * 8, "float32")
+    rows = tf.data.Dataset.from_tensor_slices((np.ones((12, 3), "float32"), np.zeros((12, 3), "float32"), weights))
+    inputs = keras.Input((3,))
+    model = keras.Model(inputs, keras.layers.Dense(3)(inputs))  # functional: the timing copies it by its config
+    config = Seq2SeqConfig(batch_size=4, timing_steps=2, optimizer="sgd", learning_rate=0.0)
+    real_train_on_batch = keras.Model.train_on_batch
+
+    def train_on_batch(self, *batch):
+        clock[0] += 2.0
+        return real_train_on_batch(self, *batch)
+
+    monkeypatch.setattr(keras.Model, "train_on_batch", train_on_batch)
+    per_token = {"loss": lambda y_true, y_pred: tf.square(y_true - y_pred)}  # [batch, 3], as the weights
+    assert training.training_tokens_per_second(model, config, per_token, rows) == 2.0  # 4 tokens / 2 s
+    assert training.seconds_per_training_step(model, config, per_token, rows, 2) == 2.0
 
 
 @pytest.mark.parametrize("progress", ["lines", "bar"])
