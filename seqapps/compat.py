@@ -85,6 +85,24 @@ def make_logs_reducible_across_workers(model: keras.Model) -> None:
         setattr(model, name, lambda data, step=step: tf.nest.map_structure(lambda v: v[None], step(data)))
 
 
+def adam_moments(optimizer: keras.optimizers.Adam, variable: Any) -> tuple[keras.Variable, keras.Variable]:
+    """Returns the first and second moment slots that ``optimizer`` keeps for ``variable``.
+
+    Keras 3.15 has no public accessor: ``Adam.update_step`` reads ``_momentums`` and
+    ``_velocities`` at ``_get_variable_index(variable)``. A fused update kernel
+    (``seqapps.training.Adam``) needs the same slots. Drop it when Keras exposes them.
+
+    Args:
+        optimizer: a built Adam optimizer.
+        variable: one of its trainable variables (a ``keras.Variable`` or its ``tf.Variable``).
+
+    Returns:
+        ``(m, v)``, the optimizer's own variables.
+    """
+    index = optimizer._get_variable_index(variable)  # noqa: SLF001
+    return optimizer._momentums[index], optimizer._velocities[index]  # noqa: SLF001
+
+
 class OwnGradientClipping:
     """Optimizer mixin: ``clip_gradients(grads)`` decides the gradients that are applied.
 

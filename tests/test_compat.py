@@ -91,3 +91,15 @@ def test_batch_predictor_computes_each_row_once_under_two_mirrored_replicas():
     np.testing.assert_allclose(answer["found"], answer["expected"], rtol=1e-6)
     # The Keras bug it works around: when predict_on_batch returns one row per input row, drop batch_predictor.
     assert answer["predict_on_batch_rows"] == 8
+
+
+def test_adam_moments_are_the_slots_keras_adam_updates():
+    variables = [keras.Variable(np.zeros((2, 3), "float32")), keras.Variable(np.zeros((4,), "float32"))]
+    optimizer = keras.optimizers.Adam(learning_rate=0.1, beta_1=0.9, beta_2=0.99)
+    gradients = [np.full((2, 3), 2.0, "float32"), np.full((4,), -1.0, "float32")]
+    optimizer.apply([tf.constant(g) for g in gradients], variables)
+    for variable, gradient in zip(variables, gradients):
+        for tf_or_keras in (variable, variable.value):  # both forms reach update_step
+            momentum, velocity = compat.adam_moments(optimizer, tf_or_keras)
+            np.testing.assert_allclose(momentum.numpy(), 0.1 * gradient, rtol=1e-6)  # (1 - beta_1) g after one step
+            np.testing.assert_allclose(velocity.numpy(), 0.01 * gradient ** 2, rtol=1e-6)  # (1 - beta_2) g^2
