@@ -44,6 +44,9 @@ class TrainingConfig:
             the first step that ends past it, and the epoch it cuts short is validated as
             usual; a resumed run's clock starts again at the resume.
         seed: seed for Python, NumPy and TensorFlow.
+        length_sorted_batches: for elements of varying length: sort each window of this many shuffled
+            batches' elements by length before batching, so that a batch holds elements of similar length
+            and pads less (``seqapps.training.length_grouped_batches``); 0 or 1: batches as shuffled.
     """
 
     epochs: int = 20
@@ -56,6 +59,7 @@ class TrainingConfig:
     steps_per_epoch: int | None = None
     max_train_minutes: float | None = None
     seed: int = 42
+    length_sorted_batches: int = 0
 
     #: preset name -> field overrides; "default" is usually empty.
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {"tiny": {}, "default": {}, "full": {}}
@@ -71,6 +75,8 @@ class TrainingConfig:
                  "steps_per_epoch", self.steps_per_epoch, "null or an integer >= 1")
         require(self.max_train_minutes is None or self.max_train_minutes > 0,
                 "max_train_minutes", self.max_train_minutes, "null or a number > 0")
+        require(self.length_sorted_batches >= 0, "length_sorted_batches", self.length_sorted_batches,
+                "an integer >= 0")
 
     def to_dict(self) -> dict[str, Any]:
         """Returns the fields as plain YAML/JSON-able values."""

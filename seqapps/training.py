@@ -358,12 +358,54 @@ class _StopOnNonFiniteLoss(keras.callbacks.Callback):
                                 "lower learning_rate or check the data for extreme values")
 
 
+def _element_lengths(window: Any) -> tf.Tensor:
+    """The length of each element of a ``ragged_batch``: the sum of its components' first-axis lengths."""
+    lengths = [tf.cast(part.row_lengths(), tf.int32) if isinstance(part, tf.RaggedTensor)
+               else tf.fill(tf.shape(part)[:1], tf.size(part[0])) for part in tf.nest.flatten(window)]
+    return tf.add_n(lengths)
+
+
+def length_grouped_batches(elements: tf.data.Dataset, batch_size: int, window_batches: int,
+                           seed: int) -> tf.data.Dataset:
+    """Zero-padded batches of elements of similar length, in a shuffled order.
+
+    Each window of ``batch_size * window_batches`` consecutive elements is sorted by length
+    (``_element_lengths``) and cut into batches, and the batches are shuffled within a buffer of
+    ``window_batches``. Every element is in exactly one batch, and there are as many batches as
+    ``padded_batch(batch_size)`` makes: the windows hold whole batches. Sorting within windows of an
+    already shuffled stream is the usual compromise between less padding and random batches.
+
+    Args:
+        elements: unbatched elements, already shuffled.
+        batch_size: elements per batch.
+        window_batches: batches per sorted window.
+        seed: seed of the batches' shuffle.
+
+    Returns:
+        The batched dataset.
+    """
+    is_tuple = isinstance(elements.element_spec, tuple)  # then map passes the parts as arguments
+
+    def sort_by_length(*window: Any) -> Any:
+        window = window if is_tuple else window[0]
+        order = tf.argsort(_element_lengths(window), stable=True)
+        return tf.nest.map_structure(lambda part: tf.gather(part, order), window)
+
+    def dense(*element: Any) -> Any:  # an unbatched ragged component is a ragged_rank 0 one
+        return tf.nest.map_structure(lambda part: part.to_tensor() if isinstance(part, tf.RaggedTensor) else part,
+                                     element if is_tuple else element[0])
+
+    windows = elements.ragged_batch(batch_size * window_batches).map(sort_by_length).unbatch().map(dense)
+    return windows.padded_batch(batch_size).shuffle(window_batches, seed=seed)
+
+
 def batch_datasets(data: TrainingData, config: TrainingConfig,
                    first_epoch: int = 0) -> tuple[tf.data.Dataset, tf.data.Dataset, int]:
     """Shuffles and batches the train split for epochs ``first_epoch..epochs-1``, batches the validation split.
 
     Elements of varying length (audio clips, transcripts) are zero-padded to the longest
-    in their batch; fixed-size elements batch as they are. Epoch ``e`` is shuffled with a seed made of ``config.seed`` and ``e``, so a run resumed
+    in their batch (grouped by length first when ``config.length_sorted_batches`` > 1); fixed-size
+    elements batch as they are. Epoch ``e`` is shuffled with a seed made of ``config.seed`` and ``e``, so a run resumed
     at epoch ``e`` sees the same batches as a run that never stopped.
 
     Args:
@@ -386,9 +428,12 @@ def batch_datasets(data: TrainingData, config: TrainingConfig,
 
     def one_epoch(epoch: int) -> tf.data.Dataset:
         # A Python seed: with a tensor one (a flat_map over epochs), tf.data's seed check fails for seed=0.
-        shuffled = data.train.shuffle(4096, seed=config.seed * 10_007 + epoch, reshuffle_each_iteration=True)
+        seed = config.seed * 10_007 + epoch
+        shuffled = data.train.shuffle(4096, seed=seed, reshuffle_each_iteration=True)
         if config.steps_per_epoch is not None:
             shuffled = shuffled.repeat()
+        if config.length_sorted_batches > 1:
+            return length_grouped_batches(shuffled, config.batch_size, config.length_sorted_batches, seed).take(steps)
         return shuffled.padded_batch(config.batch_size).take(steps)
 
     epochs = [one_epoch(epoch) for epoch in range(first_epoch, max(config.epochs, first_epoch + 1))]
