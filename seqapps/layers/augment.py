@@ -279,3 +279,138 @@ class WaveformAugment(keras.layers.Layer):
         return {**super().get_config(), "augmentations": list(self.augmentations), "sample_rate": self.sample_rate,
                 "probability": self.probability, "max_semitones": self.max_semitones, "snr_db": list(self.snr_db),
                 "rt60": list(self.rt60), "seed": self.seed}
+
+
+# --- log-mel features ---------------------------------------------------------------------------
+
+FEATURE_AUGMENTATIONS = ("vtlp", "specaugment")
+
+
+def slaney_hz_to_mel(hz: tf.Tensor) -> tf.Tensor:
+    """librosa's ``hz_to_mel`` (Slaney: linear below 1 kHz, logarithmic above), in the graph."""
+    hz = tf.convert_to_tensor(hz, tf.float32)
+    return tf.where(hz < 1000.0, 3.0 * hz / 200.0, 15.0 + tf.math.log(tf.maximum(hz, 1e-3) / 1000.0) * 27.0 /
+                    math.log(6.4))
+
+
+def warp_mel_bands(features: tf.Tensor, factor: tf.Tensor, fmin: float, fmax: float) -> tf.Tensor:
+    """Vocal tract length perturbation (Jaitly and Hinton 2013) of log-mel features.
+
+    Band ``m`` of example ``b`` takes the value the features have at frequency ``centre_m / factor_b``
+    (linear interpolation between bands, clamped to the first and last band), where the centres are
+    librosa's Slaney mel centres of ``features.shape[-1]`` bands between ``fmin`` and ``fmax``. A factor
+    above 1 moves the spectral envelope up, as a shorter vocal tract does.
+
+    Args:
+        features: float32 [batch, frames, bands].
+        factor: float32 [batch], the warp of each example (1: unchanged).
+        fmin, fmax: the filterbank's range in Hz.
+
+    Returns:
+        The warped features, of the same shape.
+    """
+    bands = features.shape[-1]
+    low, high = slaney_hz_to_mel(fmin), slaney_hz_to_mel(fmax)
+    centres = np.linspace(0.0, 1.0, bands + 2)[1:-1]  # of the mel range
+    hz = _slaney_mel_to_hz(low + (high - low) * tf.constant(centres, tf.float32))
+    source = (slaney_hz_to_mel(hz[None, :] / factor[:, None]) - low) / (high - low) * (bands + 1) - 1.0
+    source = tf.clip_by_value(source, 0.0, bands - 1.0)  # [batch, bands]
+    below = tf.minimum(tf.cast(tf.floor(source), tf.int32), bands - 2)
+    weight = (source - tf.cast(below, tf.float32))[:, None, :]
+    lower = tf.gather(features, below, axis=2, batch_dims=1)
+    upper = tf.gather(features, below + 1, axis=2, batch_dims=1)
+    return lower + weight * (upper - lower)
+
+
+def _slaney_mel_to_hz(mel: tf.Tensor) -> tf.Tensor:
+    return tf.where(mel < 15.0, 200.0 * mel / 3.0, 1000.0 * tf.exp((mel - 15.0) * math.log(6.4) / 27.0))
+
+
+def mask_spans(features: tf.Tensor, start: tf.Tensor, width: tf.Tensor, axis: int) -> tf.Tensor:
+    """SpecAugment's masks (Park et al. 2019): zeroes ``width`` positions from ``start`` along ``axis``.
+
+    Args:
+        features: float32 [batch, frames, bands], normalised (zero is the mean).
+        start, width: int32 [batch, masks], each example's spans along ``axis`` (1: frames, 2: bands).
+        axis: 1 or 2.
+
+    Returns:
+        The features with every span of every example set to zero.
+    """
+    positions = tf.range(tf.shape(features)[axis])[None, None, :]
+    inside = (positions >= start[..., None]) & (positions < (start + width)[..., None])  # [batch, masks, size]
+    keep = 1.0 - tf.cast(tf.reduce_any(inside, axis=1), features.dtype)  # [batch, size]
+    return features * (keep[:, :, None] if axis == 1 else keep[:, None, :])
+
+
+class FeatureAugment(keras.layers.Layer):
+    """VTLP and SpecAugment of normalised log-mel features while training.
+
+    ``vtlp`` warps every example's frequency axis by a factor drawn uniformly in ``warp``
+    (``warp_mel_bands``). ``specaugment`` zeroes ``masks`` spans of up to ``max_band_share`` of the bands
+    and ``masks`` spans of up to ``max_frame_share`` of each example's valid frames (at most
+    ``max_frames``), SpecAugment's frequency and time masks (its LD policy scaled to short clips; no
+    time warping). Outside training it is the identity; ``CTCSpeechModel`` calls it in training only, so
+    no export holds it.
+
+    Args:
+        augmentations: names of ``FEATURE_AUGMENTATIONS``.
+        fmin, fmax: the filterbank's range in Hz (``vtlp``).
+        warp: the range of warp factors.
+        masks: spans of each kind per example.
+        max_band_share, max_frame_share, max_frames: the widest spans.
+        seed: seed of the draws.
+        **kwargs: base layer arguments.
+
+    Call arguments:
+        features: float32 [batch, frames, bands], zero on padded frames.
+        frames: int32 [batch], each example's valid frames.
+        training: augment only when True.
+    """
+
+    def __init__(self, augmentations: list[str] | tuple[str, ...] = FEATURE_AUGMENTATIONS, fmin: float = 0.0,
+                 fmax: float = 8000.0, warp: tuple[float, float] = (0.9, 1.1), masks: int = 2,
+                 max_band_share: float = 27 / 80, max_frame_share: float = 0.1, max_frames: int = 40,
+                 seed: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        unknown = sorted(set(augmentations) - set(FEATURE_AUGMENTATIONS))
+        if unknown:
+            raise ValueError(f"FeatureAugment: unknown augmentations {unknown}, expected some of "
+                             f"{FEATURE_AUGMENTATIONS}")
+        self.augmentations = [name for name in FEATURE_AUGMENTATIONS if name in augmentations]
+        self.fmin, self.fmax, self.warp, self.masks = fmin, fmax, tuple(warp), masks
+        self.max_band_share, self.max_frame_share, self.max_frames = max_band_share, max_frame_share, max_frames
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+
+    def _spans(self, batch: tf.Tensor, size: tf.Tensor, widest: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """``masks`` spans per example: widths uniform in [0, widest], starts uniform where the span fits."""
+        shape = (batch, self.masks)
+        widest = tf.cast(widest, tf.float32)[:, None]
+        width = tf.cast(tf.floor(keras.random.uniform(shape, seed=self.seed_generator) * (widest + 1.0)), tf.int32)
+        room = tf.cast(tf.maximum(tf.cast(size, tf.int32)[:, None] - width, 0), tf.float32)
+        start = tf.cast(tf.floor(keras.random.uniform(shape, seed=self.seed_generator) * (room + 1.0)), tf.int32)
+        return start, width
+
+    def call(self, features: tf.Tensor, frames: tf.Tensor, training: bool | None = None) -> tf.Tensor:
+        if not training or not self.augmentations:
+            return features
+        batch, bands = tf.shape(features)[0], features.shape[-1]
+        if "vtlp" in self.augmentations:
+            factor = keras.random.uniform((batch,), *self.warp, seed=self.seed_generator)
+            features = warp_mel_bands(features, factor, self.fmin, self.fmax)
+        if "specaugment" in self.augmentations:
+            band_limit = tf.fill([batch], int(self.max_band_share * bands))
+            start, width = self._spans(batch, tf.fill([batch], bands), band_limit)
+            features = mask_spans(features, start, width, axis=2)
+            frame_limit = tf.minimum(tf.cast(self.max_frame_share * tf.cast(frames, tf.float32), tf.int32),
+                                     self.max_frames)
+            start, width = self._spans(batch, frames, frame_limit)
+            features = mask_spans(features, start, width, axis=1)
+        return features
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "augmentations": list(self.augmentations), "fmin": self.fmin,
+                "fmax": self.fmax, "warp": list(self.warp), "masks": self.masks,
+                "max_band_share": self.max_band_share, "max_frame_share": self.max_frame_share,
+                "max_frames": self.max_frames, "seed": self.seed}

@@ -15,8 +15,8 @@ per-utterance normalisation, time subsampling (a strided convolution, or frame
 stacking), then a stack of bidirectional GRU/LSTM layers, a ``DecoupledHRNN`` or a ``BidirectionalHRNN``,
 then logits over the characters and the blank. ``fit`` minimises
 ``tf.nn.ctc_loss``; with the HRNN encoder it trains in the layer's memory-lean mode.
-``train_step`` alone augments the waveforms (``seqapps.layers.augment``), so neither
-evaluation nor an export sees the augmentation.
+``train_step`` alone augments the waveforms, and a training call the normalised log-mel
+(``seqapps.layers.augment``), so neither evaluation nor an export sees the augmentation.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from seqapps.layers.augment import WaveformAugment
+from seqapps.layers.augment import AUGMENTATIONS, FEATURE_AUGMENTATIONS, FeatureAugment, WaveformAugment
 from seqapps.layers.hierarchical_rnn import BidirectionalHRNN, DecoupledHRNN
 from seqapps.layers.spectrogram import LogMelSpectrogram
 
@@ -187,7 +187,8 @@ class CTCSpeechModel(keras.Model):
         dropout: dropout between layers (birnn only).
         hrnn_periods: lower-level frames per upper tick (hrnn, bihrnn).
         hrnn_mode: the ``DecoupledHRNN`` mode (hrnn, bihrnn).
-        augment: ``WaveformAugment`` augmentations applied to each training batch (``train_step`` only).
+        augment: augmentations of each training batch: ``WaveformAugment``'s (``train_step`` only) and
+            ``FeatureAugment``'s (``vtlp``, ``specaugment``: on the normalised log-mel of a training call).
         augment_probability: the share of examples each augmentation but speed touches.
         seed: seed of the augmentations' draws.
         **kwargs: ``keras.Model`` arguments (``name``).
@@ -225,10 +226,20 @@ class CTCSpeechModel(keras.Model):
         self.cell, self.units, self.dropout = cell, units, dropout
         self.hrnn_periods, self.hrnn_mode = hrnn_periods, hrnn_mode
         self.augment, self.augment_probability, self.seed = list(augment or []), augment_probability, seed
-        self.augmenter = (WaveformAugment(self.augment, sample_rate, augment_probability, seed=seed, name="augment")
-                          if self.augment else None)
+        unknown = sorted(set(self.augment) - set(AUGMENTATIONS) - set(FEATURE_AUGMENTATIONS))
+        if unknown:
+            raise ValueError(f"augment: unknown augmentations {unknown}, expected some of "
+                             f"{AUGMENTATIONS + FEATURE_AUGMENTATIONS}")
+        on_waveform = [name for name in self.augment if name in AUGMENTATIONS]
+        on_features = [name for name in self.augment if name in FEATURE_AUGMENTATIONS]
+        self.augmenter = (WaveformAugment(on_waveform, sample_rate, augment_probability, seed=seed, name="augment")
+                          if on_waveform else None)
         self.frontend = LogMelSpectrogram(sample_rate=sample_rate, n_fft=n_fft, hop_length=hop_length, n_mels=n_mels,
                                           name="log_mel")
+        # its own seed: the same draws as WaveformAugment's would tie a clip's masks to its noise
+        self.feature_augmenter = (FeatureAugment(on_features, fmax=sample_rate / 2,
+                                                 seed=None if seed is None else seed + 1, name="augment_features")
+                                  if on_features else None)
         self.conv = (keras.layers.Conv1D(conv_filters, 2 * stride + 1, strides=stride, padding="same",
                                          activation="relu", name="subsample")
                      if conv_filters and encoder == "birnn" else None)
@@ -263,8 +274,10 @@ class CTCSpeechModel(keras.Model):
         frames = self.frontend.frame_lengths(length)
         return (frames + self.stride - 1) // self.stride
 
-    def features(self, inputs: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
-        """Normalised, subsampled features [batch, T, F] and their mask [batch, T] (no weights but the conv)."""
+    def features(self, inputs: dict[str, tf.Tensor], training: bool | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+        """Normalised, subsampled features [batch, T, F] and their mask [batch, T] (no weights but the conv).
+
+        In training, ``feature_augmenter`` (VTLP, SpecAugment) changes the normalised log-mel first."""
         waveform = tf.cast(inputs["waveform"], tf.float32)
         length = tf.minimum(tf.cast(tf.reshape(inputs["length"], [-1]), tf.int32), tf.shape(waveform)[1])
         mel = tf.cast(self.frontend(waveform, lengths=length), tf.float32)  # statistics in float32 under any policy
@@ -273,7 +286,10 @@ class CTCSpeechModel(keras.Model):
         count = tf.maximum(tf.reduce_sum(mask, axis=1, keepdims=True), 1.0)
         mean = tf.reduce_sum(mel * mask, axis=1, keepdims=True) / count
         variance = tf.reduce_sum(tf.square(mel - mean) * mask, axis=1, keepdims=True) / count
-        x = tf.cast((mel - mean) * tf.math.rsqrt(variance + 1e-5) * mask, self.compute_dtype)
+        x = (mel - mean) * tf.math.rsqrt(variance + 1e-5) * mask
+        if training and self.feature_augmenter is not None:
+            x = self.feature_augmenter(x, frames, training=True)
+        x = tf.cast(x, self.compute_dtype)
         if self.conv is None:
             pad = (-tf.shape(x)[1]) % self.stride
             x = tf.pad(x, [[0, 0], [0, pad], [0, 0]])
@@ -299,7 +315,7 @@ class CTCSpeechModel(keras.Model):
         self.built = True
 
     def call(self, inputs: dict[str, tf.Tensor], training: bool | None = None) -> tf.Tensor:
-        x, mask = self.features(inputs)
+        x, mask = self.features(inputs, training=training)
         if self.encoder in HRNN_ENCODERS:
             return self.hrnn(x, mask=mask, training=training)
         for rnn, drop in zip(self.rnns, self.drops):
@@ -344,7 +360,7 @@ class CTCSpeechModel(keras.Model):
         surrogate ``<g_t, logits_t>`` with ``g = dCTC/dlogits`` from a forward pass: its
         gradient is the CTC gradient, computed with the layer's segment recomputation.
         """
-        x, mask = self.features(inputs)
+        x, mask = self.features(inputs, training=True)  # augmented once: both passes below read this x
         logits = self.hrnn(x, mask=mask, training=False)
         with tf.GradientTape() as tape:
             tape.watch(logits)

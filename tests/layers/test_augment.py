@@ -128,3 +128,75 @@ def test_the_layer_round_trips_its_config():
     assert again.augmentations == ["speed", "noise"] and again.get_config() == layer.get_config()
     with pytest.raises(ValueError, match="unknown augmentations"):
         augment.WaveformAugment(["echo"])
+
+
+# --- log-mel features: VTLP and SpecAugment ------------------------------------------------------
+
+def test_slaney_hz_to_mel_is_librosas():
+    hz = np.array([0.0, 120.0, 999.0, 1000.0, 1001.0, 3000.0, 8000.0], np.float32)
+    # float32 logarithms: agreement to about 1e-6 relative
+    np.testing.assert_allclose(augment.slaney_hz_to_mel(hz).numpy(), librosa.hz_to_mel(hz), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("factor", [0.9, 1.0, 1.1])
+def test_vtlp_reads_each_band_at_its_centre_over_the_factor_as_numpy_interpolation_does(factor):
+    bands, fmax = 40, 8000.0
+    centres = librosa.mel_frequencies(bands + 2, fmin=0.0, fmax=fmax)[1:-1]
+    smooth = np.sin(centres / 700.0) + centres / 4000.0  # features that are a function of the band's centre
+    features = np.tile(smooth[None, None, :], (1, 3, 1)).astype(np.float32)
+    features[0, 2] = 0.0  # a padded frame
+    warped = augment.warp_mel_bands(tf.constant(features), tf.constant([factor]), 0.0, fmax).numpy()
+    # NumPy: linear interpolation between bands on librosa's mel scale, clamped at the first and last band
+    expected = np.interp(librosa.hz_to_mel(centres / factor), librosa.hz_to_mel(centres), smooth)
+    # float32 mel conversions move a source position by about 1e-5 of a band
+    np.testing.assert_allclose(warped[0, 0], expected, atol=1e-4)
+    np.testing.assert_array_equal(warped[0, 2], 0.0)
+    if factor == 1.1:  # the envelope moves up: each band reads a lower frequency, the first one clamped
+        assert warped[0, 0, 0] == pytest.approx(smooth[0], abs=1e-5) and (warped[0, 0, 1:] < smooth[1:]).any()
+    if factor == 0.9:  # down: the top bands read above the last centre, clamped to it
+        assert warped[0, 0, -1] == warped[0, 0, -2] == pytest.approx(smooth[-1], abs=1e-5)
+
+
+def test_masks_zero_exactly_the_drawn_spans():
+    rng = np.random.default_rng(5)
+    features = rng.standard_normal((2, 12, 6)).astype(np.float32) + 3.0  # no zero by chance
+    start, width = np.array([[1, 7], [0, 0]], np.int32), np.array([[2, 3], [0, 4]], np.int32)
+    for axis in (1, 2):
+        out = augment.mask_spans(tf.constant(features), tf.constant(start), tf.constant(width), axis).numpy()
+        expected = features.copy()
+        for row in range(2):
+            for s, w in zip(start[row], width[row]):
+                index = [row, slice(None), slice(None)]
+                index[axis] = slice(s, s + w)
+                expected[tuple(index)] = 0.0
+        np.testing.assert_array_equal(out, expected)
+
+
+def test_feature_augment_is_seeded_bounded_and_the_identity_outside_training():
+    rng = np.random.default_rng(6)
+    frames = np.array([100, 60, 30, 200], np.int32)
+    features = rng.standard_normal((4, 200, 40)).astype(np.float32) + 5.0
+    features[np.arange(200)[None, :] >= frames[:, None]] = 0.0
+
+    def run(seed: int, names: list[str]) -> np.ndarray:
+        layer = augment.FeatureAugment(names, fmax=8000.0, seed=seed)
+        return layer(tf.constant(features), tf.constant(frames), training=True).numpy()
+
+    first, again, other = run(7, ["specaugment"]), run(7, ["specaugment"]), run(8, ["specaugment"])
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, other)
+    masked_bands = (first == 0).all(axis=1) & (features != 0).any(axis=1)  # [batch, bands]
+    masked_frames = (first == 0).all(axis=2) & (features != 0).any(axis=2)  # [batch, frames]
+    assert masked_bands.sum(axis=1).max() <= 2 * int(27 / 80 * 40)  # two spans of up to 13 bands
+    for row, n in enumerate(frames):  # two spans of up to 10 % of the valid frames, within them
+        assert masked_frames[row].sum() <= 2 * min(40, int(0.1 * n))
+        assert not masked_frames[row, n:].any()
+    warped = run(7, ["vtlp"])
+    np.testing.assert_array_equal(warped[features == 0], 0.0)  # padded frames stay padding
+    layer = augment.FeatureAugment(fmax=8000.0, seed=7)
+    np.testing.assert_array_equal(layer(tf.constant(features), tf.constant(frames), training=False).numpy(),
+                                  features)
+    again = augment.FeatureAugment.from_config(layer.get_config())
+    assert again.get_config() == layer.get_config()
+    with pytest.raises(ValueError, match="unknown augmentations"):
+        augment.FeatureAugment(["speed"])

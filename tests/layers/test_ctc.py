@@ -141,3 +141,20 @@ def test_augmentation_runs_in_train_step_only():
     history = model.fit(tf.data.Dataset.from_tensors((inputs, labels)), epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0]) and not np.array_equal(state(), before)
     assert ctc.CTCSpeechModel.from_config(model.get_config()).augment == ["speed", "noise", "telephone"]
+
+
+def test_feature_augmentation_changes_training_calls_only():
+    """VTLP and SpecAugment act on a training call's log-mel; an inference call (what exports hold) is plain."""
+    model = ctc.CTCSpeechModel(num_classes=5, n_mels=20, units=[4], augment=["vtlp", "specaugment", "noise"],
+                               seed=0)
+    model.build()
+    assert model.augmenter.augmentations == ["noise"]
+    assert model.feature_augmenter.augmentations == ["vtlp", "specaugment"]
+    waveform = (0.1 * np.random.default_rng(1).standard_normal((2, 8000))).astype(np.float32)
+    inputs = {"waveform": waveform, "length": np.array([8000, 6000], np.int32)}
+    plain = model(inputs, training=False).numpy()
+    np.testing.assert_array_equal(model(inputs, training=False).numpy(), plain)
+    assert not np.allclose(model(inputs, training=True).numpy(), plain)
+    assert ctc.CTCSpeechModel.from_config(model.get_config()).augment == ["vtlp", "specaugment", "noise"]
+    with pytest.raises(ValueError, match="unknown augmentations"):
+        ctc.CTCSpeechModel(num_classes=5, augment=["echo"])
