@@ -130,7 +130,7 @@ class SpeechRecognitionConfig(TrainingConfig):
     test_sets: list[str] = dataclasses.field(default_factory=lambda: ["espeak", "festival:cmu_us_slt_arctic_hts",
                                                                       "flite"])
     # 24,000 against 12,000: beam CER 14.9 % against 20.0 % on the held-out espeak-ng voices in the same 25 minutes,
-    # for 4 minutes of synthesis on the first run and 7.6 GiB peak memory against 4.6 (docs/results.md)
+    # for about 4.5 minutes of synthesis on the first run and 7.6 GiB peak memory against 4.6 (docs/results.md)
     train_utterances: int = 24000
     val_utterances: int = 200
     test_utterances: int = 200
