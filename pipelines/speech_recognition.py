@@ -205,8 +205,8 @@ class SpeechRecognitionConfig(TrainingConfig):
         require(self.encoder not in ctc.HRNN_ENCODERS or len(self.units) >= 2, "units", self.units,
                 f"at least two integers (one per HRNN level) with encoder={self.encoder}")
         require(0 <= self.dropout < 1, "dropout", self.dropout, "a number in [0, 1)")
-        every = augmentation.AUGMENTATIONS + augmentation.FEATURE_AUGMENTATIONS
-        require(set(self.augment) <= set(every), "augment", self.augment, f"a list of {', '.join(every)} (or empty)")
+        require(set(self.augment) <= set(augmentation.ALL_AUGMENTATIONS), "augment", self.augment,
+                f"a list of {', '.join(augmentation.ALL_AUGMENTATIONS)} (or empty)")
         require(0 < self.augment_probability <= 1, "augment_probability", self.augment_probability,
                 "a number in (0, 1]")
 

@@ -384,18 +384,21 @@ def length_grouped_batches(elements: tf.data.Dataset, batch_size: int, window_ba
     Returns:
         The batched dataset.
     """
-    is_tuple = isinstance(elements.element_spec, tuple)  # then map passes the parts as arguments
+    is_tuple = isinstance(elements.element_spec, tuple)
 
-    def sort_by_length(*window: Any) -> Any:
-        window = window if is_tuple else window[0]
+    def whole(function: Callable[[Any], Any]) -> Callable[..., Any]:
+        """``function`` of the whole element: ``map`` passes a tuple's parts as separate arguments."""
+        return lambda *parts: function(parts if is_tuple else parts[0])
+
+    def sort_by_length(window: Any) -> Any:
         order = tf.argsort(_element_lengths(window), stable=True)
         return tf.nest.map_structure(lambda part: tf.gather(part, order), window)
 
-    def dense(*element: Any) -> Any:  # an unbatched ragged component is a ragged_rank 0 one
+    def dense(element: Any) -> Any:  # an unbatched ragged component is a ragged_rank 0 one
         return tf.nest.map_structure(lambda part: part.to_tensor() if isinstance(part, tf.RaggedTensor) else part,
-                                     element if is_tuple else element[0])
+                                     element)
 
-    windows = elements.ragged_batch(batch_size * window_batches).map(sort_by_length).unbatch().map(dense)
+    windows = elements.ragged_batch(batch_size * window_batches).map(whole(sort_by_length)).unbatch().map(whole(dense))
     return windows.padded_batch(batch_size).shuffle(window_batches, seed=seed)
 
 

@@ -284,6 +284,8 @@ class WaveformAugment(keras.layers.Layer):
 # --- log-mel features ---------------------------------------------------------------------------
 
 FEATURE_AUGMENTATIONS = ("vtlp", "specaugment")
+#: Every augmentation a speech model takes: of the waveform, then of the log-mel.
+ALL_AUGMENTATIONS = AUGMENTATIONS + FEATURE_AUGMENTATIONS
 
 
 def slaney_hz_to_mel(hz: tf.Tensor) -> tf.Tensor:

@@ -25,7 +25,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from seqapps.layers.augment import AUGMENTATIONS, FEATURE_AUGMENTATIONS, FeatureAugment, WaveformAugment
+from seqapps.layers.augment import (ALL_AUGMENTATIONS, AUGMENTATIONS, FEATURE_AUGMENTATIONS, FeatureAugment,
+                                    WaveformAugment)
 from seqapps.layers.hierarchical_rnn import BidirectionalHRNN, DecoupledHRNN
 from seqapps.layers.spectrogram import LogMelSpectrogram
 
@@ -226,10 +227,9 @@ class CTCSpeechModel(keras.Model):
         self.cell, self.units, self.dropout = cell, units, dropout
         self.hrnn_periods, self.hrnn_mode = hrnn_periods, hrnn_mode
         self.augment, self.augment_probability, self.seed = list(augment or []), augment_probability, seed
-        unknown = sorted(set(self.augment) - set(AUGMENTATIONS) - set(FEATURE_AUGMENTATIONS))
+        unknown = sorted(set(self.augment) - set(ALL_AUGMENTATIONS))
         if unknown:
-            raise ValueError(f"augment: unknown augmentations {unknown}, expected some of "
-                             f"{AUGMENTATIONS + FEATURE_AUGMENTATIONS}")
+            raise ValueError(f"augment: unknown augmentations {unknown}, expected some of {ALL_AUGMENTATIONS}")
         on_waveform = [name for name in self.augment if name in AUGMENTATIONS]
         on_features = [name for name in self.augment if name in FEATURE_AUGMENTATIONS]
         self.augmenter = (WaveformAugment(on_waveform, sample_rate, augment_probability, seed=seed, name="augment")
