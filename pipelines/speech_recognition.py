@@ -91,6 +91,7 @@ CORPORA = {"kjv": lambda: text_data.kjv_bible().lines, "pydoc": lambda: text_dat
 SPLITS = ("train", "val", "test")
 REPORT_UTTERANCES = 3  # test utterances the report draws
 ALL_VOICES = "all test voices"
+CLIPS_PER_READ = 256  # clips decoded and joined at a time when a split is loaded
 
 
 @dataclasses.dataclass
@@ -286,19 +287,10 @@ class SpeechRecognition(Pipeline):
         for split in SPLITS:
             utterances = speech.apply_charset(parts[split], charset, config.oov)
             labels = [[index[c] for c in u.transcript] for u in utterances]
-            clips = []  # 16-bit PCM, half the memory of float32
-            for start in range(0, len(utterances), 256):
-                for utterance, waveform in zip(utterances[start:start + 256], speech.load_waveforms(
-                        utterances[start:start + 256], config.max_seconds)):
-                    clips.append(np.round(np.clip(waveform, -1.0, 1.0) * 32767).astype(np.int16))
-                    if _ctc_frames_needed(labels[len(clips) - 1]) > _output_frames(config, waveform.size):
-                        raise DataError(f"{utterance.where}: the transcript ({len(utterance.transcript)} characters) "
-                                        f"is too long for {waveform.size / speech.SAMPLE_RATE:.2f} s of audio at "
-                                        f"{1000 * config.stride * config.hop_length / speech.SAMPLE_RATE:g} ms "
-                                        "per output frame; check the line, or lower stride")
-            lengths = np.array([clip.size for clip in clips], np.int32)
-            inputs = tf.data.Dataset.from_tensor_slices(
-                {"waveform": tf.RaggedTensor.from_row_lengths(np.concatenate(clips), lengths), "length": lengths})
+            samples, lengths = _read_clips(utterances, labels, config)
+            waveforms = tf.RaggedTensor.from_row_lengths(samples, lengths)
+            del samples  # the tensor holds a copy: at most two copies of the split's audio are alive at once
+            inputs = tf.data.Dataset.from_tensor_slices({"waveform": waveforms, "length": lengths})
             targets = tf.data.Dataset.from_tensor_slices(tf.ragged.constant(labels, dtype=tf.int32))
             split_data[split] = tf.data.Dataset.zip(inputs, targets).map(_to_float)
             arrays[split] = {"transcripts": [u.transcript for u in utterances],
@@ -702,6 +694,41 @@ def _test_set_title(test: speech.Source, sources: Sequence[str]) -> str:
     held_out = "held-out engine" if test.engine not in engines else (
         "held-out voice" if test.voice else "held-out voices")
     return f"{test.title()} ({held_out})"
+
+
+def _read_clips(utterances: list[speech.Utterance], labels: list[list[int]],
+                config: SpeechRecognitionConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Reads a split's audio as 16-bit PCM (half the memory of float32), every clip back to back.
+
+    Clips are read and joined ``CLIPS_PER_READ`` at a time, so the peak holds the chunks and their join: two copies
+    of the audio, never a list of every clip beside the join.
+
+    Args:
+        utterances: the split's rows.
+        labels: each row's character ids.
+        config: ``max_seconds`` and the front end's frame rate.
+
+    Returns:
+        ``(samples, lengths)``: int16 [total samples] and each clip's int32 length.
+
+    Raises:
+        DataError: naming the table line, when a clip cannot be read or is too short for its transcript.
+    """
+    chunks, lengths = [], []
+    for start in range(0, len(utterances), CLIPS_PER_READ):
+        chunk = utterances[start:start + CLIPS_PER_READ]
+        clips = []
+        for utterance, waveform in zip(chunk, speech.load_waveforms(chunk, config.max_seconds)):
+            if _ctc_frames_needed(labels[start + len(clips)]) > _output_frames(config, waveform.size):
+                raise DataError(f"{utterance.where}: the transcript ({len(utterance.transcript)} characters) "
+                                f"is too long for {waveform.size / speech.SAMPLE_RATE:.2f} s of audio at "
+                                f"{1000 * config.stride * config.hop_length / speech.SAMPLE_RATE:g} ms "
+                                "per output frame; check the line, or lower stride")
+            clips.append(np.round(np.clip(waveform, -1.0, 1.0) * 32767).astype(np.int16))
+        chunks.append(np.concatenate(clips) if clips else np.zeros(0, np.int16))
+        lengths += [clip.size for clip in clips]
+    samples = np.concatenate(chunks) if chunks else np.zeros(0, np.int16)
+    return samples, np.array(lengths, np.int32)
 
 
 def _to_float(inputs: dict[str, tf.Tensor], labels: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:

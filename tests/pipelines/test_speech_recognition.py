@@ -162,6 +162,26 @@ def test_the_users_recordings_split_as_requested(tmp_path, tiny_corpus):
     assert sorted(paths) == sorted(str(folder / row["path"]) for row in tiny_corpus[1])
 
 
+def test_a_split_read_in_chunks_holds_every_clip_in_order_and_names_a_bad_row_of_a_later_chunk(
+        tmp_path, tiny_corpus, monkeypatch):
+    from pipelines import speech_recognition
+
+    folder = _user_folder(tmp_path, tiny_corpus,
+                          lambda rows: "path,transcript\n" + "".join(f"{r['path']},{r['transcript']}\n" for r in rows))
+    utterances = speech.read_transcripts(folder)
+    config = resolve_config(speech_recognition.SpeechRecognitionConfig, "tiny")
+    labels = [[1 + i % 7 for i in range(len(u.transcript))] for u in utterances]  # no repeats: one frame each
+    monkeypatch.setattr(speech_recognition, "CLIPS_PER_READ", 5)  # 32 clips: six full chunks and a partial one
+    samples, lengths = speech_recognition._read_clips(utterances, labels, config)
+    expected = speech.load_waveforms(utterances, config.max_seconds)
+    assert lengths.tolist() == [clip.size for clip in expected]
+    np.testing.assert_array_equal(  # the int16 rounding of each clip, back to back
+        samples, np.concatenate([np.round(np.clip(clip, -1, 1) * 32767).astype(np.int16) for clip in expected]))
+    labels[13] = [1 + i % 7 for i in range(2000)]  # the 14th row: the third chunk's fourth clip
+    with pytest.raises(DataError, match=r"metadata.csv line 15: the transcript \(\d+ characters\) is too long"):
+        speech_recognition._read_clips(utterances, labels, config)
+
+
 def test_corrupt_audio_in_user_data_names_file_and_row(capsys, tmp_path, tiny_corpus):
     folder = _user_folder(tmp_path, tiny_corpus,
                           lambda rows: "path,transcript\n" + "".join(f"{r['path']},{r['transcript']}\n" for r in rows))
