@@ -22,6 +22,7 @@ from seqapps.layers import bnce_options, hrnn_modes
 PRESETS = ("tiny", "default", "full")
 HRNN_CELLS = ("lstm", "gru")
 #: Choices of ``Seq2SeqConfig``, as ``seqapps.layers.attention_decoder`` and ``BatchNCE`` name them.
+LR_SCHEDULES = ("plateau", "budget")
 SEQ2SEQ_CELLS = ("lstm", "gru")
 SEQ2SEQ_ATTENTIONS = ("bahdanau", "luong", "none")
 SEQ2SEQ_OUTPUTS = ("softmax", "bnce")
@@ -34,11 +35,15 @@ class TrainingConfig:
     Attributes:
         epochs: maximum number of epochs (early stopping may end sooner).
         batch_size: global batch size (split across replicas under tf.distribute).
-        learning_rate: initial learning rate; halved when validation loss plateaus.
+        learning_rate: initial learning rate (see ``lr_schedule``).
         optimizer: "adam" or "sgd".
         clipnorm: global gradient-norm clipping threshold (0 disables it).
         early_stopping_patience: epochs without validation improvement before stopping.
-        lr_patience: epochs without validation improvement before halving the learning rate.
+        lr_schedule: "plateau" (the learning rate is halved after ``lr_patience`` epochs without validation
+            improvement, down to 1/64 of it) or "budget" (it falls linearly with the time spent, from
+            ``learning_rate`` to 1/64 of it at ``max_train_minutes``, which it needs: the linear decay that
+            Li, Yumer and Ramanan (ICLR 2020) found best under a training budget).
+        lr_patience: epochs without validation improvement before halving the learning rate ("plateau").
         steps_per_epoch: cap on training steps per epoch (None: one pass over the data).
         max_train_minutes: a wall-clock budget for training (None: none): training stops at
             the first step that ends past it, and the epoch it cuts short is validated as
@@ -55,6 +60,7 @@ class TrainingConfig:
     optimizer: str = "adam"
     clipnorm: float = 5.0
     early_stopping_patience: int = 5
+    lr_schedule: str = "plateau"
     lr_patience: int = 2
     steps_per_epoch: int | None = None
     max_train_minutes: float | None = None
@@ -75,6 +81,9 @@ class TrainingConfig:
                  "steps_per_epoch", self.steps_per_epoch, "null or an integer >= 1")
         require(self.max_train_minutes is None or self.max_train_minutes > 0,
                 "max_train_minutes", self.max_train_minutes, "null or a number > 0")
+        require(self.lr_schedule in LR_SCHEDULES, "lr_schedule", self.lr_schedule, f"one of {', '.join(LR_SCHEDULES)}")
+        require(self.lr_schedule != "budget" or self.max_train_minutes is not None, "lr_schedule", self.lr_schedule,
+                "plateau when max_train_minutes is null (budget decays the learning rate over that time)")
         require(self.length_sorted_batches >= 0, "length_sorted_batches", self.length_sorted_batches,
                 "an integer >= 0")
 

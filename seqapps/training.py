@@ -577,6 +577,31 @@ class _TimeBudget(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+class TimeAnnealedLearningRate(keras.callbacks.Callback):
+    """Sets the learning rate before each step, falling linearly with the time spent in ``fit``.
+
+    Args:
+        seconds: the time over which it falls, counted from the start of ``fit`` (as ``_TimeBudget`` counts).
+        initial: the learning rate at the start.
+        final: the learning rate at ``seconds`` and after.
+    """
+
+    def __init__(self, seconds: float, initial: float, final: float) -> None:
+        super().__init__()
+        self.seconds, self.initial, self.final = seconds, initial, final
+
+    def rate(self, elapsed: float) -> float:
+        """The learning rate after ``elapsed`` seconds."""
+        done = min(max(elapsed / self.seconds, 0.0), 1.0)
+        return self.initial + (self.final - self.initial) * done
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self.start = time.perf_counter()
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        self.model.optimizer.learning_rate.assign(self.rate(time.perf_counter() - self.start))
+
+
 class _EpochLines(keras.callbacks.Callback):
     """Prints one line per epoch (loss, validation loss, learning rate, elapsed time, ETA) for logs and CI."""
 
@@ -677,17 +702,20 @@ def fit(model: keras.Model, data: TrainingData, config: TrainingConfig, checkpoi
     train, val, steps_per_epoch = batch_datasets(data, config, first_epoch=min(resumed_from or 0, epochs))
     if strategy.num_replicas_in_sync > 1:
         _adapt_to_distribution(model, train)
-    stateful = [
+    stateful: list[keras.callbacks.Callback] = [
         keras.callbacks.EarlyStopping(monitor="val_loss", patience=config.early_stopping_patience,
-                                      restore_best_weights=True),
-        keras.callbacks.ReduceLROnPlateau(monitor="val_loss", factor=0.5, patience=config.lr_patience,
-                                          min_lr=config.learning_rate / 64),
-    ]
-    budget = []
+                                      restore_best_weights=True)]
+    if config.lr_schedule == "plateau":
+        stateful.append(keras.callbacks.ReduceLROnPlateau(monitor="val_loss", factor=0.5, patience=config.lr_patience,
+                                                          min_lr=config.learning_rate / 64))
+    budget: list[keras.callbacks.Callback] = []
     if config.max_train_minutes is not None:
         if is_multi_worker(strategy):  # each worker's clock would stop it at its own epoch
             raise ConfigError("max_train_minutes does not work with --strategy multiworker; set epochs instead")
         budget.append(_TimeBudget(60 * config.max_train_minutes))
+        if config.lr_schedule == "budget":
+            budget.append(TimeAnnealedLearningRate(60 * config.max_train_minutes, config.learning_rate,
+                                                   config.learning_rate / 64))
     backup = _Backup(checkpoint_dir, stateful)  # after the callbacks that stop training, so it records the stop
     measured = [_EpochMetrics(epoch_metrics)] if epoch_metrics else []  # first: the others read its values
     logs = [keras.callbacks.TensorBoard(str(log_dir), write_graph=False, profile_batch=0)] if log_dir else []

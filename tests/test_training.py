@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from seqapps import training
 from seqapps.config import Seq2SeqConfig, TrainingConfig
+from seqapps.errors import ConfigError
 from seqapps.pipeline import Splits
 from seqapps.training import batch_datasets, clip_by_global_norm, make_optimizer
 from tests.tensorboard_events import scalars
@@ -301,6 +302,40 @@ def test_time_budget_stops_at_the_first_step_past_it(tmp_path, monkeypatch):
     report = training.fit(model, Splits(rows, rows, rows, state={}), config, tmp_path,
                           extra_callbacks=[TenSecondSteps()])
     assert steps == [0, 1, 0] and report["epochs_run"] == 2 and len(report["val_loss_history"]) == 2
+
+
+@pytest.mark.parametrize("schedule", ["budget", "plateau"])
+def test_the_budget_schedule_lowers_the_learning_rate_linearly_with_the_time_spent(tmp_path, monkeypatch, schedule):
+    clock, rates = [0.0], []
+    monkeypatch.setattr(training.time, "perf_counter", lambda: clock[0])
+
+    class TenSecondSteps(keras.callbacks.Callback):  # after the schedule's callback: a step starts, then takes 10 s
+        def on_train_batch_begin(self, batch, logs=None):
+            rates.append(float(self.model.optimizer.learning_rate.numpy()))
+            clock[0] += 10.0
+
+    rng = np.random.default_rng(0)
+    rows = tf.data.Dataset.from_tensor_slices((rng.normal(size=(8, 2)).astype("float32"),
+                                               rng.normal(size=(8, 1)).astype("float32")))
+    config = TrainingConfig(epochs=5, batch_size=4, early_stopping_patience=10, max_train_minutes=25 / 60,
+                            learning_rate=0.064, lr_schedule=schedule, lr_patience=1)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=make_optimizer(config), loss="mse")
+    report = training.fit(model, Splits(rows, rows, rows, state={}), config, tmp_path,
+                          extra_callbacks=[TenSecondSteps()])
+    # steps start at 0, 10 and 20 s of a 25 s budget: from 0.064 towards 0.001 (1/64), 0.4 and 0.8 of the way
+    expected = [0.064, 0.064 - 0.4 * 0.063, 0.064 - 0.8 * 0.063] if schedule == "budget" else [0.064] * 3
+    assert rates == pytest.approx(expected, rel=1e-6)
+    assert report["final_learning_rate"] == pytest.approx(expected[-1], rel=1e-6)
+    schedule = training.TimeAnnealedLearningRate(25.0, 0.064, 0.001)
+    assert [schedule.rate(t) for t in (-1.0, 25.0, 100.0)] == pytest.approx([0.064, 0.001, 0.001])
+
+
+def test_the_budget_schedule_needs_a_budget():
+    with pytest.raises(ConfigError, match="'lr_schedule': got 'budget'.*max_train_minutes"):
+        TrainingConfig(lr_schedule="budget").validate()
+    with pytest.raises(ConfigError, match="'lr_schedule'"):
+        TrainingConfig(lr_schedule="cosine", max_train_minutes=1.0).validate()
 
 
 def test_tokens_per_second_counts_the_real_tokens_of_the_timed_batches(monkeypatch):
