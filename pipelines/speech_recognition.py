@@ -287,10 +287,7 @@ class SpeechRecognition(Pipeline):
         for split in SPLITS:
             utterances = speech.apply_charset(parts[split], charset, config.oov)
             labels = [[index[c] for c in u.transcript] for u in utterances]
-            samples, lengths = _read_clips(utterances, labels, config)
-            waveforms = tf.RaggedTensor.from_row_lengths(samples, lengths)
-            del samples  # the tensor holds a copy: at most two copies of the split's audio are alive at once
-            inputs = tf.data.Dataset.from_tensor_slices({"waveform": waveforms, "length": lengths})
+            inputs = audio.clip_dataset(*_read_clips(utterances, labels, config))  # holds the one copy it keeps
             targets = tf.data.Dataset.from_tensor_slices(tf.ragged.constant(labels, dtype=tf.int32))
             split_data[split] = tf.data.Dataset.zip(inputs, targets).map(_to_float)
             arrays[split] = {"transcripts": [u.transcript for u in utterances],
@@ -731,5 +728,6 @@ def _read_clips(utterances: list[speech.Utterance], labels: list[list[int]],
     return samples, np.array(lengths, np.int32)
 
 
-def _to_float(inputs: dict[str, tf.Tensor], labels: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
-    return {"waveform": tf.cast(inputs["waveform"], tf.float32) / 32767.0, "length": inputs["length"]}, labels
+def _to_float(clip: tuple[tf.Tensor, tf.Tensor], labels: tf.Tensor) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+    pcm, length = clip
+    return {"waveform": tf.cast(pcm, tf.float32) / 32767.0, "length": length}, labels

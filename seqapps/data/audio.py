@@ -12,6 +12,8 @@
 - ``window_starts``, ``cut_windows``, ``window_dataset``: a track cut into fixed-length windows
   (the last one ending at the track's end, a short track zero-padded), in the graph or as a
   ``tf.data`` dataset of training windows.
+- ``clip_dataset``: clips stored back to back, as a ``tf.data`` dataset of whole clips. Both datasets read
+  their samples from one variable (``shared_samples``), so the dataset holds one copy of the audio.
 
 Non-finite samples: ``read_audio`` raises ``DataError``; in the graph, a float waveform sent to
 an export and the samples of a float WAV pass ``bounded`` (InvalidArgument for NaN or Inf, then
@@ -381,6 +383,40 @@ def cut_windows(waveform: tf.Tensor, window: int) -> tuple[tf.Tensor, tf.Tensor]
     return tf.gather(padded, starts[:, None] + tf.range(window)[None, :], axis=1), starts
 
 
+def shared_samples(samples: np.ndarray) -> tf.Variable:
+    """``samples`` as one non-trainable CPU variable, for ``tf.data`` functions to read in place.
+
+    ``from_tensor_slices`` copies its tensors into the dataset, and so does a dataset function that captures a
+    tensor once the dataset is iterated; either way a dataset of clips holds the audio twice. A function that
+    captures a variable reads it by reference (docs/results.md, "Memory of the speech default").
+
+    Args:
+        samples: the array; the variable holds a copy, so the caller may drop it.
+
+    Returns:
+        The variable.
+    """
+    with tf.device("/CPU:0"):
+        return tf.Variable(samples, trainable=False, name="samples")
+
+
+def clip_dataset(samples: np.ndarray, lengths: np.ndarray) -> tf.data.Dataset:
+    """Clips stored back to back, as a dataset of ``(clip, length)`` read from one ``shared_samples`` variable.
+
+    Args:
+        samples: [total samples], every clip after the one before, of any dtype.
+        lengths: each clip's length in samples.
+
+    Returns:
+        A dataset of ``(samples[start:start + length], int32 length)``, clip by clip.
+    """
+    held = shared_samples(samples)
+    lengths = np.asarray(lengths, np.int64)
+    starts = np.cumsum(lengths) - lengths
+    return tf.data.Dataset.from_tensor_slices((starts, lengths)).map(
+        lambda start, length: (held[start:start + length], tf.cast(length, tf.int32)))
+
+
 def window_dataset(waveforms: list[np.ndarray], targets: np.ndarray, window: int, hop: int) -> tf.data.Dataset:
     """(window, clip targets) pairs of every clip's windows (``window_starts``), sliced from one flat array.
 
@@ -402,6 +438,6 @@ def window_dataset(waveforms: list[np.ndarray], targets: np.ndarray, window: int
         clip_starts = window_starts(waveform.size, window, hop).numpy()
         starts.append(offset + clip_starts)
         rows += [row] * clip_starts.size
-    flat, labels = tf.constant(flat), tf.constant(targets[rows])
+    flat, labels = shared_samples(flat), tf.constant(targets[rows])
     return tf.data.Dataset.from_tensor_slices((np.concatenate(starts), np.arange(len(rows)))).map(
         lambda start, i: (flat[start:start + window], labels[i]))

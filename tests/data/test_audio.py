@@ -16,9 +16,11 @@ from seqapps.data.audio import (
     MAX_SAMPLE_RATE,
     MIN_SAMPLE_RATE,
     bounded,
+    clip_dataset,
     cut_windows,
     decode_wav,
     read_audio,
+    shared_samples,
     signature_rows,
     window_dataset,
     window_starts,
@@ -352,3 +354,18 @@ def test_window_dataset_slices_each_clip_and_repeats_its_targets():
     targets = np.array([[1, 0], [0, 1]], np.float32)
     rows = [(x.numpy().tolist(), y.numpy().tolist()) for x, y in window_dataset(clips, targets, 3, 2)]
     assert rows == [([1, 2, 3], [1, 0]), ([3, 4, 5], [1, 0]), ([5, 6, 7], [1, 0]), ([10, 11, 0], [0, 1])]
+
+
+def test_clip_dataset_gives_each_clip_whole_in_order_with_its_length():
+    lengths = np.array([3, 0, 5, 1])
+    samples = np.arange(1, 10, dtype=np.int16)
+    rows = [(clip.numpy().tolist(), int(length)) for clip, length in clip_dataset(samples, lengths)]
+    assert rows == [([1, 2, 3], 3), ([], 0), ([4, 5, 6, 7, 8], 5), ([9], 1)]
+    assert clip_dataset(samples, lengths).element_spec[0].dtype == tf.int16
+
+
+def test_a_dataset_reads_shared_samples_in_place_where_a_captured_tensor_is_copied():
+    held = shared_samples(np.zeros(4, np.float32))
+    dataset = tf.data.Dataset.range(4).map(lambda i: held[i])
+    held.assign(np.arange(4, dtype=np.float32))  # after the dataset was made: it sees the new values
+    assert [float(x) for x in dataset] == [0.0, 1.0, 2.0, 3.0]
