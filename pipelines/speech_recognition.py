@@ -176,12 +176,12 @@ class SpeechRecognitionConfig(TrainingConfig):
         "tiny": {"corpus": "pydoc", "sources": ["espeak"], "test_sets": ["espeak"], "train_utterances": 24,
                  "val_utterances": 4, "test_utterances": 4, "n_mels": 20, "conv_filters": 16, "units": [16],
                  "epochs": 1, "batch_size": 8, "beam_width": 2,
-                 "max_train_minutes": None, "lr_schedule": "plateau"},
+                 "max_train_minutes": None},
         "default": {},
         "full": {"train_utterances": 40000, "val_utterances": 1000, "test_utterances": 700,
                  "conv_filters": 256, "units": [320, 320, 320], "epochs": 40, "early_stopping_patience": 5,
                  "augment": list(augmentation.AUGMENTATIONS),
-                 "max_train_minutes": None, "lr_schedule": "plateau"},
+                 "max_train_minutes": None},
     }
 
     def validate(self) -> None:

@@ -41,8 +41,8 @@ class TrainingConfig:
         early_stopping_patience: epochs without validation improvement before stopping.
         lr_schedule: "plateau" (the learning rate is halved after ``lr_patience`` epochs without validation
             improvement, down to 1/64 of it) or "budget" (it falls linearly with the time spent, from
-            ``learning_rate`` to 1/64 of it at ``max_train_minutes``, which it needs: the linear decay that
-            Li, Yumer and Ramanan (ICLR 2020) found best under a training budget).
+            ``learning_rate`` to 1/64 of it at ``max_train_minutes``: the linear decay that Li, Yumer and
+            Ramanan (ICLR 2020) found best under a training budget; without a budget, "plateau").
         lr_patience: epochs without validation improvement before halving the learning rate ("plateau").
         steps_per_epoch: cap on training steps per epoch (None: one pass over the data).
         max_train_minutes: a wall-clock budget for training (None: none): training stops at
@@ -82,8 +82,6 @@ class TrainingConfig:
         require(self.max_train_minutes is None or self.max_train_minutes > 0,
                 "max_train_minutes", self.max_train_minutes, "null or a number > 0")
         require(self.lr_schedule in LR_SCHEDULES, "lr_schedule", self.lr_schedule, f"one of {', '.join(LR_SCHEDULES)}")
-        require(self.lr_schedule != "budget" or self.max_train_minutes is not None, "lr_schedule", self.lr_schedule,
-                "plateau when max_train_minutes is null (budget decays the learning rate over that time)")
         require(self.length_sorted_batches >= 0, "length_sorted_batches", self.length_sorted_batches,
                 "an integer >= 0")
 

@@ -705,7 +705,8 @@ def fit(model: keras.Model, data: TrainingData, config: TrainingConfig, checkpoi
     stateful: list[keras.callbacks.Callback] = [
         keras.callbacks.EarlyStopping(monitor="val_loss", patience=config.early_stopping_patience,
                                       restore_best_weights=True)]
-    if config.lr_schedule == "plateau":
+    anneal = config.lr_schedule == "budget" and config.max_train_minutes is not None
+    if not anneal:
         stateful.append(keras.callbacks.ReduceLROnPlateau(monitor="val_loss", factor=0.5, patience=config.lr_patience,
                                                           min_lr=config.learning_rate / 64))
     budget: list[keras.callbacks.Callback] = []
@@ -713,7 +714,7 @@ def fit(model: keras.Model, data: TrainingData, config: TrainingConfig, checkpoi
         if is_multi_worker(strategy):  # each worker's clock would stop it at its own epoch
             raise ConfigError("max_train_minutes does not work with --strategy multiworker; set epochs instead")
         budget.append(_TimeBudget(60 * config.max_train_minutes))
-        if config.lr_schedule == "budget":
+        if anneal:
             budget.append(TimeAnnealedLearningRate(60 * config.max_train_minutes, config.learning_rate,
                                                    config.learning_rate / 64))
     backup = _Backup(checkpoint_dir, stateful)  # after the callbacks that stop training, so it records the stop

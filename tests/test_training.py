@@ -331,9 +331,14 @@ def test_the_budget_schedule_lowers_the_learning_rate_linearly_with_the_time_spe
     assert [schedule.rate(t) for t in (-1.0, 25.0, 100.0)] == pytest.approx([0.064, 0.001, 0.001])
 
 
-def test_the_budget_schedule_needs_a_budget():
-    with pytest.raises(ConfigError, match="'lr_schedule': got 'budget'.*max_train_minutes"):
-        TrainingConfig(lr_schedule="budget").validate()
+def test_the_budget_schedule_without_a_budget_halves_the_rate_on_a_plateau(tmp_path):
+    rows = tf.data.Dataset.from_tensor_slices((np.zeros((8, 2), "float32"), np.ones((8, 1), "float32")))
+    config = TrainingConfig(epochs=3, batch_size=4, early_stopping_patience=10, lr_patience=1, learning_rate=0.5,
+                            lr_schedule="budget", max_train_minutes=None)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, trainable=False)])  # a loss that cannot move
+    model.compile(optimizer=make_optimizer(config), loss="mse")
+    report = training.fit(model, Splits(rows, rows, rows, state={}), config, tmp_path)
+    assert report["final_learning_rate"] == pytest.approx(0.125)  # halved after epochs 2 and 3
     with pytest.raises(ConfigError, match="'lr_schedule'"):
         TrainingConfig(lr_schedule="cosine", max_train_minutes=1.0).validate()
 
