@@ -21,8 +21,9 @@ from seqapps.layers import bnce_options, hrnn_modes
 
 PRESETS = ("tiny", "default", "full")
 HRNN_CELLS = ("lstm", "gru")
-#: Choices of ``Seq2SeqConfig``, as ``seqapps.layers.attention_decoder`` and ``BatchNCE`` name them.
+#: Choices of ``TrainingConfig.lr_schedule``.
 LR_SCHEDULES = ("plateau", "budget")
+#: Choices of ``Seq2SeqConfig``, as ``seqapps.layers.attention_decoder`` and ``BatchNCE`` name them.
 SEQ2SEQ_CELLS = ("lstm", "gru")
 SEQ2SEQ_ATTENTIONS = ("bahdanau", "luong", "none")
 SEQ2SEQ_OUTPUTS = ("softmax", "bnce")

@@ -388,7 +388,7 @@ def shared_samples(samples: np.ndarray) -> tf.Variable:
 
     ``from_tensor_slices`` copies its tensors into the dataset, and so does a dataset function that captures a
     tensor once the dataset is iterated; either way a dataset of clips holds the audio twice. A function that
-    captures a variable reads it by reference (docs/results.md, "Memory of the speech default").
+    captures a variable reads it by reference (``docs/probes/dataset_copies.py`` measures the three).
 
     Args:
         samples: the array; the variable holds a copy, so the caller may drop it.
