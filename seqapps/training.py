@@ -558,48 +558,41 @@ def read_callback_state(checkpoint_dir: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text())
 
 
-class _TimeBudget(keras.callbacks.Callback):
-    """Stops training at the first step that ends past ``seconds`` (the epoch it cuts short is still validated).
+class TrainingBudget(keras.callbacks.Callback):
+    """A time budget for ``fit``, on one clock: stops training, and may lower the learning rate as it is spent.
+
+    Training stops at the first step that ends past ``seconds`` (the epoch it cuts short is still validated).
+    With ``final_rate``, the learning rate is set before each step, falling linearly with the time spent from
+    ``initial_rate`` to ``final_rate`` at ``seconds`` (the linear decay of Li, Yumer and Ramanan, "Budgeted
+    training", ICLR 2020).
 
     Args:
-        seconds: the training budget, counted from the start of ``fit``.
+        seconds: the training budget, counted from the start of ``fit`` (a resumed run starts a new clock).
+        initial_rate: the learning rate at the start (used with ``final_rate`` only).
+        final_rate: the learning rate at ``seconds`` and after; None leaves the rate alone.
     """
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, initial_rate: float | None = None, final_rate: float | None = None) -> None:
         super().__init__()
-        self.seconds = seconds
-
-    def on_train_begin(self, logs: dict | None = None) -> None:
-        self.start = time.perf_counter()
-
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        if time.perf_counter() - self.start > self.seconds:
-            self.model.stop_training = True
-
-
-class TimeAnnealedLearningRate(keras.callbacks.Callback):
-    """Sets the learning rate before each step, falling linearly with the time spent in ``fit``.
-
-    Args:
-        seconds: the time over which it falls, counted from the start of ``fit`` (as ``_TimeBudget`` counts).
-        initial: the learning rate at the start.
-        final: the learning rate at ``seconds`` and after.
-    """
-
-    def __init__(self, seconds: float, initial: float, final: float) -> None:
-        super().__init__()
-        self.seconds, self.initial, self.final = seconds, initial, final
+        if final_rate is not None and initial_rate is None:
+            raise ValueError("final_rate needs initial_rate")
+        self.seconds, self.initial_rate, self.final_rate = seconds, initial_rate, final_rate
 
     def rate(self, elapsed: float) -> float:
-        """The learning rate after ``elapsed`` seconds."""
+        """The learning rate after ``elapsed`` seconds (with ``final_rate``)."""
         done = min(max(elapsed / self.seconds, 0.0), 1.0)
-        return self.initial + (self.final - self.initial) * done
+        return self.initial_rate + (self.final_rate - self.initial_rate) * done
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         self.start = time.perf_counter()
 
     def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
-        self.model.optimizer.learning_rate.assign(self.rate(time.perf_counter() - self.start))
+        if self.final_rate is not None:
+            self.model.optimizer.learning_rate.assign(self.rate(time.perf_counter() - self.start))
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if time.perf_counter() - self.start > self.seconds:
+            self.model.stop_training = True
 
 
 class _EpochLines(keras.callbacks.Callback):
@@ -713,10 +706,8 @@ def fit(model: keras.Model, data: TrainingData, config: TrainingConfig, checkpoi
     if config.max_train_minutes is not None:
         if is_multi_worker(strategy):  # each worker's clock would stop it at its own epoch
             raise ConfigError("max_train_minutes does not work with --strategy multiworker; set epochs instead")
-        budget.append(_TimeBudget(60 * config.max_train_minutes))
-        if anneal:
-            budget.append(TimeAnnealedLearningRate(60 * config.max_train_minutes, config.learning_rate,
-                                                   config.learning_rate / 64))
+        budget.append(TrainingBudget(60 * config.max_train_minutes, config.learning_rate,
+                                     config.learning_rate / 64 if anneal else None))
     backup = _Backup(checkpoint_dir, stateful)  # after the callbacks that stop training, so it records the stop
     measured = [_EpochMetrics(epoch_metrics)] if epoch_metrics else []  # first: the others read its values
     logs = [keras.callbacks.TensorBoard(str(log_dir), write_graph=False, profile_batch=0)] if log_dir else []

@@ -327,7 +327,7 @@ def test_the_budget_schedule_lowers_the_learning_rate_linearly_with_the_time_spe
     expected = [0.064, 0.064 - 0.4 * 0.063, 0.064 - 0.8 * 0.063] if schedule == "budget" else [0.064] * 3
     assert rates == pytest.approx(expected, rel=1e-6)
     assert report["final_learning_rate"] == pytest.approx(expected[-1], rel=1e-6)
-    schedule = training.TimeAnnealedLearningRate(25.0, 0.064, 0.001)
+    schedule = training.TrainingBudget(25.0, 0.064, 0.001)
     assert [schedule.rate(t) for t in (-1.0, 25.0, 100.0)] == pytest.approx([0.064, 0.001, 0.001])
 
 
