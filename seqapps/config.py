@@ -221,8 +221,8 @@ def resolve_config(
         preset: one of ``PRESETS``.
         config_file: optional YAML mapping of field -> value.
         overrides: ``"key=value"`` strings; values are parsed as YAML scalars or lists.
-        base: values that replace the defaults and preset (used by finetune to start
-            from an export's saved config).
+        base: values laid over the defaults and preset (finetune starts from an export's saved
+            config; a field the export predates takes the preset's value, then the default).
 
     Returns:
         An instance of ``config_class``.
@@ -233,7 +233,7 @@ def resolve_config(
     _check_preset(preset, config_class.PRESETS)
     fields = [f.name for f in dataclasses.fields(config_class)]
     values: dict[str, Any] = {}
-    layers = [("saved config", base)] if base is not None else [(f"preset {preset!r}", config_class.PRESETS[preset])]
+    layers = [(f"preset {preset!r}", config_class.PRESETS[preset])] + ([("saved config", base)] if base else [])
     for source, layer in layers + _user_layers(config_file, overrides):
         for key, value in layer.items():
             _check_field(key, fields, source, config_class.__name__)

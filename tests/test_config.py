@@ -73,6 +73,14 @@ def test_saved_config_round_trips():
     assert resolve_config(ToyConfig, "tiny", base=saved["config"]) == config
 
 
+def test_a_field_the_saved_config_predates_takes_the_preset_value_then_the_default():
+    saved = resolve_config(ToyConfig, "full", None, ["learning_rate=0.25"]).to_dict()
+    del saved["epochs"], saved["window"]  # as an export written before these fields existed
+    config = resolve_config(ToyConfig, "full", base=saved)
+    assert config.epochs == 99 and config.window is None and config.learning_rate == 0.25
+    assert resolve_config(ToyConfig, "full", None, ["epochs=3"], base=saved).epochs == 3  # --set still wins
+
+
 def test_exponent_floats_without_a_dot_are_numbers():
     from seqapps.config import TrainingConfig, resolve_config
 
