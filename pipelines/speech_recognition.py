@@ -123,6 +123,7 @@ class SpeechRecognitionConfig(TrainingConfig):
             waveform (``seqapps.layers.augment.AUGMENTATIONS``: speed, pitch, noise, reverb, telephone) and of
             the log-mel (``FEATURE_AUGMENTATIONS``: vtlp, specaugment).
         augment_probability: the share of training examples each augmentation but speed touches.
+        vtlp_warp: the lowest and highest warp factor of ``vtlp`` (above 1: the formants of a shorter vocal tract).
     """
 
     corpus: str = "kjv"
@@ -158,6 +159,7 @@ class SpeechRecognitionConfig(TrainingConfig):
     # warps the mel axis (vtlp), which costs no steps
     augment: list[str] = dataclasses.field(default_factory=list)
     augment_probability: float = 0.5
+    vtlp_warp: list[float] = dataclasses.field(default_factory=lambda: list(augmentation.VTLP_WARP))
     batch_size: int = 16
     # clips of similar length share a batch: random batches of 16 were 37 % padding, and the RNN steps through
     # every padded frame (docs/results.md, "Batches of similar length")
@@ -217,6 +219,8 @@ class SpeechRecognitionConfig(TrainingConfig):
                 f"a list of {', '.join(augmentation.ALL_AUGMENTATIONS)} (or empty)")
         require(0 < self.augment_probability <= 1, "augment_probability", self.augment_probability,
                 "a number in (0, 1]")
+        require(len(self.vtlp_warp) == 2 and 0 < self.vtlp_warp[0] <= self.vtlp_warp[1], "vtlp_warp",
+                self.vtlp_warp, "two numbers low,high with 0 < low <= high")
 
 
 def _output_frames(config: SpeechRecognitionConfig, samples: int) -> int:
@@ -316,7 +320,8 @@ class SpeechRecognition(Pipeline):
             hop_length=config.hop_length, n_mels=config.n_mels, stride=config.stride,
             conv_filters=config.conv_filters, encoder=config.encoder, cell=config.cell, units=config.units,
             dropout=config.dropout, hrnn_periods=config.hrnn_periods, hrnn_mode=config.hrnn_mode,
-            augment=config.augment, augment_probability=config.augment_probability, seed=config.seed, name=self.name)
+            augment=config.augment, augment_probability=config.augment_probability,
+            vtlp_warp=tuple(config.vtlp_warp), seed=config.seed, name=self.name)
         model.build()
         return model
 

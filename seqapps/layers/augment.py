@@ -286,6 +286,8 @@ class WaveformAugment(keras.layers.Layer):
 FEATURE_AUGMENTATIONS = ("vtlp", "specaugment")
 #: Every augmentation a speech model takes: of the waveform, then of the log-mel.
 ALL_AUGMENTATIONS = AUGMENTATIONS + FEATURE_AUGMENTATIONS
+#: VTLP's range of warp factors (Jaitly and Hinton 2013: 0.9 to 1.1).
+VTLP_WARP = (0.9, 1.1)
 
 
 def slaney_hz_to_mel(hz: tf.Tensor) -> tf.Tensor:
@@ -371,7 +373,7 @@ class FeatureAugment(keras.layers.Layer):
     """
 
     def __init__(self, augmentations: list[str] | tuple[str, ...] = FEATURE_AUGMENTATIONS, fmin: float = 0.0,
-                 fmax: float = 8000.0, warp: tuple[float, float] = (0.9, 1.1), masks: int = 2,
+                 fmax: float = 8000.0, warp: tuple[float, float] = VTLP_WARP, masks: int = 2,
                  max_band_share: float = 27 / 80, max_frame_share: float = 0.1, max_frames: int = 40,
                  seed: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -25,8 +25,8 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from seqapps.layers.augment import (ALL_AUGMENTATIONS, AUGMENTATIONS, FEATURE_AUGMENTATIONS, FeatureAugment,
-                                    WaveformAugment)
+from seqapps.layers.augment import (ALL_AUGMENTATIONS, AUGMENTATIONS, FEATURE_AUGMENTATIONS, VTLP_WARP,
+                                    FeatureAugment, WaveformAugment)
 from seqapps.layers.hierarchical_rnn import BidirectionalHRNN, DecoupledHRNN
 from seqapps.layers.spectrogram import LogMelSpectrogram
 
@@ -191,6 +191,7 @@ class CTCSpeechModel(keras.Model):
         augment: augmentations of each training batch: ``WaveformAugment``'s (``train_step`` only) and
             ``FeatureAugment``'s (``vtlp``, ``specaugment``: on the normalised log-mel of a training call).
         augment_probability: the share of examples each augmentation but speed touches.
+        vtlp_warp: the range of VTLP's warp factors (``FeatureAugment``'s ``warp``).
         seed: seed of the augmentations' draws.
         **kwargs: ``keras.Model`` arguments (``name``).
 
@@ -213,7 +214,7 @@ class CTCSpeechModel(keras.Model):
                  n_mels: int = 80, stride: int = 2, conv_filters: int = 0, encoder: str = "birnn",
                  cell: str = "gru", units: list[int] | None = None, dropout: float = 0.0, hrnn_periods: int = 4,
                  hrnn_mode: str = "decoupled", augment: list[str] | None = None, augment_probability: float = 0.5,
-                 seed: int | None = None, **kwargs: Any) -> None:
+                 vtlp_warp: tuple[float, float] = VTLP_WARP, seed: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if encoder not in ENCODERS:
             raise ValueError(f"encoder must be one of {ENCODERS}, got encoder={encoder!r}")
@@ -227,6 +228,7 @@ class CTCSpeechModel(keras.Model):
         self.cell, self.units, self.dropout = cell, units, dropout
         self.hrnn_periods, self.hrnn_mode = hrnn_periods, hrnn_mode
         self.augment, self.augment_probability, self.seed = list(augment or []), augment_probability, seed
+        self.vtlp_warp = tuple(vtlp_warp)
         unknown = sorted(set(self.augment) - set(ALL_AUGMENTATIONS))
         if unknown:
             raise ValueError(f"augment: unknown augmentations {unknown}, expected some of {ALL_AUGMENTATIONS}")
@@ -237,7 +239,7 @@ class CTCSpeechModel(keras.Model):
         self.frontend = LogMelSpectrogram(sample_rate=sample_rate, n_fft=n_fft, hop_length=hop_length, n_mels=n_mels,
                                           name="log_mel")
         # its own seed: the same draws as WaveformAugment's would tie a clip's masks to its noise
-        self.feature_augmenter = (FeatureAugment(on_features, fmax=sample_rate / 2,
+        self.feature_augmenter = (FeatureAugment(on_features, fmax=sample_rate / 2, warp=self.vtlp_warp,
                                                  seed=None if seed is None else seed + 1, name="augment_features")
                                   if on_features else None)
         self.conv = (keras.layers.Conv1D(conv_filters, 2 * stride + 1, strides=stride, padding="same",
@@ -385,5 +387,6 @@ class CTCSpeechModel(keras.Model):
                 "n_fft": self.n_fft, "hop_length": self.hop_length, "n_mels": self.n_mels, "stride": self.stride,
                 "conv_filters": self.conv_filters, "encoder": self.encoder, "cell": self.cell, "units": self.units,
                 "dropout": self.dropout, "hrnn_periods": self.hrnn_periods, "hrnn_mode": self.hrnn_mode,
-                "augment": self.augment, "augment_probability": self.augment_probability, "seed": self.seed}
+                "augment": self.augment, "augment_probability": self.augment_probability,
+                "vtlp_warp": list(self.vtlp_warp), "seed": self.seed}
 

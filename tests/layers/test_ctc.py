@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from seqapps.layers import ctc
+from seqapps.layers import augment, ctc
 from tests.layers.harness import run_layer_test
 
 
@@ -156,5 +156,8 @@ def test_feature_augmentation_changes_training_calls_only():
     np.testing.assert_array_equal(model(inputs, training=False).numpy(), plain)
     assert not np.allclose(model(inputs, training=True).numpy(), plain)
     assert ctc.CTCSpeechModel.from_config(model.get_config()).augment == ["vtlp", "specaugment", "noise"]
+    assert model.feature_augmenter.warp == augment.VTLP_WARP
+    wider = ctc.CTCSpeechModel(num_classes=5, n_mels=20, units=[4], augment=["vtlp"], vtlp_warp=(0.8, 1.25))
+    assert ctc.CTCSpeechModel.from_config(wider.get_config()).feature_augmenter.warp == (0.8, 1.25)
     with pytest.raises(ValueError, match="unknown augmentations"):
         ctc.CTCSpeechModel(num_classes=5, augment=["echo"])

@@ -193,7 +193,9 @@ def test_corrupt_audio_in_user_data_names_file_and_row(capsys, tmp_path, tiny_co
 @pytest.mark.parametrize("setting, message", [("encoder=transformer", "'encoder'"), ("oov=map", "'oov'"),
                                               ("vocabulary=grow", "'vocabulary'"), ("units=8", "'units'"),
                                               ("sources=espeak,marytts", "'sources'"),
-                                              ("test_sets=espeak:en-us+m1", "'test_sets'")])
+                                              ("test_sets=espeak:en-us+m1", "'test_sets'"),
+                                              ("vtlp_warp=1.1,0.9", "'vtlp_warp'"), ("vtlp_warp=0,1", "'vtlp_warp'"),
+                                              ("vtlp_warp=0.9", "'vtlp_warp'")])
 def test_bad_config_exits_2_with_one_line(capsys, tmp_path, setting, message):
     extra = ["--set", "encoder=hrnn"] if setting == "units=8" else []
     assert_rejected_in_one_line(capsys, tmp_path, "speech_recognition", ["--set", setting, *extra], message)
