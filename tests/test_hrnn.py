@@ -85,8 +85,18 @@ def test_speech_bench_bad_hrnn_units_is_one_line_naming_the_option(capfd, monkey
                         "integers >= 1 (one per HRNN level, e.g. 124,124)")
 
 
+@pytest.mark.parametrize("value", ["abc", "0", "64,x", ","])
+def test_speech_bench_bad_birnn_units_is_one_line_naming_the_option(capfd, monkeypatch, value):
+    monkeypatch.setattr(speech_bench.steps_harness, "run_worker", lambda module, options: pytest.fail("it ran"))
+    code = cli.main(["bench", "speech", "--birnn-units", value])
+    lines = capfd.readouterr().err.splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0] == (f"seqapps: error: --birnn-units: got {value!r}, expected one or more comma-separated "
+                        "integers >= 1 (one per BiGRU layer, e.g. 128,128)")
+
+
 @pytest.mark.parametrize("value, passed", [("124, 124", "124,124"), ("", "")])
-def test_speech_bench_passes_good_hrnn_units_to_each_worker(capfd, monkeypatch, value, passed):
+def test_speech_bench_passes_good_units_to_each_worker(capfd, monkeypatch, value, passed):
     workers = []
 
     def fake_worker(module, options):
@@ -94,7 +104,21 @@ def test_speech_bench_passes_good_hrnn_units_to_each_worker(capfd, monkeypatch, 
         return {"frames": 10, "device": "cpu", "memory_mb": 1.0, "step_s": 0.1, "parameters": 5}
 
     monkeypatch.setattr(speech_bench.steps_harness, "run_worker", fake_worker)
-    code = cli.main(["bench", "speech", "--hrnn-units", value, "--seconds", "5", "--encoders", "birnn,hrnn"])
+    code = cli.main(["bench", "speech", "--hrnn-units", value, "--birnn-units", "96", "--seconds", "5",
+                     "--encoders", "birnn,hrnn"])
     assert code == 0 and [options["encoder"] for options in workers] == ["birnn", "hrnn"]
-    assert all(options["hrnn_units"] == passed for options in workers)
+    assert all(options["hrnn_units"] == passed and options["birnn_units"] == "96" for options in workers)
     assert json.loads(capfd.readouterr().out)["config"]["hrnn_units"] == passed
+
+
+def test_speech_bench_gives_each_encoder_its_own_units():
+    from seqapps.config import resolve_config
+    from seqapps.pipeline import REGISTRY
+
+    def units(encoder, **given):
+        overrides = speech_bench.encoder_overrides(encoder, **given)
+        return resolve_config(REGISTRY.get("speech_recognition").Config, "tiny", overrides=overrides).units
+
+    assert units("birnn", hrnn_units="6,6", birnn_units="5,3") == [5, 3]
+    assert units("hrnn", hrnn_units="6,6", birnn_units="5,3") == units("bihrnn", hrnn_units="6,6") == [6, 6]
+    assert units("birnn", hrnn_units="6,6") == [16]  # the preset's

@@ -40,11 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chars-per-second", type=float, default=15.0, help="transcript length per second")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights and data")
     parser.add_argument("--hrnn-units", default="", help="units of the HRNN encoders' levels, comma-separated "
-                        "(e.g. 124,124 to match the BiGRU's parameters); default: the preset's units")
+                        "(e.g. 124,124 to match a BiGRU of 128,128 in parameters); default: the preset's units")
+    parser.add_argument("--birnn-units", default="", help="units per direction of the BiGRU's layers, "
+                        "comma-separated (e.g. 128,128, the default preset's until 6 December); default: the preset's")
 
 
 def measure(encoder: str, seconds: float, preset: str, batch: int, steps: int, chars_per_second: float,
-            seed: int, hrnn_units: str = "") -> dict[str, Any]:
+            seed: int, hrnn_units: str = "", birnn_units: str = "") -> dict[str, Any]:
     """Trains ``steps`` steps of the speech model in this process and returns its memory and times.
 
     Args:
@@ -56,6 +58,7 @@ def measure(encoder: str, seconds: float, preset: str, batch: int, steps: int, c
         chars_per_second: transcript characters per second of audio.
         seed: seed of the weights and data.
         hrnn_units: comma-separated units per level of an HRNN encoder ("": the preset's).
+        birnn_units: comma-separated units per layer of the birnn encoder ("": the preset's).
 
     Returns:
         The harness's ``{"memory_mb", "step_s", "first_step_s", "trace_s", "device"}``
@@ -72,10 +75,7 @@ def measure(encoder: str, seconds: float, preset: str, batch: int, steps: int, c
 
     keras.utils.set_random_seed(seed)
     pipeline = REGISTRY.get("speech_recognition")()
-    overrides = [f"encoder={encoder}"]
-    if hrnn_units and encoder in HRNN_ENCODERS:
-        overrides.append(f"units=[{hrnn_units}]")
-    config = resolve_config(pipeline.Config, preset, overrides=overrides)
+    config = resolve_config(pipeline.Config, preset, overrides=encoder_overrides(encoder, hrnn_units, birnn_units))
     chars = ["", *sorted(set(speech.SPOKEN_CHARS))]  # the generated corpus's character set, as load_data makes it
     state = {"chars": chars, "sample_rate": speech.SAMPLE_RATE}
     model = training.build_and_compile(pipeline, config, Splits(None, None, None, state=state),
@@ -97,17 +97,32 @@ def measure(encoder: str, seconds: float, preset: str, batch: int, steps: int, c
     return {**result, "frames": frames, "parameters": model.count_params()}
 
 
-def parse_hrnn_units(text: str) -> str:
-    """Checks ``--hrnn-units`` before any measurement starts.
+def encoder_overrides(encoder: str, hrnn_units: str = "", birnn_units: str = "") -> list[str]:
+    """The ``speech_recognition`` config overrides of one measurement: the encoder, and its units if given.
 
     Args:
-        text: the option's value: comma-separated units per HRNN level, or "" for the preset's.
+        encoder: one of ``ENCODERS``.
+        hrnn_units, birnn_units: ``parse_units``' values; each applies to its own encoders only.
+
+    Returns:
+        ``key=value`` overrides.
+    """
+    units = hrnn_units if encoder in HRNN_ENCODERS else birnn_units
+    return [f"encoder={encoder}", *([f"units=[{units}]"] if units else [])]
+
+
+def parse_units(text: str, option: str = "--hrnn-units") -> str:
+    """Checks ``--hrnn-units`` or ``--birnn-units`` before any measurement starts.
+
+    Args:
+        text: the option's value: comma-separated units per HRNN level or BiGRU layer, or "" for the preset's.
+        option: which of the two it is (an HRNN needs two levels or more, a BiGRU one layer or more).
 
     Returns:
         The units joined by commas without spaces ("" for the preset's).
 
     Raises:
-        ConfigError: the value is not two or more comma-separated integers >= 1.
+        ConfigError: the value is not comma-separated integers >= 1, as many as the encoder needs.
     """
     if not text.strip():
         return ""
@@ -115,9 +130,11 @@ def parse_hrnn_units(text: str) -> str:
         units = [int(item) for item in text.split(",")]
     except ValueError:
         units = []
-    if len(units) < 2 or min(units) < 1:
-        raise ConfigError(f"--hrnn-units: got {text!r}, expected two or more comma-separated integers >= 1 "
-                          "(one per HRNN level, e.g. 124,124)")
+    levels = 2 if option == "--hrnn-units" else 1
+    if len(units) < levels or min(units) < 1:
+        expected = ("two or more comma-separated integers >= 1 (one per HRNN level, e.g. 124,124)" if levels == 2
+                    else "one or more comma-separated integers >= 1 (one per BiGRU layer, e.g. 128,128)")
+        raise ConfigError(f"{option}: got {text!r}, expected {expected}")
     return ",".join(str(unit) for unit in units)
 
 
@@ -135,7 +152,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     unknown = set(encoders) - set(ENCODERS)
     if unknown:
         raise ConfigError(f"--encoders: unknown {sorted(unknown)}; expected some of {ENCODERS}")
-    hrnn_units = parse_hrnn_units(args.hrnn_units)
+    hrnn_units = parse_units(args.hrnn_units, "--hrnn-units")
+    birnn_units = parse_units(args.birnn_units, "--birnn-units")
     rows = []
     for seconds in (float(s) for s in args.seconds.split(",")):
         row: dict[str, Any] = {"seconds": seconds}
@@ -143,7 +161,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result = steps_harness.run_worker("seqapps.bench.speech", {
                 "encoder": encoder, "utterance_seconds": seconds, "preset": args.preset, "batch": args.batch,
                 "steps": args.steps, "chars_per_second": args.chars_per_second, "seed": args.seed,
-                "hrnn_units": hrnn_units})
+                "hrnn_units": hrnn_units, "birnn_units": birnn_units})
             row["frames"], row["device"] = result["frames"], result["device"]
             for key in ("memory_mb", "step_s", "parameters"):
                 row[f"{encoder}_{key}"] = result[key]
@@ -154,7 +172,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(row, file=sys.stderr, flush=True)
     config = {"preset": args.preset, "batch": args.batch, "steps": args.steps,
               "chars_per_second": args.chars_per_second, "seconds": args.seconds, "encoders": encoders,
-              "hrnn_units": hrnn_units}
+              "hrnn_units": hrnn_units, "birnn_units": birnn_units}
     return {"config": config, "results": rows}
 
 
@@ -168,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.worker:
         result = measure(args.encoder, args.utterance_seconds, args.preset, args.batch, args.steps,
-                         args.chars_per_second, args.seed, args.hrnn_units)
+                         args.chars_per_second, args.seed, args.hrnn_units, args.birnn_units)
     else:
         result = run(args)
     print(json.dumps(result))
