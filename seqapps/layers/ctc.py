@@ -96,8 +96,18 @@ def ctc_beam_decode(logits: tf.Tensor, lengths: tf.Tensor, beam_width: int) -> t
 
 
 def ids_to_text(ids: tf.RaggedTensor, chars: tf.Tensor) -> tf.Tensor:
-    """Joins class ids into strings; ``chars[i]`` is the text of class ``i`` (``chars[0]`` the blank's, "")."""
-    return tf.strings.reduce_join(tf.gather(chars, ids), axis=-1)
+    """Joins class ids into transcripts in the form of the training transcripts: spaces collapsed, none at the ends.
+
+    Args:
+        ids: class ids [batch, (labels)] (a decoder's output).
+        chars: the text of each class (``chars[0]`` the blank's, "").
+
+    Returns:
+        string [batch]. A model may emit a space before its first word (clips open with silence, which no
+        transcript spells) or two in a row; neither is text, so neither counts as an error or reaches a user.
+    """
+    joined = tf.strings.reduce_join(tf.gather(chars, ids), axis=-1)
+    return tf.strings.strip(tf.strings.regex_replace(joined, " +", " "))
 
 
 def ctc_word_spans(logits: tf.Tensor, lengths: tf.Tensor, chars: tf.Tensor, space_id: int,

@@ -51,6 +51,12 @@ def test_greedy_decode_is_the_collapsed_best_path(logits):
         np.testing.assert_allclose(scores[row], log_probs.max(-1).sum(), rtol=1e-5)
 
 
+def test_transcripts_have_the_form_of_the_training_transcripts():
+    chars = tf.constant(["", " ", "a", "b"])
+    ids = tf.ragged.constant([[1, 2, 1, 1, 3, 1], [2, 3], [1], []])  # " a  b ", "ab", " ", ""
+    assert ctc.ids_to_text(ids, chars).numpy().tolist() == [b"a b", b"ab", b"", b""]
+
+
 def test_beam_search_finds_the_most_probable_labelling_where_greedy_does_not():
     # two frames: the best path is blank-blank (""), but "1" collects more probability over its paths
     probs = np.array([[[0.4, 0.35, 0.25], [0.4, 0.35, 0.25]]])
