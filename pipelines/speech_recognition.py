@@ -323,7 +323,7 @@ class SpeechRecognition(Pipeline):
             conv_filters=config.conv_filters, encoder=config.encoder, cell=config.cell, units=config.units,
             dropout=config.dropout, hrnn_periods=config.hrnn_periods, hrnn_mode=config.hrnn_mode,
             augment=config.augment, augment_probability=config.augment_probability,
-            vtlp_warp=tuple(config.vtlp_warp), seed=config.seed, name=self.name)
+            vtlp_warp=config.vtlp_warp, seed=config.seed, name=self.name)
         model.build()
         return model
 

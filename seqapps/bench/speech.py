@@ -111,12 +111,16 @@ def encoder_overrides(encoder: str, hrnn_units: str = "", birnn_units: str = "")
     return [f"encoder={encoder}", *([f"units=[{units}]"] if units else [])]
 
 
-def parse_units(text: str, option: str = "--hrnn-units") -> str:
+#: option -> (the fewest levels or layers its encoder takes, the word for one, an example)
+UNITS_OPTIONS = {"--hrnn-units": (2, "HRNN level", "124,124"), "--birnn-units": (1, "BiGRU layer", "128,128")}
+
+
+def parse_units(text: str, option: str) -> str:
     """Checks ``--hrnn-units`` or ``--birnn-units`` before any measurement starts.
 
     Args:
         text: the option's value: comma-separated units per HRNN level or BiGRU layer, or "" for the preset's.
-        option: which of the two it is (an HRNN needs two levels or more, a BiGRU one layer or more).
+        option: a key of ``UNITS_OPTIONS``.
 
     Returns:
         The units joined by commas without spaces ("" for the preset's).
@@ -130,11 +134,10 @@ def parse_units(text: str, option: str = "--hrnn-units") -> str:
         units = [int(item) for item in text.split(",")]
     except ValueError:
         units = []
-    levels = 2 if option == "--hrnn-units" else 1
-    if len(units) < levels or min(units) < 1:
-        expected = ("two or more comma-separated integers >= 1 (one per HRNN level, e.g. 124,124)" if levels == 2
-                    else "one or more comma-separated integers >= 1 (one per BiGRU layer, e.g. 128,128)")
-        raise ConfigError(f"{option}: got {text!r}, expected {expected}")
+    fewest, each, example = UNITS_OPTIONS[option]
+    if len(units) < fewest or min(units) < 1:
+        raise ConfigError(f"{option}: got {text!r}, expected {'two' if fewest == 2 else 'one'} or more "
+                          f"comma-separated integers >= 1 (one per {each}, e.g. {example})")
     return ",".join(str(unit) for unit in units)
 
 
