@@ -23,11 +23,13 @@ from __future__ import annotations
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from seqapps.layers.augment import (ALL_AUGMENTATIONS, AUGMENTATIONS, FEATURE_AUGMENTATIONS, VTLP_WARP,
                                     FeatureAugment, WaveformAugment)
 from seqapps.layers.hierarchical_rnn import BidirectionalHRNN, DecoupledHRNN
+from seqapps.layers.ngram_lm import CharNgramLM
 from seqapps.layers.spectrogram import LogMelSpectrogram
 
 BLANK = 0
@@ -93,6 +95,130 @@ def ctc_beam_decode(logits: tf.Tensor, lengths: tf.Tensor, beam_width: int) -> t
     sparse = tf.SparseTensor(sparse.indices, tf.cast(sparse.values, tf.int32) + 1,
                              tf.stack([batch, tf.maximum(sparse.dense_shape[1], 0)]))
     return tf.RaggedTensor.from_sparse(sparse), log_probs[:, 0]
+
+
+# two polynomial hashes of a prefix, each modulo a prime below 2**31 (so a product fits an int64): two prefixes
+# that differ collide with a probability of about 2**-62
+_PREFIX_HASHES = ((1_000_003, 2_147_483_647), (999_983, 2_147_483_629))
+
+
+def _extend_hash(hashes: tf.Tensor, symbols: tf.Tensor) -> tf.Tensor:
+    """The hashes [..., 2] of prefixes after ``symbols`` [...] follow them."""
+    symbols = tf.cast(symbols, tf.int64)
+    return tf.stack([(hashes[..., k] * base + symbols) % prime for k, (base, prime) in enumerate(_PREFIX_HASHES)],
+                    axis=-1)
+
+
+def _logaddexp(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    """``log(exp(a) + exp(b))``, exact where either is ``-inf``."""
+    high = tf.maximum(a, b)
+    finite = tf.where(tf.math.is_finite(high), high, 0.0)
+    return tf.where(tf.math.is_finite(high), finite + tf.math.log(tf.exp(a - finite) + tf.exp(b - finite)), high)
+
+
+def ctc_lm_beam_decode(logits: tf.Tensor, lengths: tf.Tensor, lm: CharNgramLM, beam_width: int, lm_weight: float,
+                       length_bonus: float, space_id: int) -> tuple[tf.RaggedTensor, tf.Tensor]:
+    """CTC prefix beam search with a character language model (shallow fusion), in the graph.
+
+    The prefix search of Graves & Jaitly (2014) and Hannun et al. (2014): each beam is a prefix with the
+    probability of the paths that end in a blank (``pb``) and of those that end in its last character
+    (``pnb``); a prefix's score is ``log(pb + pnb) + lm_weight * log P_lm(prefix) + length_bonus * |prefix|``,
+    and at the end the language model's end-of-sentence term is added. Spaces separate words: a prefix never
+    starts with a space or holds two in a row (those paths stay with the prefix), the form of a transcript.
+
+    Args:
+        logits: float [batch, T, C].
+        lengths: int [batch] valid frames.
+        lm: the character model, over the same classes.
+        beam_width: prefixes kept after each frame.
+        lm_weight: the language model's weight (0: none).
+        length_bonus: added per character, against the language model's pull toward short transcripts.
+        space_id: the class of the word separator.
+
+    Returns:
+        ``(ids, scores)``: int32 ragged [batch, None] class ids of the best prefix, and its score [batch].
+    """
+    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+    batch, frames, classes = tf.shape(log_probs)[0], tf.shape(log_probs)[1], tf.shape(log_probs)[2]
+    lengths = tf.cast(lengths, tf.int32)
+    width = beam_width
+    chars = tf.range(1, classes)  # the candidates of an extension
+    minus_inf = tf.constant(-np.inf, tf.float32)
+    beams = tf.range(width)[None, :]
+    only_first = tf.where(beams == 0, 0.0, minus_inf) + tf.zeros([batch, 1])
+    state = {
+        "prefix": tf.zeros([batch, width, frames], tf.int32),  # a prefix is never longer than the frames
+        "size": tf.zeros([batch, width], tf.int32),
+        "blank": only_first,  # log pb
+        "nonblank": tf.fill([batch, width], minus_inf),  # log pnb
+        "lm": tf.zeros([batch, width]),  # the language model's and the bonus' share of the score
+        "context": tf.zeros([batch, width], tf.int64),
+        "hash": tf.zeros([batch, width, 2], tf.int64),  # of the prefix, and of the prefix less its last character
+        "parent": tf.fill([batch, width, 2], tf.constant(-1, tf.int64)),
+    }
+    state["next"] = lm.next_log_probs(state["context"])  # [batch, width, C + 1]
+
+    def step(t: tf.Tensor, state: dict[str, tf.Tensor]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        frame = log_probs[:, t]  # [batch, C]
+        size, prefix = state["size"], state["prefix"]
+        total = _logaddexp(state["blank"], state["nonblank"])
+        last = tf.gather(prefix, tf.maximum(size - 1, 0), batch_dims=2)  # [batch, width]
+        empty = size == 0
+        after_space = empty | (last == space_id)  # a space here stays with the prefix
+        last_prob = tf.where(empty, minus_inf, tf.gather(frame, last, batch_dims=1))
+        stay_blank = total + frame[:, :1]
+        stay_nonblank = tf.where(after_space, total + frame[:, space_id, None], state["nonblank"] + last_prob)
+        # extensions [batch, width, C - 1]: a repeat of the last character needs a blank between
+        repeat = chars[None, None, :] == last[..., None]
+        extend = tf.where(repeat, state["blank"][..., None], total[..., None]) + frame[:, None, 1:]
+        extend = tf.where((chars[None, None, :] == space_id) & after_space[..., None], minus_inf, extend)
+        extend_lm = state["lm"][..., None] + lm_weight * state["next"][..., 1:classes] + length_bonus
+        # an extension that is another beam's prefix adds to that beam (paths ending in its last character)
+        parent = tf.reduce_all(tf.equal(state["hash"][:, :, None, :], state["parent"][:, None, :, :]), axis=-1)
+        alive = tf.math.is_finite(total + state["lm"])
+        same = (parent & (size[:, :, None] == size[:, None, :] - 1) & ~empty[:, None, :]
+                & alive[:, None, :] & alive[:, :, None])  # [batch, from i, onto j]
+        onto = tf.one_hot(last - 1, classes - 1, on_value=True, off_value=False)  # [batch, j, C - 1]
+        moved = same[..., None] & onto[:, None, :, :]  # [batch, i, j, C - 1]
+        gained = tf.reduce_logsumexp(tf.where(moved, extend[:, :, None, :], minus_inf), axis=[1, 3])
+        stay_nonblank = _logaddexp(stay_nonblank, gained)
+        extend = tf.where(tf.reduce_any(moved, axis=2), minus_inf, extend)
+        stay_score = _logaddexp(stay_blank, stay_nonblank) + state["lm"]
+        scores = tf.concat([stay_score, tf.reshape(extend + extend_lm, [batch, -1])], axis=1)
+        _, chosen = tf.math.top_k(scores, k=width)  # [batch, width]
+        from_beam = tf.where(chosen < width, chosen, (chosen - width) // (classes - 1))
+        extended = chosen >= width
+        symbol = tf.where(extended, (chosen - width) % (classes - 1) + 1, 0)
+        pick = lambda values: tf.gather(values, from_beam, batch_dims=1)  # noqa: E731
+        extend_flat = tf.reshape(extend, [batch, -1])
+        extend_lm_flat = tf.reshape(extend_lm, [batch, -1])
+        new_size = pick(size) + tf.cast(extended, tf.int32)
+        written = tf.one_hot(new_size - 1, frames, dtype=tf.int32) * symbol[..., None]
+        new = {
+            "prefix": pick(prefix) + tf.where(extended[..., None], written, 0),
+            "size": new_size,
+            "blank": tf.where(extended, minus_inf, pick(stay_blank)),
+            "nonblank": tf.where(extended, tf.gather(extend_flat, tf.maximum(chosen - width, 0), batch_dims=1),
+                                 pick(stay_nonblank)),
+            "lm": tf.where(extended, tf.gather(extend_lm_flat, tf.maximum(chosen - width, 0), batch_dims=1),
+                           pick(state["lm"])),
+            "context": tf.where(extended, lm.next_context(pick(state["context"]), symbol), pick(state["context"])),
+            "hash": tf.where(extended[..., None], _extend_hash(pick(state["hash"]), symbol), pick(state["hash"])),
+            "parent": tf.where(extended[..., None], pick(state["hash"]), pick(state["parent"])),
+        }
+        new["next"] = lm.next_log_probs(new["context"])
+        running = t < lengths  # rows past their last frame keep their beams
+        new = {key: tf.where(tf.reshape(running, [-1] + [1] * (len(value.shape) - 1)), value, state[key])
+               for key, value in new.items()}
+        return t + 1, new
+
+    _, state = tf.while_loop(lambda t, _: t < frames, step, (tf.constant(0), state))
+    final = (_logaddexp(state["blank"], state["nonblank"]) + state["lm"]
+             + lm_weight * state["next"][..., lm.end])
+    best = tf.argmax(final, axis=1, output_type=tf.int32)
+    size = tf.gather(state["size"], best, batch_dims=1)
+    ids = tf.RaggedTensor.from_tensor(tf.gather(state["prefix"], best, batch_dims=1), lengths=size)
+    return ids, tf.gather(final, best, batch_dims=1)
 
 
 def ids_to_text(ids: tf.RaggedTensor, chars: tf.Tensor) -> tf.Tensor:
