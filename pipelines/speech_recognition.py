@@ -31,7 +31,15 @@ characters. A character outside the character set is an error listing it
 (``oov=error``) or is deleted (``oov=drop``). Clips longer than ``max_seconds``, silent
 clips, and transcripts too long for their audio's frames are errors naming the row.
 
-Metrics: CER and WER (``jiwer``) of greedy and beam decoding on the test split,
+Decoding: greedy, or a CTC prefix beam search that reads a character n-gram model of the
+training transcripts (``lm_order``; ``seqapps.layers.ngram_lm``, shallow fusion as in Graves
+and Jaitly 2014); ``lm_order=0`` leaves the plain CTC beam search. The language model's weight
+and a bonus per character are chosen on the validation split from ``lm_choices`` (the pair of
+the lowest beam CER; ``[0, 0]`` is the search without it). Fine-tuning counts the new training
+transcripts afresh and chooses again.
+
+Metrics: CER and WER (``jiwer``) of greedy and beam decoding on the test split (and of the
+beam search without the language model, ``beam_no_lm_*``, when there is one),
 beside two baselines: the empty transcript and the most frequent training sentence;
 on the generated corpus also per test set (``test_sets``, named by engine and voice, with
 whether the voice or the whole engine is held out) and per held-out voice (``per_voice``).
@@ -44,7 +52,8 @@ them); CER and WER per test set and per held-out voice beside the baselines.
 Export (waveforms at 16 kHz, zero-padded):
 - ``serving_default``: ``waveform`` float32 [batch, samples], ``length`` int32 [batch]
   -> ``transcript`` string [batch], ``score`` float32 [batch] (greedy path log-probability).
-- ``beam``: the same inputs -> the CTC beam-search transcript and its log-probability.
+- ``beam``: the same inputs -> the beam-search transcript and its score (the CTC log-probability,
+  plus the language model's weighted log-probability and the length bonus when the export has one).
 - ``wav_bytes``: ``wav`` string [batch] (WAV: PCM of 8 to 32 bits or float, 1 to 384 kHz,
   resampled in-graph; ``audio.decode_wav``)
   -> ``transcript``, ``score``.
@@ -76,12 +85,12 @@ from seqapps.config import TrainingConfig, require, require_split_fractions
 from seqapps.data import audio, datasets, samples, speech
 from seqapps.data import splits as split_rule
 from seqapps.data import text as text_data
-from seqapps.errors import DataError
+from seqapps.errors import ConfigError, DataError
 from seqapps.export import ExportCalls, Limits, ServingModule, Signature
 from seqapps.finetuning import (VOCABULARY_CHOICES, VocabularyMap, grow_vocabulary, transfer_weights,
                                 vocabulary_report)
 from seqapps.layers import augment as augmentation
-from seqapps.layers import ctc
+from seqapps.layers import ctc, ngram_lm
 from seqapps.metrics import character_error_rate, word_error_rate
 from seqapps.pipeline import INPUT_INDEX, SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits, row_inputs
 from seqapps.report import plots
@@ -119,6 +128,10 @@ class SpeechRecognitionConfig(TrainingConfig):
         dropout: between recurrent layers (birnn).
         hrnn_periods, hrnn_mode: the HRNN's ticks and training mode.
         beam_width: beams of the CTC beam search.
+        lm_order: n of the character n-gram model of the training transcripts that the beam search reads
+            (``seqapps.layers.ngram_lm``; 0: none, the plain CTC beam search).
+        lm_choices: ``[weight, bonus]`` pairs of the language model's weight and the score added per character
+            in the beam search; the pair of the lowest validation beam CER is kept (one pair: that one).
         augment: augmentations of each training batch, in the graph and never in the export: of the
             waveform (``seqapps.layers.augment.AUGMENTATIONS``: speed, pitch, noise, reverb, telephone) and of
             the log-mel (``FEATURE_AUGMENTATIONS``: vtlp, specaugment).
@@ -155,7 +168,15 @@ class SpeechRecognitionConfig(TrainingConfig):
     dropout: float = 0.1
     hrnn_periods: int = 4
     hrnn_mode: str = "decoupled"
-    beam_width: int = 8
+    # 16 against 8 beams with the language model: beam CER 27.8 % against 29.3 % on Flite, 7.0 % against 7.1 % on
+    # the held-out espeak-ng voices (R5's model; docs/results.md, "A character language model in the beam search")
+    beam_width: int = 16
+    # a character 8-gram model of the training transcripts in the beam search: beam CER 7.0 % against 11.7 % on the
+    # held-out espeak-ng voices, 27.8 % against 34.8 % on Flite (R5's model, weight 0.8 and bonus 2 chosen on
+    # validation); the choices hold the search without it, for a model or a corpus where it does not help
+    lm_order: int = 8
+    lm_choices: list[list[float]] = dataclasses.field(
+        default_factory=lambda: [[0.0, 0.0], [0.5, 1.0], [0.8, 2.0], [1.2, 2.0]])
     # none here: under the 2-core time budget the resampling ones (speed, pitch) cost two thirds of the steps, and
     # all five together left the model worse on every test set (docs/results.md, issue 26); the default preset
     # warps the mel axis (vtlp), which costs no steps
@@ -180,7 +201,7 @@ class SpeechRecognitionConfig(TrainingConfig):
     PRESETS = {
         "tiny": {"corpus": "pydoc", "sources": ["espeak"], "test_sets": ["espeak"], "train_utterances": 24,
                  "val_utterances": 4, "test_utterances": 4, "n_mels": 20, "conv_filters": 16, "units": [16],
-                 "epochs": 1, "batch_size": 8, "beam_width": 2,
+                 "epochs": 1, "batch_size": 8, "beam_width": 2, "lm_order": 3,
                  "max_train_minutes": None},
         # VTLP against none, same corpus and machine: beam CER 58.4 % against 61.9 % on the held-out HTS voice,
         # 36.7 % against 37.4 % on Flite, 14.7 % against 14.6 % on the espeak-ng voices (docs/results.md)
@@ -210,6 +231,11 @@ class SpeechRecognitionConfig(TrainingConfig):
                 f"one of {', '.join(VOCABULARY_CHOICES)}")
         require(self.oov in speech.OOV_POLICIES, "oov", self.oov, f"one of {', '.join(speech.OOV_POLICIES)}")
         require(self.max_seconds > 0, "max_seconds", self.max_seconds, "a number > 0")
+        require(0 <= self.lm_order <= ngram_lm.MAX_ORDER, "lm_order", self.lm_order,
+                f"an integer from 0 (no language model) to {ngram_lm.MAX_ORDER}")
+        require(bool(self.lm_choices) and all(isinstance(pair, list) and len(pair) == 2 and pair[0] >= 0
+                                              for pair in self.lm_choices),
+                "lm_choices", self.lm_choices, "a list of [weight, bonus] pairs, each weight >= 0")
         require(self.conv_filters >= 0, "conv_filters", self.conv_filters, "an integer >= 0")
         require(self.encoder in ctc.ENCODERS, "encoder", self.encoder, f"one of {', '.join(ctc.ENCODERS)}")
         require(self.cell in ctc.CELLS, "cell", self.cell, f"one of {', '.join(ctc.CELLS)}")
@@ -247,6 +273,7 @@ class SpeechRecognition(Pipeline):
 
     headline_metrics = (Headline("greedy_cer", "CER greedy", "%", 100.0, "cer", higher_is_better=False),
                         Headline("beam_cer", "CER beam", "%", 100.0, "cer", higher_is_better=False),
+                        Headline("beam_no_lm_cer", "CER beam, no LM", "%", 100.0, "cer", higher_is_better=False),
                         Headline("greedy_wer", "WER greedy", "%", 100.0, "wer", higher_is_better=False),
                         Headline("beam_wer", "WER beam", "%", 100.0, "wer", higher_is_better=False))
 
@@ -308,6 +335,7 @@ class SpeechRecognition(Pipeline):
                              "speakers": [u.speaker for u in utterances],
                              "sources": [u.source for u in utterances]}
         arrays["words"] = words
+        arrays["language_model"] = _language_model(config, arrays["train"]["transcripts"], state["chars"])
         sizes = {s: len(arrays[s]["transcripts"]) for s in SPLITS}
         report = {**source, "utterances": sizes, SPLIT_COUNTS: split_rule.split_counts("utterances", sizes),
                   "characters": len(charset),
@@ -347,28 +375,66 @@ class SpeechRecognition(Pipeline):
 
     # --- evaluation -------------------------------------------------------------------------
 
-    def transcribe(self, model: keras.Model, dataset: tf.data.Dataset, chars: list[str],
-                   beam_width: int) -> dict[str, list]:
-        """Greedy and beam transcripts, and the greedy words' start times, of a dataset of ``(inputs, labels)``."""
+    def transcribe(self, model: keras.Model, dataset: tf.data.Dataset, chars: list[str], beam_width: int,
+                   language_model: ngram_lm.CharNgramLM | None = None,
+                   fusions: Sequence[tuple[float, float]] = ()) -> dict[str, list]:
+        """Transcripts and the greedy words' start times of a dataset of ``(inputs, labels)``.
+
+        Args:
+            model: the trained model.
+            dataset: the clips and their labels.
+            chars: the text of each class.
+            beam_width: the beams of both searches.
+            language_model: the character model the ``fusions`` read.
+            fusions: ``(weight, bonus)`` pairs of the beam search with the language model.
+
+        Returns:
+            ``greedy``, ``beam`` (the plain CTC beam search), ``starts`` (each greedy word's start time) and, for
+            fusion ``i``, ``fused_i``.
+        """
         table = tf.constant(chars)
         space_id = chars.index(" ")
+        kinds = ["greedy", "beam", *(f"fused_{i}" for i in range(len(fusions)))]
 
         @tf.function(reduce_retracing=True)
-        def decode(inputs: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+        def decode(inputs: dict[str, tf.Tensor]) -> tuple[dict[str, tf.Tensor], tf.Tensor, tf.Tensor]:
             logits = model(inputs, training=False)
             lengths = model.output_lengths(inputs["length"])
             spans = ctc.ctc_word_spans(logits, lengths, table, space_id, model.seconds_per_frame)
-            return (ctc.ids_to_text(ctc.ctc_greedy_decode(logits, lengths)[0], table),
-                    ctc.ids_to_text(ctc.ctc_beam_decode(logits, lengths, beam_width)[0], table),
-                    spans["start"], spans["num_words"])
+            texts = {"greedy": ctc.ids_to_text(ctc.ctc_greedy_decode(logits, lengths)[0], table),
+                     "beam": ctc.ids_to_text(ctc.ctc_beam_decode(logits, lengths, beam_width)[0], table)}
+            for i, (weight, bonus) in enumerate(fusions):
+                ids, _ = ctc.ctc_lm_beam_decode(logits, lengths, language_model, beam_width, weight, bonus, space_id)
+                texts[f"fused_{i}"] = ctc.ids_to_text(ids, table)
+            return texts, spans["start"], spans["num_words"]
 
-        found: dict[str, list] = {"greedy": [], "beam": [], "starts": []}
+        found: dict[str, list] = {kind: [] for kind in [*kinds, "starts"]}
         for inputs, _ in dataset.padded_batch(16):
-            greedy, beam, starts, counts = decode(inputs)
-            found["greedy"] += [t.decode("utf-8") for t in greedy.numpy()]
-            found["beam"] += [t.decode("utf-8") for t in beam.numpy()]
+            texts, starts, counts = decode(inputs)
+            for kind in kinds:
+                found[kind] += [t.decode("utf-8") for t in texts[kind].numpy()]
             found["starts"] += [row[:n].tolist() for row, n in zip(starts.numpy(), counts.numpy())]
         return found
+
+    def calibrate(self, model: keras.Model, config: SpeechRecognitionConfig, data: Splits) -> dict[str, Any]:
+        """Chooses the language model's weight and bonus: the ``lm_choices`` pair of the lowest validation beam CER.
+
+        Returns:
+            ``{"lm_weight": w, "lm_bonus": b, "val_beam_cer_by_lm": {"w,b": CER}}`` (no CERs with one choice),
+            or ``{}`` without a language model.
+        """
+        language_model = data.arrays.get("language_model")
+        if language_model is None:
+            return {}
+        choices = [(float(weight), float(bonus)) for weight, bonus in config.lm_choices]
+        if len(choices) == 1:
+            return {"lm_weight": choices[0][0], "lm_bonus": choices[0][1]}
+        found = self.transcribe(model, data.val, data.state["chars"], config.beam_width, language_model, choices)
+        truth = data.arrays["val"]["transcripts"]
+        cer = [character_error_rate(truth, found[f"fused_{i}"]) for i in range(len(choices))]
+        weight, bonus = choices[int(np.argmin(cer))]  # the first of equal CERs
+        return {"lm_weight": weight, "lm_bonus": bonus,
+                "val_beam_cer_by_lm": {f"{w:g},{b:g}": value for (w, b), value in zip(choices, cer)}}
 
     def evaluate(self, model: keras.Model, config: SpeechRecognitionConfig,
                  data: Splits) -> tuple[dict[str, float], dict[str, Any]]:
@@ -380,25 +446,34 @@ class SpeechRecognition(Pipeline):
             data: the splits.
 
         Returns:
-            ``(metrics, baselines)``: ``greedy_cer``, ``greedy_wer``, ``beam_cer``, ``beam_wer`` (and, on the
-            generated corpus, the word start times' error over the engines that give word times,
+            ``(metrics, baselines)``: ``greedy_cer``, ``greedy_wer``, ``beam_cer``, ``beam_wer`` (the ``beam``
+            signature's search), with a language model also ``beam_no_lm_cer``, ``beam_no_lm_wer``, ``lm_weight``
+            and ``lm_bonus`` (and, on the generated corpus, the word start times' error over the engines that give
+            word times,
             ``test_sets``: those four and ``utterances`` per test set, named by ``_test_set_title``, and
             ``per_voice``: the same per held-out voice), and the CER and WER of the empty transcript and
             of the most frequent training sentence.
         """
         truth = data.arrays["test"]["transcripts"]
-        found = self.transcribe(model, data.test, data.state["chars"], config.beam_width)
+        language_model = data.arrays.get("language_model")
+        fusion = _fusion(data)
+        found = self.transcribe(model, data.test, data.state["chars"], config.beam_width, language_model,
+                                [fusion] if fusion else [])
+        if fusion:  # the beam signature reads the language model; the plain search is shown beside it
+            found["beam_no_lm"], found["beam"] = found["beam"], found.pop("fused_0")
 
         def scores(rows: Sequence[int], hypotheses: Sequence[str]) -> dict[str, float]:
             references, chosen = [truth[i] for i in rows], [hypotheses[i] for i in rows]
             return {"cer": character_error_rate(references, chosen), "wer": word_error_rate(references, chosen)}
 
         def decoded(rows: Sequence[int]) -> dict[str, float]:
-            return {f"{kind}_{name}": value for kind in ("greedy", "beam")
+            return {f"{kind}_{name}": value for kind in found if kind != "starts"
                     for name, value in scores(rows, found[kind]).items()}
 
         every = range(len(truth))
         metrics: dict[str, Any] = decoded(every)
+        if fusion:
+            metrics["lm_weight"], metrics["lm_bonus"] = fusion
         speakers = data.arrays["test"]["speakers"]
         if all(speakers):  # the generated corpus: whole voices and engines are held out
             titles = {str(s): _test_set_title(s, config.sources) for s in _sources(config.test_sets)}
@@ -431,6 +506,8 @@ class SpeechRecognition(Pipeline):
         """
         chars = tf.constant(data.state["chars"])
         space_id = data.state["chars"].index(" ")
+        language_model = data.arrays.get("language_model")
+        fusion = _fusion(data)
         rate = int(data.state["sample_rate"])
         max_samples = int(data.state["max_seconds"] * rate)
         spec = {"waveform": tf.TensorSpec([None, None], tf.float32, name="waveform"),
@@ -459,7 +536,11 @@ class SpeechRecognition(Pipeline):
             return {"transcript": ctc.ids_to_text(ids, chars), "score": score}
 
         def beam(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-            ids, score = ctc.ctc_beam_decode(*logits(inputs), config.beam_width)
+            if fusion:
+                ids, score = ctc.ctc_lm_beam_decode(*logits(inputs), language_model, config.beam_width, *fusion,
+                                                    space_id)
+            else:
+                ids, score = ctc.ctc_beam_decode(*logits(inputs), config.beam_width)
             return {"transcript": ctc.ids_to_text(ids, chars), "score": score}
 
         def words(inputs: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
@@ -469,12 +550,13 @@ class SpeechRecognition(Pipeline):
 
         wav_example = {"wav": np.array([audio.wav_bytes(w[:n], rate) for w, n in zip(example["waveform"],
                                                                                  example["length"])], dtype=object)}
+        resources = {"language_model": language_model} if fusion else {}
         return ServingModule(model, {
             "serving_default": Signature(spec, example, greedy, checked),
             "beam": Signature(spec, example, beam, checked),
             "words": Signature(spec, example, words, checked),
             "wav_bytes": Signature({"wav": tf.TensorSpec([None], tf.string, name="wav")}, wav_example, greedy,
-                                   from_wav)})
+                                   from_wav)}, resources=resources)
 
     # --- report -----------------------------------------------------------------------------
 
@@ -672,6 +754,34 @@ def _word_timing_error(data: Splits, found: dict[str, list]) -> dict[str, float]
         known = [start for group, start, _ in spans for start in [start] + [None] * group.count(" ")]
         errors += [abs(found_start - start) for found_start, start in zip(starts, known) if start is not None]
     return {"word_start_mae_s": float(np.mean(errors)) if errors else None, "timed_words": len(errors)}
+
+
+def _language_model(config: SpeechRecognitionConfig, transcripts: Sequence[str],
+                    chars: Sequence[str]) -> ngram_lm.CharNgramLM | None:
+    """The character n-gram model of the training transcripts that the beam search reads; None for ``lm_order=0``.
+
+    Raises:
+        ConfigError: ``lm_order`` too high for the number of characters (its keys would not fit an int64).
+    """
+    if not config.lm_order:
+        return None
+    highest = ngram_lm.max_order(len(chars))
+    if config.lm_order > highest:
+        raise ConfigError(f"config field 'lm_order': got {config.lm_order}, expected at most {highest} for "
+                          f"{len(chars) - 1} characters")
+    return ngram_lm.CharNgramLM(transcripts, chars, config.lm_order, name="language_model")
+
+
+def _fusion(data: Splits) -> tuple[float, float] | None:
+    """The calibrated ``(weight, bonus)`` of the language model in the beam search.
+
+    None without a language model (``lm_order=0``; an export's state may still hold an earlier run's pair) or
+    when ``(0, 0)`` was chosen: then the plain CTC beam search serves, and the export holds no language model.
+    """
+    if data.arrays.get("language_model") is None or "lm_weight" not in data.state:
+        return None
+    fusion = (float(data.state["lm_weight"]), float(data.state["lm_bonus"]))
+    return fusion if any(fusion) else None
 
 
 def _sources(texts: Sequence[str]) -> list[speech.Source]:

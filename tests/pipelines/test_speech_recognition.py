@@ -22,7 +22,7 @@ from seqapps.export_format import read_export
 from seqapps.pipeline import VOCABULARIES
 from seqapps.report import run_folder
 from seqapps.report.document import Table, figures_of
-from tests.pipelines.cli_runner import assert_rejected_in_one_line, run_cli
+from tests.pipelines.cli_runner import assert_rejected_in_one_line, run_cli, run_tiny
 from tests.pipelines.report_checks import assert_figures_decode
 
 pytestmark = pytest.mark.large
@@ -52,6 +52,23 @@ def test_tiny_run_reports_cer_and_wer_beside_the_baselines(speech_run):
         assert metrics["metrics"][f"{kind}_cer"] >= 0 and metrics["metrics"][f"{kind}_wer"] >= 0
     assert metrics["baseline"]["empty_transcript"] == {"cer": 1.0, "wer": 1.0}
     assert metrics["baseline"]["most_frequent_sentence"]["wer"] > 0.5  # test sentences are never trained on
+
+
+def test_the_beam_search_reads_the_language_model_of_the_pair_chosen_on_validation(speech_run, tmp_path):
+    export, result = speech_run
+    state = json.loads((export / "assets.extra" / "state.json").read_text())
+    by_choice = state["val_beam_cer_by_lm"]
+    assert list(by_choice) == ["0,0", "0.5,1", "0.8,2", "1.2,2"]  # the tiny preset keeps the default choices
+    chosen = min(by_choice, key=by_choice.get)
+    assert chosen == f"{state['lm_weight']:g},{state['lm_bonus']:g}" and chosen != "0,0"  # tiny: the LM helps
+    assert "beam_no_lm_cer" in result["metrics"]  # the search without it, beside
+    # with the search without it as the only choice, the export holds no language model: five fewer variables
+    plain = run_tiny(tmp_path / "plain", "speech_recognition", "lm_choices=[[0,0]]")
+    assert "lm_weight" in json.loads((plain / "assets.extra" / "state.json").read_text())
+
+    def saved_variables(folder):
+        return len(tf.train.load_checkpoint(str(folder / "variables" / "variables")).get_variable_to_shape_map())
+    assert saved_variables(export) - saved_variables(plain) == 5  # n-gram keys and counts, context keys, totals, types
 
 
 def test_signatures_transcribe_time_words_decode_wav_and_reject_nan(speech_run, tiny_corpus, tmp_path):
@@ -160,6 +177,11 @@ def test_the_users_recordings_split_as_requested(tmp_path, tiny_corpus):
     assert data.report["split_counts"] == {"unit": "utterances", "train": rows - 9, "val": 3, "test": 6}
     paths = [path for split in ("train", "val", "test") for path in data.arrays[split]["paths"]]
     assert sorted(paths) == sorted(str(folder / row["path"]) for row in tiny_corpus[1])
+    # the beam search's language model counts the training transcripts alone: each character and each end once
+    language_model = data.arrays["language_model"]
+    unigrams = language_model.context_totals.numpy()[language_model.context_keys.numpy() == 1]  # order 1, no context
+    assert unigrams.tolist() == [sum(len(t) + 1 for t in data.arrays["train"]["transcripts"])]
+    assert language_model.order == config.lm_order and language_model.num_classes == len(data.state["chars"])
 
 
 def test_a_split_read_in_chunks_holds_every_clip_in_order_and_names_a_bad_row_of_a_later_chunk(
@@ -195,7 +217,8 @@ def test_corrupt_audio_in_user_data_names_file_and_row(capsys, tmp_path, tiny_co
                                               ("sources=espeak,marytts", "'sources'"),
                                               ("test_sets=espeak:en-us+m1", "'test_sets'"),
                                               ("vtlp_warp=1.1,0.9", "'vtlp_warp'"), ("vtlp_warp=0,1", "'vtlp_warp'"),
-                                              ("vtlp_warp=0.9", "'vtlp_warp'")])
+                                              ("vtlp_warp=0.9", "'vtlp_warp'"), ("lm_order=16", "'lm_order'"),
+                                              ("lm_choices=[[-1,0]]", "'lm_choices'"), ("lm_choices=[1]", "'lm_choices'")])
 def test_bad_config_exits_2_with_one_line(capsys, tmp_path, setting, message):
     extra = ["--set", "encoder=hrnn"] if setting == "units=8" else []
     assert_rejected_in_one_line(capsys, tmp_path, "speech_recognition", ["--set", setting, *extra], message)
@@ -395,7 +418,7 @@ def test_per_voice_error_rates_weigh_up_to_the_test_splits(speech_report, tiny_c
     for rate, count in (("cer", len), ("wer", lambda text: len(text.split()))):
         size = {voice: sum(count(r["transcript"]) for r in test if r["voice"].endswith(f"+{voice}"))
                 for voice in voices}
-        for kind in ("greedy", "beam"):
+        for kind in ("greedy", "beam", "beam_no_lm"):  # the last: the search without the language model
             weighted = sum(per_voice[v][f"{kind}_{rate}"] * size[v] for v in voices) / sum(size.values())
             assert weighted == pytest.approx(result["metrics"][f"{kind}_{rate}"], rel=1e-9)
 
@@ -415,7 +438,8 @@ def test_report_sections_draw_each_utterance_and_the_voices_and_build_without_re
     voices = [f"voice {voice}" for voice in result["metrics"]["per_voice"]]
     assert [row[0] for row in table.rows] == [*voices, "all test voices", "baseline: empty transcript",
                                               "baseline: most frequent sentence"]
-    assert table.rows[-2][2:] == [100.0] * 4  # the empty transcript: every character and word deleted
+    headlines = SpeechRecognition.headline_metrics
+    assert table.rows[-2][2:] == [100.0] * len(headlines)  # the empty transcript: every character and word deleted
     (table,) = [block for block in sections["per-test-set"].blocks if isinstance(block, Table)]
     assert [row[0] for row in table.rows][0] == "espeak-ng (held-out voices)"
     bare = SpeechRecognition().report_sections(result, {})
