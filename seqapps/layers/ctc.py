@@ -6,6 +6,8 @@ TensorFlow graph (core ops only), so exports hold them:
 - ``ctc_greedy_decode``: the best path, repeats merged and blanks removed;
 - ``ctc_beam_decode``: ``tf.nn.ctc_beam_search_decoder`` (which wants the blank
   last, so the classes are rotated);
+- ``ctc_lm_beam_decode``: a prefix beam search that adds a character n-gram model's
+  log-probabilities (``seqapps.layers.ngram_lm``), shallow fusion;
 - ``ctc_word_spans``: each word of the greedy transcript with its start and end
   time and a confidence, read from the frame posteriors.
 
@@ -153,8 +155,8 @@ def ctc_lm_beam_decode(logits: tf.Tensor, lengths: tf.Tensor, lm: CharNgramLM, b
         "nonblank": tf.fill([batch, width], minus_inf),  # log pnb
         "lm": tf.zeros([batch, width]),  # the language model's and the bonus' share of the score
         "context": tf.zeros([batch, width], tf.int64),
-        "hash": tf.zeros([batch, width, 2], tf.int64),  # of the prefix, and of the prefix less its last character
-        "parent": tf.fill([batch, width, 2], tf.constant(-1, tf.int64)),
+        "hash": tf.zeros([batch, width, 2], tf.int64),  # of the prefix
+        "parent": tf.fill([batch, width, 2], tf.constant(-1, tf.int64)),  # of the prefix less its last character
     }
     state["next"] = lm.next_log_probs(state["context"])  # [batch, width, C + 1]
 
@@ -189,7 +191,10 @@ def ctc_lm_beam_decode(logits: tf.Tensor, lengths: tf.Tensor, lm: CharNgramLM, b
         from_beam = tf.where(chosen < width, chosen, (chosen - width) // (classes - 1))
         extended = chosen >= width
         symbol = tf.where(extended, (chosen - width) % (classes - 1) + 1, 0)
-        pick = lambda values: tf.gather(values, from_beam, batch_dims=1)  # noqa: E731
+
+        def pick(values: tf.Tensor) -> tf.Tensor:  # each new beam's row of a per-beam tensor
+            return tf.gather(values, from_beam, batch_dims=1)
+
         extend_flat = tf.reshape(extend, [batch, -1])
         extend_lm_flat = tf.reshape(extend_lm, [batch, -1])
         new_size = pick(size) + tf.cast(extended, tf.int32)
