@@ -217,7 +217,10 @@ def ctc_lm_beam_decode(logits: tf.Tensor, lengths: tf.Tensor, lm: CharNgramLM, b
                for key, value in new.items()}
         return t + 1, new
 
-    _, state = tf.while_loop(lambda t, _: t < frames, step, (tf.constant(0), state))
+    # a graph may know the batch at the start (a batch of one) and not after a gather: every dimension may vary
+    invariants = {key: tf.TensorShape([None] * len(value.shape)) for key, value in state.items()}
+    _, state = tf.while_loop(lambda t, _: t < frames, step, (tf.constant(0), state),
+                             shape_invariants=(tf.TensorShape([]), invariants))
     final = (_logaddexp(state["blank"], state["nonblank"]) + state["lm"]
              + lm_weight * state["next"][..., lm.end])
     best = tf.argmax(final, axis=1, output_type=tf.int32)

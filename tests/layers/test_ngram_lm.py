@@ -120,6 +120,19 @@ def test_each_row_is_decoded_as_it_would_be_alone():
         assert scores[row].numpy() == pytest.approx(score[0].numpy(), abs=1e-5)
 
 
+@pytest.mark.parametrize("signature", [
+    (tf.TensorSpec([1, 6, len(CHARS)], tf.float32), tf.TensorSpec([1], tf.int32)),  # a batch of one, known
+    (tf.TensorSpec([None, None, len(CHARS)], tf.float32), tf.TensorSpec([None], tf.int32))])
+def test_a_traced_search_equals_the_eager_one_whatever_the_graph_knows_of_the_shapes(signature):
+    lm = ngram_lm.CharNgramLM(TEXTS, CHARS, 3)
+    logits = np.random.default_rng(7).normal(size=(1, 6, len(CHARS))).astype(np.float32) * 3.0
+    traced = tf.function(lambda x, n: ctc.ctc_lm_beam_decode(x, n, lm, 4, 0.8, 1.0, space_id=1),
+                         input_signature=signature)
+    (ids, score), (eager_ids, eager_score) = traced(logits, [6]), ctc.ctc_lm_beam_decode(logits, [6], lm, 4, 0.8,
+                                                                                        1.0, space_id=1)
+    assert ids.to_list() == eager_ids.to_list() and score.numpy() == pytest.approx(eager_score.numpy())
+
+
 def test_the_language_model_corrects_an_ambiguous_frame_toward_the_training_text():
     # "ab" then a frame that is 55:45 "a" against "b": the texts say "b" follows "a" ... "a b" more often
     lm = ngram_lm.CharNgramLM(["ab ab ab", "ab ab"], CHARS, 3)
