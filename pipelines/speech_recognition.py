@@ -447,9 +447,9 @@ class SpeechRecognition(Pipeline):
 
         Returns:
             ``(metrics, baselines)``: ``greedy_cer``, ``greedy_wer``, ``beam_cer``, ``beam_wer`` (the ``beam``
-            signature's search), with a language model also ``beam_no_lm_cer``, ``beam_no_lm_wer``, ``lm_weight``
-            and ``lm_bonus`` (and, on the generated corpus, the word start times' error over the engines that give
-            word times,
+            signature's search), with a language model ``lm_weight`` and ``lm_bonus`` (the chosen pair; both 0
+            when the search without it was chosen) and otherwise also ``beam_no_lm_cer`` and ``beam_no_lm_wer``
+            (and, on the generated corpus, the word start times' error over the engines that give word times,
             ``test_sets``: those four and ``utterances`` per test set, named by ``_test_set_title``, and
             ``per_voice``: the same per held-out voice), and the CER and WER of the empty transcript and
             of the most frequent training sentence.
@@ -472,8 +472,8 @@ class SpeechRecognition(Pipeline):
 
         every = range(len(truth))
         metrics: dict[str, Any] = decoded(every)
-        if fusion:
-            metrics["lm_weight"], metrics["lm_bonus"] = fusion
+        if language_model is not None and "lm_weight" in data.state:  # 0 and 0: the search without it was chosen
+            metrics["lm_weight"], metrics["lm_bonus"] = float(data.state["lm_weight"]), float(data.state["lm_bonus"])
         speakers = data.arrays["test"]["speakers"]
         if all(speakers):  # the generated corpus: whole voices and engines are held out
             titles = {str(s): _test_set_title(s, config.sources) for s in _sources(config.test_sets)}

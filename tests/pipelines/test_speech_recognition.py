@@ -22,7 +22,7 @@ from seqapps.export_format import read_export
 from seqapps.pipeline import VOCABULARIES
 from seqapps.report import run_folder
 from seqapps.report.document import Table, figures_of
-from tests.pipelines.cli_runner import assert_rejected_in_one_line, run_cli, run_tiny
+from tests.pipelines.cli_runner import assert_rejected_in_one_line, export_metrics, run_cli, run_tiny
 from tests.pipelines.report_checks import assert_figures_decode
 
 pytestmark = pytest.mark.large
@@ -64,7 +64,8 @@ def test_the_beam_search_reads_the_language_model_of_the_pair_chosen_on_validati
     assert "beam_no_lm_cer" in result["metrics"]  # the search without it, beside
     # with the search without it as the only choice, the export holds no language model: five fewer variables
     plain = run_tiny(tmp_path / "plain", "speech_recognition", "lm_choices=[[0,0]]")
-    assert "lm_weight" in json.loads((plain / "assets.extra" / "state.json").read_text())
+    metrics = export_metrics(plain)["metrics"]
+    assert metrics["lm_weight"] == metrics["lm_bonus"] == 0 and "beam_no_lm_cer" not in metrics  # the summary says so
 
     def saved_variables(folder):
         return len(tf.train.load_checkpoint(str(folder / "variables" / "variables")).get_variable_to_shape_map())
