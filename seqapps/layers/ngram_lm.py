@@ -24,14 +24,14 @@ import numpy as np
 import tensorflow as tf
 
 MAX_ORDER = 15  # a key holds the n-gram's order in its lowest 4 bits
-_ORDER_BITS = 16
+_ORDER_SLOTS = 16  # a key is (context code, symbol) * _ORDER_SLOTS + order
 _START, _END = "\x02", "\x03"  # stand-ins for the start padding and the end symbol while counting
 
 
 def max_order(num_classes: int) -> int:
     """The highest order whose keys fit an int64 with ``num_classes`` classes (at most ``MAX_ORDER``)."""
     order = 0
-    while order < MAX_ORDER and float(num_classes + 1) ** (order + 1) * _ORDER_BITS < 2.0 ** 62:
+    while order < MAX_ORDER and float(num_classes + 1) ** (order + 1) * _ORDER_SLOTS < 2.0 ** 62:
         order += 1
     return order
 
@@ -88,22 +88,32 @@ class CharNgramLM(tf.Module):
         probs = tf.fill(tf.concat([tf.shape(contexts), [self.base - 1]], 0), 1.0 / (self.base - 1))
         for order in range(1, self.order + 1):
             context = contexts % (self.base ** (order - 1))  # the last order - 1 symbols
-            context_key = context * _ORDER_BITS + order
-            total = _lookup(self.context_keys, self.context_totals, context_key)[..., None]
-            types = _lookup(self.context_keys, self.context_types, context_key)[..., None]
-            count = _lookup(self.ngram_keys, self.ngram_counts,
-                            (context[..., None] * self.base + symbols) * _ORDER_BITS + order)
+            seen = _Found(self.context_keys, context * _ORDER_SLOTS + order)  # one search for both of its values
+            total, types = seen.value(self.context_totals)[..., None], seen.value(self.context_types)[..., None]
+            count = _Found(self.ngram_keys, (context[..., None] * self.base + symbols) * _ORDER_SLOTS + order).value(
+                self.ngram_counts)
             probs = tf.where(total > 0, (count + types * probs) / tf.maximum(total + types, 1.0), probs)
         blank = tf.fill(tf.concat([tf.shape(contexts), [1]], 0), -np.inf)
         return tf.concat([blank, tf.math.log(probs)], axis=-1)
 
 
-def _lookup(keys: tf.Variable, values: tf.Variable, query: tf.Tensor) -> tf.Tensor:
-    """``values[i]`` where ``keys[i] == query``, else 0 (``keys`` sorted, int64)."""
-    flat = tf.reshape(query, [1, -1])
-    position = tf.minimum(tf.searchsorted(keys[None, :], flat)[0], tf.size(keys, out_type=tf.int32) - 1)
-    found = tf.gather(keys, position) == flat[0]
-    return tf.reshape(tf.where(found, tf.gather(values, position), 0.0), tf.shape(query))
+class _Found:
+    """Where each query sits in sorted int64 ``keys``: one ``tf.searchsorted``, read for any array of values.
+
+    Args:
+        keys: sorted, int64.
+        query: int64, any shape.
+    """
+
+    def __init__(self, keys: tf.Variable, query: tf.Tensor) -> None:
+        flat = tf.reshape(query, [1, -1])
+        self.position = tf.minimum(tf.searchsorted(keys[None, :], flat)[0], tf.size(keys, out_type=tf.int32) - 1)
+        self.found = tf.gather(keys, self.position) == flat[0]
+        self.shape = tf.shape(query)
+
+    def value(self, values: tf.Variable) -> tf.Tensor:
+        """``values[i]`` where ``keys[i]`` equals the query, else 0, in the query's shape."""
+        return tf.reshape(tf.where(self.found, tf.gather(values, self.position), 0.0), self.shape)
 
 
 def _count(texts: Sequence[str], chars: Sequence[str], order: int) -> tuple[list[str], np.ndarray]:
@@ -144,8 +154,8 @@ def _tables(ngrams: list[str], counts: np.ndarray,
         code = 0
         for c in gram[:-1]:
             code = code * base + symbol[c]
-        contexts[i] = code * _ORDER_BITS + len(gram)
-        keys[i] = (code * base + symbol[gram[-1]]) * _ORDER_BITS + len(gram)
+        contexts[i] = code * _ORDER_SLOTS + len(gram)
+        keys[i] = (code * base + symbol[gram[-1]]) * _ORDER_SLOTS + len(gram)
     by_key = np.argsort(keys)
     context_keys, which = np.unique(contexts, return_inverse=True)
     totals = np.bincount(which, weights=counts, minlength=context_keys.size).astype(np.float32)
