@@ -29,9 +29,12 @@ import io
 import itertools
 import re
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
+
+if TYPE_CHECKING:  # PIL is imported where it draws, so importing this module stays cheap
+    import PIL.Image
 
 SHAPES = ("circle", "square", "triangle", "diamond")
 COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220), "yellow": (230, 200, 30),
@@ -153,7 +156,7 @@ def random_scene(rng: np.random.Generator, held_out: bool | None = False, max_tr
 
 
 def render(scene: Scene, size: int = 64, rng: np.random.Generator | None = None,
-           style: Style | None = None) -> "PIL.Image.Image":  # noqa: F821
+           style: Style | None = None) -> PIL.Image.Image:
     """Draws the scene as an RGB image of ``size x size`` pixels in its style.
 
     Args:
@@ -205,7 +208,7 @@ def _sample_photos() -> tuple[np.ndarray, ...]:
     return tuple(load_sample_images().images)
 
 
-def photo_background(rng: np.random.Generator, size: int) -> "PIL.Image.Image":  # noqa: F821
+def photo_background(rng: np.random.Generator, size: int) -> PIL.Image.Image:
     """A random square crop (30-80% of the short side) of a sample photo, scaled to ``size`` and faded halfway
     to the plain background's grey so that the shapes stay visible."""
     from PIL import Image
@@ -218,7 +221,7 @@ def photo_background(rng: np.random.Generator, size: int) -> "PIL.Image.Image": 
     return Image.blend(crop, Image.new("RGB", (size, size), BACKGROUND), 0.5)
 
 
-def texture_background(rng: np.random.Generator, size: int) -> "PIL.Image.Image":  # noqa: F821
+def texture_background(rng: np.random.Generator, size: int) -> PIL.Image.Image:
     """A procedural background that is no photo: a random colour field of 2-12 cells a side, upsampled bicubically,
     plus Gaussian pixel noise of a random standard deviation (0-30 levels), faded 50-100% of the way to the plain
     background's grey (50%: as strong as ``photo_background``; 100%: plain grey)."""
@@ -233,7 +236,7 @@ def texture_background(rng: np.random.Generator, size: int) -> "PIL.Image.Image"
     return Image.fromarray(np.clip(np.round(pixels), 0, 255).astype("uint8"))
 
 
-def gaussian_blur(image: "PIL.Image.Image", sigma: float) -> "PIL.Image.Image":  # noqa: F821
+def gaussian_blur(image: PIL.Image.Image, sigma: float) -> PIL.Image.Image:
     """The image blurred by a Gaussian of ``sigma`` pixels over height and width (edges reflected, cut at
     3 sigma, rounded to uint8)."""
     from PIL import Image
@@ -243,7 +246,7 @@ def gaussian_blur(image: "PIL.Image.Image", sigma: float) -> "PIL.Image.Image": 
     return Image.fromarray(np.clip(np.round(blurred), 0, 255).astype("uint8"))
 
 
-def jpeg_artefacts(image: "PIL.Image.Image", quality: int) -> "PIL.Image.Image":  # noqa: F821
+def jpeg_artefacts(image: PIL.Image.Image, quality: int) -> PIL.Image.Image:
     """The image as it reads back after JPEG compression at ``quality`` (1-95)."""
     from PIL import Image
 
