@@ -112,8 +112,6 @@ class SpeechRecognitionConfig(TrainingConfig):
         sources: the synthesisers that speak the generated training and validation utterances, in turn:
             ``engine`` or ``engine:voice`` (``seqapps.data.speech.Source``; engines espeak, festival, flite).
         test_sets: one generated test set per entry, each a source that training never hears.
-        festival_f0: ``[low, high]`` Hz: each generated Festival utterance of training and validation aims at
-            a mean pitch drawn from it (the diphone voices speak at about 105 Hz); null keeps the voices' own.
         train_utterances, val_utterances, test_utterances: generated utterances per split (test: per test set).
         csv: the transcript table inside the ``--data`` folder.
         val_fraction, test_fraction: shares of the user's rows held out.
@@ -146,7 +144,6 @@ class SpeechRecognitionConfig(TrainingConfig):
         default_factory=lambda: ["espeak", "festival:kal_diphone", "festival:ked_diphone"])
     test_sets: list[str] = dataclasses.field(default_factory=lambda: ["espeak", "festival:cmu_us_slt_arctic_hts",
                                                                       "flite"])
-    festival_f0: list[float] | None = None
     # 24,000 against 12,000: beam CER 14.9 % against 20.0 % on the held-out espeak-ng voices in the same 25 minutes,
     # for about 4.5 minutes of synthesis on the first run and 7.6 GiB peak memory against 4.6 (docs/results.md)
     train_utterances: int = 24000
@@ -223,9 +220,6 @@ class SpeechRecognitionConfig(TrainingConfig):
         require(bool(sources), "sources", self.sources, expected)
         tests = _sources(self.test_sets)
         require(bool(tests), "test_sets", self.test_sets, expected)
-        require(self.festival_f0 is None or (len(self.festival_f0) == 2
-                                             and 50 <= self.festival_f0[0] <= self.festival_f0[1] <= 400),
-                "festival_f0", self.festival_f0, "null or two numbers low,high in Hz with 50 <= low <= high <= 400")
         heard = next((str(test) for test in tests if _heard_in_training(test, sources)), None)
         require(heard is None, "test_sets", self.test_sets, f"sources that training never hears ({heard} is one of "
                 f"sources={','.join(self.sources)})")
@@ -303,8 +297,7 @@ class SpeechRecognition(Pipeline):
         else:
             spec = speech.CorpusSpec(config.corpus, {"train": config.train_utterances, "val": config.val_utterances,
                                                       "test": config.test_utterances}, seed=config.seed,
-                                     sources=list(config.sources), test_sets=list(config.test_sets),
-                                     festival_f0=None if config.festival_f0 is None else list(config.festival_f0))
+                                     sources=list(config.sources), test_sets=list(config.test_sets))
             root = speech.spoken_corpus(spec, CORPORA[config.corpus])
             parts, words = speech.read_generated(root)
             engines = ", ".join(dict.fromkeys(speech.ENGINE_TITLES[s.engine]

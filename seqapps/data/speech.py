@@ -8,9 +8,7 @@ sources a config lists (``Source``: an engine and optionally one voice):
   a rate and a pitch drawn per utterance, word times from its word events;
 - ``festival``: the Festival synthesiser (apt ``FESTIVAL_PACKAGES``), voices
   ``kal_diphone``, ``ked_diphone`` and ``cmu_us_slt_arctic_hts``, a rate drawn per
-  utterance (and optionally, for training and validation, the mean pitch that the
-  diphone voices aim at: ``CorpusSpec.festival_f0``), word times from the
-  utterance's Word relation;
+  utterance, word times from the utterance's Word relation;
 - ``flite``: CMU Flite (apt ``flite``), a separate engine, voices ``FLITE_VOICES``,
   a rate drawn per utterance, no word times.
 
@@ -295,8 +293,7 @@ def flite_voices() -> tuple[str, ...]:
     return tuple(done.stdout.partition(":")[2].split())
 
 
-def festival_synthesize(texts: Sequence[str], voice: str, stretches: Sequence[float], folder: Path,
-                        f0_means: Sequence[float | None] | None = None
+def festival_synthesize(texts: Sequence[str], voice: str, stretches: Sequence[float], folder: Path
                         ) -> list[tuple[Path, list[tuple[str, float, float]] | None]]:
     """Speaks sentences with one Festival voice in one Festival process.
 
@@ -305,9 +302,6 @@ def festival_synthesize(texts: Sequence[str], voice: str, stretches: Sequence[fl
         voice: a Festival voice (``festival_voices``).
         stretches: each sentence's ``Duration_Stretch`` (above 1 is slower).
         folder: where the WAV files go (``festival_<i>.wav``).
-        f0_means: each sentence's mean pitch in Hz, or None for the voice's own. Festival's
-            linear-regression intonation (``int_lr_params``, which the diphone voices use) aims
-            at it, with the spread scaled by the same factor; the HTS voice ignores it.
 
     Returns:
         Per sentence, its WAV file and its words' ``(word, start, end)`` seconds (None when
@@ -319,27 +313,15 @@ def festival_synthesize(texts: Sequence[str], voice: str, stretches: Sequence[fl
     if voice not in festival_voices():
         raise _missing_package("festival", FESTIVAL_PACKAGES, f"voice {voice!r}")
     lines = [f"(voice_{voice})",
-             "(set! own_lr_params int_lr_params)",
-             "(define (aim_f0 mean)"  # the voice's own targets when mean is nil, else scaled to the mean
-             " (if (and mean own_lr_params)"
-             " (let ((own_mean (car (cdr (assoc 'target_f0_mean own_lr_params))))"
-             " (own_std (car (cdr (assoc 'target_f0_std own_lr_params)))))"
-             " (set! int_lr_params (list (list 'target_f0_mean mean)"
-             " (list 'target_f0_std (* own_std (/ mean own_mean)))"
-             " (assoc 'model_f0_mean own_lr_params) (assoc 'model_f0_std own_lr_params))))"
-             " (set! int_lr_params own_lr_params)))",
-             "(define (say index text stretch f0 file)"
+             "(define (say index text stretch file)"
              " (Parameter.set 'Duration_Stretch stretch)"
-             " (aim_f0 f0)"
              " (let ((utt (utt.synth (eval (list 'Utterance 'Text text)))))"
              " (utt.save.wave utt file 'riff)"
              " (mapcar (lambda (w) (format t \"word %d %s %f %f\\n\" index (item.name w)"
              " (item.feat w \"word_start\") (item.feat w \"word_end\"))) (utt.relation.items utt 'Word))))"]
     files = [folder / f"festival_{i}.wav" for i in range(len(texts))]
-    means = list(f0_means) if f0_means is not None else [None] * len(texts)
-    lines += [f"(say {i} {_scheme_string(text)} {stretch:.4f} {'nil' if f0 is None else f'{f0:.1f}'} "
-              f"{_scheme_string(str(path))})"
-              for i, (text, stretch, f0, path) in enumerate(zip(texts, stretches, means, files))]
+    lines += [f"(say {i} {_scheme_string(text)} {stretch:.4f} {_scheme_string(str(path))})"
+              for i, (text, stretch, path) in enumerate(zip(texts, stretches, files))]
     script = folder / "festival.scm"
     script.write_text("\n".join(lines) + "\n", encoding="utf-8")
     done = subprocess.run(["festival", "-b", str(script)], capture_output=True, text=True, check=False)
@@ -442,9 +424,6 @@ class Source:
                 raise _missing_package(self.engine, packages, f"voice {voice!r}")
 
 
-_LATER_FIELDS = ("festival_f0",)  # left out of the cache key when None, so older corpora keep their folders
-
-
 @dataclasses.dataclass
 class CorpusSpec:
     """What a generated corpus holds; its hash names the cache folder.
@@ -456,9 +435,6 @@ class CorpusSpec:
         min_words, max_words, vocabulary_size: the sentence filter (``spoken_sentences``).
         sources: the ``Source`` texts that speak training and validation, in turn.
         test_sets: one ``Source`` text per test set.
-        festival_f0: ``[low, high]`` Hz: the mean pitch of each Festival utterance of training and
-            validation is drawn from it (``festival_synthesize``); None keeps the voices' own. Test
-            sets are always spoken as the voice is.
     """
 
     source: str
@@ -469,13 +445,10 @@ class CorpusSpec:
     vocabulary_size: int | None = 2000
     sources: list[str] = dataclasses.field(default_factory=lambda: ["espeak"])
     test_sets: list[str] = dataclasses.field(default_factory=lambda: ["espeak"])
-    festival_f0: list[float] | None = None
 
     def key(self) -> str:
-        """A short hash of the spec and the generator version (a field added later counts only when set)."""
-        fields = {name: value for name, value in dataclasses.asdict(self).items()
-                  if not (name in _LATER_FIELDS and value is None)}
-        text = json.dumps({**fields, "version": GENERATOR_VERSION}, sort_keys=True)
+        """A short hash of the spec and the generator version."""
+        text = json.dumps({**dataclasses.asdict(self), "version": GENERATOR_VERSION}, sort_keys=True)
         return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
@@ -516,7 +489,6 @@ class _Job:
     pitch: int
     pitch_range: int
     rng: np.random.Generator
-    f0_mean: float | None = None
 
 
 Spoken = tuple[np.ndarray, int, "list[tuple[str, float, float]] | None"]  # audio in [-1, 1], its rate, word spans
@@ -544,8 +516,7 @@ def _read_wav(path: Path) -> tuple[np.ndarray, int]:
 def _speak_festival(jobs: list[_Job], scratch: Path) -> Iterator[tuple[_Job, Spoken]]:
     for voice in sorted({job.voice for job in jobs}):
         group = [job for job in jobs if job.voice == voice]
-        spoken = festival_synthesize([job.text for job in group], voice, [175 / job.rate for job in group], scratch,
-                                     [job.f0_mean for job in group])
+        spoken = festival_synthesize([job.text for job in group], voice, [175 / job.rate for job in group], scratch)
         for job, (path, spans) in zip(group, spoken):
             yield job, (*_read_wav(path), spans)
 
@@ -559,9 +530,8 @@ _SPEAKERS = {"espeak": _speak_espeak, "festival": _speak_festival, "flite": _spe
 
 
 def _jobs(sentences: dict[str, list[str]], sizes: dict[str, int], seed: int, sources: Sequence[Source],
-          test_sets: Sequence[Source], festival_f0: Sequence[float] | None = None) -> list[_Job]:
-    """Every utterance's sentence, source (training sources in turn; ``sizes["test"]`` per test set) and voice,
-    and the mean pitch of a Festival utterance of training or validation when ``festival_f0`` gives a range."""
+          test_sets: Sequence[Source]) -> list[_Job]:
+    """Every utterance's sentence, source (training sources in turn; ``sizes["test"]`` per test set) and voice."""
     jobs = []
     for number, split in enumerate(("train", "val", "test")):
         order = np.random.default_rng([seed, number]).permutation(len(sentences[split]))
@@ -573,16 +543,13 @@ def _jobs(sentences: dict[str, list[str]], sizes: dict[str, int], seed: int, sou
             rng = np.random.default_rng([seed, number, i])
             voice = source.draw_voice(split, rng)
             rate, pitch, pitch_range = int(rng.integers(130, 211)), int(rng.integers(25, 76)), int(rng.integers(30, 81))
-            f0_mean = (round(float(rng.uniform(*festival_f0)), 1)
-                       if festival_f0 is not None and source.engine == "festival" and split != "test" else None)
             jobs.append(_Job(f"wavs/{split}_{i:05d}.wav", split, sentences[split][order[i % len(order)]], source,
-                             voice, rate, pitch, pitch_range, rng, f0_mean))
+                             voice, rate, pitch, pitch_range, rng))
     return jobs
 
 
 def generate_corpus(root: Path, sentences: dict[str, list[str]], sizes: dict[str, int], seed: int,
-                    sources: Sequence[str] = ("espeak",), test_sets: Sequence[str] = ("espeak",),
-                    festival_f0: Sequence[float] | None = None) -> None:
+                    sources: Sequence[str] = ("espeak",), test_sets: Sequence[str] = ("espeak",)) -> None:
     """Writes a spoken corpus: ``wavs/``, ``metadata.csv`` and ``words.json`` under ``root``.
 
     espeak-ng carries hidden state from one synthesis to the next (the same call gives
@@ -597,13 +564,10 @@ def generate_corpus(root: Path, sentences: dict[str, list[str]], sizes: dict[str
         seed: the seed of the voices, rates, pitches, padding, reverberation and noise.
         sources: the ``Source`` texts of training and validation, in turn.
         test_sets: a ``Source`` text per test set.
-        festival_f0: the range of a Festival training or validation utterance's mean pitch in Hz
-            (``CorpusSpec.festival_f0``), or None for the voices' own.
     """
     import soundfile
 
-    jobs = _jobs(sentences, sizes, seed, [Source.parse(s) for s in sources], [Source.parse(s) for s in test_sets],
-                 festival_f0)
+    jobs = _jobs(sentences, sizes, seed, [Source.parse(s) for s in sources], [Source.parse(s) for s in test_sets])
     (root / "wavs").mkdir(parents=True, exist_ok=True)
     rows, words = {}, {}
     with tempfile.TemporaryDirectory(dir=root) as scratch:
@@ -617,9 +581,7 @@ def generate_corpus(root: Path, sentences: dict[str, list[str]], sizes: dict[str
                                        for group, start, end in spans]
                 rows[job.path] = {"path": job.path, "transcript": job.text, "split": job.split,
                                   "source": str(job.source), "engine": job.source.engine, "voice": job.voice,
-                                  "rate": job.rate, "pitch": job.pitch if engine == "espeak" else "",
-                                  **({"f0_mean": "" if job.f0_mean is None else job.f0_mean} if festival_f0 else {}),
-                                  **settings}
+                                  "rate": job.rate, "pitch": job.pitch if engine == "espeak" else "", **settings}
     with open(root / "metadata.csv", "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[jobs[0].path]))
         writer.writeheader()
@@ -659,8 +621,7 @@ def spoken_corpus(spec: CorpusSpec, lines: Callable[[], list[str]]) -> Path:
                         f"{spec.min_words}-{spec.max_words} words; widen the word range or the vocabulary")
     def build(folder: Path) -> None:
         (folder / "sentences.json").write_text(json.dumps({"sentences": parts, "sizes": spec.sizes, "seed": spec.seed,
-                                                           "sources": spec.sources, "test_sets": spec.test_sets,
-                                                           "festival_f0": spec.festival_f0}),
+                                                           "sources": spec.sources, "test_sets": spec.test_sets}),
                                                encoding="utf-8")
         done = subprocess.run([sys.executable, "-m", "seqapps.data.speech", str(folder)], capture_output=True,
                               text=True, check=False)
@@ -885,5 +846,4 @@ def split_at_silences(waveform: np.ndarray, max_samples: int, sample_rate: int =
 if __name__ == "__main__":  # the fresh process of ``espeak_corpus``: python -m seqapps.data.speech FOLDER
     _folder = Path(sys.argv[1])
     _job = json.loads((_folder / "sentences.json").read_text(encoding="utf-8"))
-    generate_corpus(_folder, _job["sentences"], _job["sizes"], _job["seed"], _job["sources"], _job["test_sets"],
-                    _job.get("festival_f0"))
+    generate_corpus(_folder, _job["sentences"], _job["sizes"], _job["seed"], _job["sources"], _job["test_sets"])

@@ -159,43 +159,6 @@ def test_festival_speaks_each_voice_with_word_times_that_spell_the_sentence(tmp_
         assert times == sorted(times) and 0 < times[0] and times[-1] <= audio.size / rate
 
 
-def test_festival_aims_the_diphone_voices_at_the_mean_pitch_asked_and_back_at_their_own(tmp_path):
-    import librosa
-
-    means = [None, 200.0, None, 140.0]
-    spoken = installed_or_skip(lambda: speech.festival_synthesize([SENTENCE] * 4, "kal_diphone", [1.0] * 4, tmp_path,
-                                                                  means), SYNTHESISERS)
-    medians, lengths = [], []
-    for path, spans in spoken:
-        audio, rate = soundfile.read(path)
-        f0, _, _ = librosa.pyin(audio, fmin=60, fmax=400, sr=rate)
-        medians.append(float(np.nanmedian(f0)))
-        lengths.append((audio.size, spans))
-    # kal_diphone aims at 105 Hz; pyin's median lands within a semitone (6 %) of the aim
-    for median, aim in zip(medians, [105.0, 200.0, 105.0, 140.0]):
-        assert abs(np.log2(median / aim)) < 1 / 12, (medians, aim)
-    assert all(length == lengths[0] for length in lengths)  # the pitch changes, the timing does not
-
-
-def test_festival_pitch_is_drawn_for_training_and_validation_only_and_keeps_older_cache_keys():
-    sentences = {split: ["let there be light", "and there was light"] for split in ("train", "val", "test")}
-    sources = [speech.Source.parse(s) for s in ("espeak", "festival:kal_diphone")]
-    tests = [speech.Source.parse("festival:cmu_us_slt_arctic_hts")]
-    sizes = {"train": 20, "val": 4, "test": 3}
-    jobs = speech._jobs(sentences, sizes, 5, sources, tests, festival_f0=[95.0, 215.0])
-    drawn = [job.f0_mean for job in jobs if job.source.engine == "festival" and job.split != "test"]
-    assert len(drawn) == 12 and all(95.0 <= f0 <= 215.0 for f0 in drawn) and len(set(drawn)) == 12
-    assert all(job.f0_mean is None for job in jobs if job.split == "test" or job.source.engine == "espeak")
-    again = speech._jobs(sentences, sizes, 5, sources, tests, festival_f0=[95.0, 215.0])
-    assert [job.f0_mean for job in again] == [job.f0_mean for job in jobs]
-    assert all(job.f0_mean is None for job in speech._jobs(sentences, sizes, 5, sources, tests))
-    spec = speech.CorpusSpec("kjv", {"train": 24000, "val": 200, "test": 200}, seed=42,
-                             sources=["espeak", "festival:kal_diphone", "festival:ked_diphone"],
-                             test_sets=["espeak", "festival:cmu_us_slt_arctic_hts", "flite"])
-    assert spec.key() == "5f56b9fa3f0d"  # the default corpus's folder before festival_f0 existed
-    assert speech.CorpusSpec(**{**spec.__dict__, "festival_f0": [95.0, 215.0]}).key() != spec.key()
-
-
 def test_festival_words_that_do_not_spell_the_sentence_give_no_times():
     words = [("the", 0.1, 0.2), ("cat", 0.2, 0.5), ("'s", 0.0, 0.0)]
     assert speech._festival_word_spans(words, "the cat's") == [("the", 0.1, 0.2), ("cat's", 0.2, 0.5)]
