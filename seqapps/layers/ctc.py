@@ -127,6 +127,8 @@ def ctc_lm_beam_decode(logits: tf.Tensor, lengths: tf.Tensor, lm: CharNgramLM, b
     (``pnb``); a prefix's score is ``log(pb + pnb) + lm_weight * log P_lm(prefix) + length_bonus * |prefix|``,
     and at the end the language model's end-of-sentence term is added. Spaces separate words: a prefix never
     starts with a space or holds two in a row (those paths stay with the prefix), the form of a transcript.
+    A frame reads the language model only for the beams it extended (a kept prefix keeps its row), and each
+    beam keeps only its last character and its parent: the best prefix is read back once, after the last frame.
 
     Args:
         logits: float [batch, T, C].
@@ -149,7 +151,7 @@ def ctc_lm_beam_decode(logits: tf.Tensor, lengths: tf.Tensor, lm: CharNgramLM, b
     beams = tf.range(width)[None, :]
     only_first = tf.where(beams == 0, 0.0, minus_inf) + tf.zeros([batch, 1])
     state = {
-        "prefix": tf.zeros([batch, width, frames], tf.int32),  # a prefix is never longer than the frames
+        "last": tf.zeros([batch, width], tf.int32),  # the prefix's last character (0: none)
         "size": tf.zeros([batch, width], tf.int32),
         "blank": only_first,  # log pb
         "nonblank": tf.fill([batch, width], minus_inf),  # log pnb
@@ -160,11 +162,11 @@ def ctc_lm_beam_decode(logits: tf.Tensor, lengths: tf.Tensor, lm: CharNgramLM, b
     }
     state["next"] = lm.next_log_probs(state["context"])  # [batch, width, C + 1]
 
-    def step(t: tf.Tensor, state: dict[str, tf.Tensor]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    def step(t: tf.Tensor, state: dict[str, tf.Tensor], came_from: tf.TensorArray, emitted: tf.TensorArray
+             ) -> tuple[tf.Tensor, dict[str, tf.Tensor], tf.TensorArray, tf.TensorArray]:
         frame = log_probs[:, t]  # [batch, C]
-        size, prefix = state["size"], state["prefix"]
+        size, last = state["size"], state["last"]
         total = _logaddexp(state["blank"], state["nonblank"])
-        last = tf.gather(prefix, tf.maximum(size - 1, 0), batch_dims=2)  # [batch, width]
         empty = size == 0
         after_space = empty | (last == space_id)  # a space here stays with the prefix
         last_prob = tf.where(empty, minus_inf, tf.gather(frame, last, batch_dims=1))
@@ -197,11 +199,9 @@ def ctc_lm_beam_decode(logits: tf.Tensor, lengths: tf.Tensor, lm: CharNgramLM, b
 
         extend_flat = tf.reshape(extend, [batch, -1])
         extend_lm_flat = tf.reshape(extend_lm, [batch, -1])
-        new_size = pick(size) + tf.cast(extended, tf.int32)
-        written = tf.one_hot(new_size - 1, frames, dtype=tf.int32) * symbol[..., None]
         new = {
-            "prefix": pick(prefix) + tf.where(extended[..., None], written, 0),
-            "size": new_size,
+            "last": tf.where(extended, symbol, pick(last)),
+            "size": pick(size) + tf.cast(extended, tf.int32),
             "blank": tf.where(extended, minus_inf, pick(stay_blank)),
             "nonblank": tf.where(extended, tf.gather(extend_flat, tf.maximum(chosen - width, 0), batch_dims=1),
                                  pick(stay_nonblank)),
@@ -211,22 +211,53 @@ def ctc_lm_beam_decode(logits: tf.Tensor, lengths: tf.Tensor, lm: CharNgramLM, b
             "hash": tf.where(extended[..., None], _extend_hash(pick(state["hash"]), symbol), pick(state["hash"])),
             "parent": tf.where(extended[..., None], pick(state["hash"]), pick(state["parent"])),
         }
-        new["next"] = lm.next_log_probs(new["context"])
+        # a beam that kept its prefix keeps its row of the language model; only an extended one needs a new row
+        grown = tf.where(extended)
+        new["next"] = tf.tensor_scatter_nd_update(pick(state["next"]), grown,
+                                                  lm.next_log_probs(tf.gather_nd(new["context"], grown)))
         running = t < lengths  # rows past their last frame keep their beams
         new = {key: tf.where(tf.reshape(running, [-1] + [1] * (len(value.shape) - 1)), value, state[key])
                for key, value in new.items()}
-        return t + 1, new
+        # each beam's parent and the character it added: the prefixes are read back once, at the end
+        came_from = came_from.write(t + 1, tf.where(running[:, None], from_beam, beams))
+        emitted = emitted.write(t + 1, tf.where(running[:, None], symbol, 0))
+        return t + 1, new, came_from, emitted
 
     # a graph may know the batch at the start (a batch of one) and not after a gather: every dimension may vary
     invariants = {key: tf.TensorShape([None] * len(value.shape)) for key, value in state.items()}
-    _, state = tf.while_loop(lambda t, _: t < frames, step, (tf.constant(0), state),
-                             shape_invariants=(tf.TensorShape([]), invariants))
+    # entry 0 is the start (every beam its own parent, nothing added), so that no history is empty
+    history = [tf.TensorArray(tf.int32, size=frames + 1, element_shape=tf.TensorShape([None, None])).write(0, start)
+               for start in (beams + tf.zeros([batch, 1], tf.int32), tf.zeros([batch, width], tf.int32))]
+    _, state, came_from, emitted = tf.while_loop(
+        lambda t, *_: t < frames, step, (tf.constant(0), state, *history),
+        shape_invariants=(tf.TensorShape([]), invariants, tf.TensorShape(None), tf.TensorShape(None)))
     final = (_logaddexp(state["blank"], state["nonblank"]) + state["lm"]
              + lm_weight * state["next"][..., lm.end])
     best = tf.argmax(final, axis=1, output_type=tf.int32)
-    size = tf.gather(state["size"], best, batch_dims=1)
-    ids = tf.RaggedTensor.from_tensor(tf.gather(state["prefix"], best, batch_dims=1), lengths=size)
+    ids = _read_back(came_from.stack(), emitted.stack(), best)
     return ids, tf.gather(final, best, batch_dims=1)
+
+
+def _read_back(came_from: tf.Tensor, emitted: tf.Tensor, best: tf.Tensor) -> tf.RaggedTensor:
+    """The characters of the prefix that beam ``best`` holds after the last frame.
+
+    Args:
+        came_from: int32 [T, batch, width]: each beam's beam at the frame before.
+        emitted: int32 [T, batch, width]: the character each beam added at the frame (0: none).
+        best: int32 [batch]: the beam to read.
+
+    Returns:
+        int32 ragged [batch, None], in the order the characters were added.
+    """
+    def back(carry: tuple[tf.Tensor, tf.Tensor], frame: tuple[tf.Tensor, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
+        beam, _ = carry
+        parents, characters = frame
+        return tf.gather(parents, beam, batch_dims=1), tf.gather(characters, beam, batch_dims=1)
+
+    start = (best, tf.zeros_like(best))
+    _, added = tf.scan(back, (came_from[::-1], emitted[::-1]), initializer=start)  # [T, batch], last frame first
+    added = tf.reverse(tf.transpose(added), axis=[1])
+    return tf.ragged.boolean_mask(added, added > 0)
 
 
 def ids_to_text(ids: tf.RaggedTensor, chars: tf.Tensor) -> tf.Tensor:

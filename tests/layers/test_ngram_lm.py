@@ -133,6 +133,19 @@ def test_a_traced_search_equals_the_eager_one_whatever_the_graph_knows_of_the_sh
     assert ids.to_list() == eager_ids.to_list() and score.numpy() == pytest.approx(eager_score.numpy())
 
 
+def test_no_frames_decode_to_nothing_with_the_score_of_an_empty_sentence():
+    lm = ngram_lm.CharNgramLM(TEXTS, CHARS, 3)
+    traced = tf.function(lambda x, n: ctc.ctc_lm_beam_decode(x, n, lm, 4, 0.8, 1.0, space_id=1),
+                         input_signature=(tf.TensorSpec([None, None, len(CHARS)], tf.float32),
+                                          tf.TensorSpec([None], tf.int32)))
+    empty = 0.8 * lm.next_log_probs(tf.constant([0], tf.int64))[0, lm.end].numpy()  # log P(end | start)
+    logits = np.random.default_rng(3).normal(size=(2, 4, len(CHARS))).astype(np.float32)
+    for frames, lengths in ((logits[:, :0], [0, 0]), (logits, [0, 4])):  # a batch without frames; a row without
+        ids, scores = traced(frames, lengths)
+        assert ids[0].numpy().tolist() == [] and scores[0].numpy() == pytest.approx(empty)
+        assert ids.nrows() == 2
+
+
 def test_the_language_model_corrects_an_ambiguous_frame_toward_the_training_text():
     # "ab" then a frame that is 55:45 "a" against "b": the texts say "b" follows "a" ... "a b" more often
     lm = ngram_lm.CharNgramLM(["ab ab ab", "ab ab"], CHARS, 3)
