@@ -242,8 +242,8 @@ def _read_back(came_from: tf.Tensor, emitted: tf.Tensor, best: tf.Tensor) -> tf.
     """The characters of the prefix that beam ``best`` holds after the last frame.
 
     Args:
-        came_from: int32 [T, batch, width]: each beam's beam at the frame before.
-        emitted: int32 [T, batch, width]: the character each beam added at the frame (0: none).
+        came_from: int32 [frames + 1, batch, width]: each beam's beam at the frame before (entry 0: the start).
+        emitted: int32 [frames + 1, batch, width]: the character each beam added at the frame (0: none).
         best: int32 [batch]: the beam to read.
 
     Returns:
@@ -255,7 +255,7 @@ def _read_back(came_from: tf.Tensor, emitted: tf.Tensor, best: tf.Tensor) -> tf.
         return tf.gather(parents, beam, batch_dims=1), tf.gather(characters, beam, batch_dims=1)
 
     start = (best, tf.zeros_like(best))
-    _, added = tf.scan(back, (came_from[::-1], emitted[::-1]), initializer=start)  # [T, batch], last frame first
+    _, added = tf.scan(back, (came_from[::-1], emitted[::-1]), initializer=start)  # [frames + 1, batch], last first
     added = tf.reverse(tf.transpose(added), axis=[1])
     return tf.ragged.boolean_mask(added, added > 0)
 
