@@ -1,4 +1,5 @@
-"""Tests of readers of optional Debian packages (corpora, soundfonts): CI installs them and must read them."""
+"""Tests of readers of optional packages (Debian corpora, soundfonts and synthesisers; pip ttspico, a C build):
+CI installs them and must read them."""
 import os
 from typing import Any, Callable
 
@@ -23,4 +24,4 @@ def installed_or_skip(reader: Callable[[], Any], packages: str) -> Any:
     except DataError:
         if os.environ.get("SEQAPPS_REQUIRE_DEBIAN_DATA") == "1":
             raise
-        pytest.skip(f"Debian packages not installed: {packages}")
+        pytest.skip(f"not installed: {packages}")

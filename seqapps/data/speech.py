@@ -10,7 +10,10 @@ sources a config lists (``Source``: an engine and optionally one voice):
   ``kal_diphone``, ``ked_diphone`` and ``cmu_us_slt_arctic_hts``, a rate drawn per
   utterance, word times from the utterance's Word relation;
 - ``flite``: CMU Flite (apt ``flite``), a separate engine, voices ``FLITE_VOICES``,
-  a rate drawn per utterance, no word times.
+  a rate drawn per utterance, no word times;
+- ``pico``: SVOX Pico, the HMM synthesiser of Android's open-source tree, which the pip
+  package ``ttspico`` builds (Apache-2.0), its two female voices ``en-US`` and ``en-GB``,
+  a rate and a pitch drawn per utterance, no word times.
 
 Each utterance is one sentence from an offline English text (``seqapps.data.text``),
 then padded with silence, given a light synthetic reverberation and noise, and
@@ -70,13 +73,15 @@ VARIANTS = {
     "test": ("m3", "f2", "quincy", "benjamin"),
 }
 #: The synthesisers a source names, as the summary and the report name them.
-ENGINE_TITLES = {"espeak": "espeak-ng", "festival": "Festival", "flite": "CMU Flite"}
+ENGINE_TITLES = {"espeak": "espeak-ng", "festival": "Festival", "flite": "CMU Flite", "pico": "SVOX Pico"}
 #: The voices of an engine source that names none (espeak-ng's are ``VARIANTS`` of the split).
 ENGINE_VOICES = {"festival": ("kal_diphone", "ked_diphone", "cmu_us_slt_arctic_hts"),
-                 "flite": ("kal", "kal16", "awb", "rms", "slt")}
+                 "flite": ("kal", "kal16", "awb", "rms", "slt"),
+                 "pico": ("en-US", "en-GB")}
 FLITE_VOICES = ENGINE_VOICES["flite"]
 FESTIVAL_PACKAGES = "festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts"
 FLITE_PACKAGES = "flite"
+PICO_PACKAGE = "ttspico"
 OOV_POLICIES = ("error", "drop")
 SPOKEN_CHARS = " 'abcdefghijklmnopqrstuvwxyz"  # every character a generated transcript may hold
 TRANSCRIPT_COLUMNS = ("transcript", "sentence", "text")
@@ -362,6 +367,44 @@ def flite_synthesize(text: str, voice: str, stretch: float, path: Path) -> Path:
     return path
 
 
+def pico_synthesize(text: str, voice: str, rate: int, pitch: int) -> np.ndarray:
+    """Speaks a sentence with an SVOX Pico voice.
+
+    Args:
+        text: the sentence.
+        voice: ``en-US`` or ``en-GB`` (``ENGINE_VOICES["pico"]``).
+        rate: the speaking rate in percent of the voice's own (Pico admits 20-500).
+        pitch: the pitch in percent of the voice's own (Pico admits 50-200).
+
+    Returns:
+        16-bit samples at 16 kHz.
+
+    Raises:
+        DataError: the pip package ``ttspico`` is missing, or Pico writes no audio.
+    """
+    engine = _pico_engine(voice)
+    engine.rate, engine.pitch = rate, pitch
+    audio = engine.speak(text)
+    if not audio:
+        raise DataError(f"SVOX Pico (voice {voice}) wrote no audio for {text!r}")
+    return np.frombuffer(audio, np.int16)
+
+
+_PICO_ENGINES: dict[str, object] = {}
+
+
+def _pico_engine(voice: str) -> object:
+    """One ``ttspico.TtsEngine`` per voice and process (each loads its voice's files once)."""
+    if voice not in _PICO_ENGINES:
+        try:
+            import ttspico
+        except ImportError:
+            raise DataError(f"SVOX Pico needs the pip package {PICO_PACKAGE}: run `pip install {PICO_PACKAGE}` "
+                            "(it compiles C: a C compiler and the Python headers), or pass --data your_audio/") from None
+        _PICO_ENGINES[voice] = ttspico.TtsEngine(voice)
+    return _PICO_ENGINES[voice]
+
+
 # --- the generated corpus -------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -370,7 +413,7 @@ class Source:
 
     Attributes:
         engine: a key of ``ENGINE_TITLES``.
-        voice: one voice (an espeak-ng ``accent+variant``, a Festival or Flite voice), or None for
+        voice: one voice (an espeak-ng ``accent+variant``, a Festival, Flite or Pico voice), or None for
             every voice of the engine (espeak-ng: the split's ``VARIANTS`` under random accents).
     """
 
@@ -416,6 +459,9 @@ class Source:
         """
         if self.engine == "espeak":
             Espeak.get()
+            return
+        if self.engine == "pico":
+            _pico_engine(self.voice or ENGINE_VOICES["pico"][0])
             return
         installed = festival_voices() if self.engine == "festival" else flite_voices()
         packages = FESTIVAL_PACKAGES if self.engine == "festival" else FLITE_PACKAGES
@@ -526,7 +572,20 @@ def _speak_flite(jobs: list[_Job], scratch: Path) -> Iterator[tuple[_Job, Spoken
         yield job, (*_read_wav(flite_synthesize(job.text, job.voice, 175 / job.rate, scratch / "flite.wav")), None)
 
 
-_SPEAKERS = {"espeak": _speak_espeak, "festival": _speak_festival, "flite": _speak_flite}
+def _speak_pico(jobs: list[_Job], scratch: Path) -> Iterator[tuple[_Job, Spoken]]:
+    for job in jobs:
+        audio = pico_synthesize(job.text, job.voice, *_pico_rate_and_pitch(job))
+        yield job, (audio / 32768.0, SAMPLE_RATE, None)
+
+
+def _pico_rate_and_pitch(job: _Job) -> tuple[int, int]:
+    """Pico's rate and pitch in percent from a job's espeak-ng scales: the rate as the other engines read it
+    (175 words a minute is the voice's own), the pitch within 3 semitones of the voice's own (25-75 of
+    espeak-ng's 0-99)."""
+    return round(100 * job.rate / 175), round(100 * 2 ** ((job.pitch - 50) / 100))
+
+
+_SPEAKERS = {"espeak": _speak_espeak, "festival": _speak_festival, "flite": _speak_flite, "pico": _speak_pico}
 
 
 def _jobs(sentences: dict[str, list[str]], sizes: dict[str, int], seed: int, sources: Sequence[Source],
@@ -644,7 +703,7 @@ class Utterance:
         line: the table's line that names it (1 is the first line).
         split: the split a generated corpus assigns (None for user data).
         speaker: the voice that speaks it in a generated corpus (an espeak-ng variant of ``VARIANTS``,
-            a Festival or Flite voice; None for user data).
+            a Festival, Flite or Pico voice; None for user data).
         source: the ``Source`` text of the training source or test set it belongs to in a generated
             corpus (None for user data).
         engine: the engine that spoke it in a generated corpus (None for user data).

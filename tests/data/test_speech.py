@@ -1,7 +1,9 @@
 """Tests of the spoken-sentence generator and the transcribed-audio reader (seqapps.data.speech)."""
 import csv
 import json
+import sys
 
+import librosa
 import numpy as np
 import pytest
 import soundfile
@@ -173,6 +175,62 @@ def test_flite_is_a_second_engine_with_its_own_voices(tmp_path):
     assert rate == 16000 and soundfile.info(slower).frames > audio.size > 0.5 * rate
 
 
+def pico_or_skip(reader):
+    """``reader()``, skipping when the pip package ttspico (a C build) is missing, except under CI."""
+    return installed_or_skip(reader, f"pip {speech.PICO_PACKAGE}")
+
+
+def _median_f0(samples: np.ndarray) -> float:
+    f0, _, _ = librosa.pyin(samples.astype(np.float32) / 32768, fmin=60, fmax=500, sr=speech.SAMPLE_RATE)
+    return float(np.nanmedian(f0))
+
+
+@pytest.mark.parametrize("voice", speech.ENGINE_VOICES["pico"])
+def test_pico_speaks_a_female_voice_at_the_rate_and_pitch_asked(voice):
+    text = "let there be light and there was light"
+    plain = pico_or_skip(lambda: speech.pico_synthesize(text, voice, 100, 100))
+    faster = speech.pico_synthesize(text, voice, 200, 100)
+    higher = speech.pico_synthesize(text, voice, 100, 141)
+    assert plain.dtype == np.int16 and 1.5 < plain.size / speech.SAMPLE_RATE < 4
+    assert 1.6 < plain.size / faster.size < 2.1  # twice the rate, minus the pauses Pico keeps
+    assert _median_f0(plain) > 150  # both voices are female (slt, the held-out voice, is at about 175 Hz)
+    assert _median_f0(higher) / _median_f0(plain) == pytest.approx(1.41, rel=0.03)  # librosa's pyin as reference
+
+
+def test_pico_rate_and_pitch_come_from_the_jobs_scales():
+    job = speech._Job("x.wav", "train", "a b", speech.Source("pico"), "en-US", 175, 50, 50, None)
+    assert speech._pico_rate_and_pitch(job) == (100, 100)
+    job.rate, job.pitch = 210, 75
+    assert speech._pico_rate_and_pitch(job) == (120, 119)  # 2 ** (25 / 100): three semitones
+
+
+def test_a_missing_pico_is_one_line_naming_the_pip_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ttspico", None)  # import ttspico raises ImportError
+    monkeypatch.setattr(speech, "_PICO_ENGINES", {})
+    with pytest.raises(DataError) as raised:
+        speech.Source.parse("pico").require()
+    assert "`pip install ttspico`" in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_corpus_with_pico_labels_its_rows_gives_no_word_times_and_repeats_under_its_seed(tmp_path, monkeypatch):
+    sentences = [SENTENCE, "and the earth was without form", "let there be light", "and there was light",
+                 "and god saw the light", "that it was good"]
+    spec = speech.CorpusSpec("test", {"train": 4, "val": 2, "test": 2}, seed=3, sources=["espeak", "pico"],
+                             test_sets=["espeak", "pico:en-GB"])
+    roots = []
+    for copy in ("a", "b"):
+        monkeypatch.setenv("SEQAPPS_DATA", str(tmp_path / copy))
+        roots.append(pico_or_skip(lambda: speech.spoken_corpus(spec, lambda: sentences)))
+    utterances, words = speech.read_generated(roots[0])
+    assert [u.source for u in utterances["train"]] == ["espeak", "pico"] * 2
+    assert {u.speaker for u in utterances["train"] if u.engine == "pico"} <= set(speech.ENGINE_VOICES["pico"])
+    assert [u.speaker for u in utterances["test"] if u.engine == "pico"] == ["en-GB"] * 2
+    for utterance in utterances["train"] + utterances["test"]:
+        assert (f"wavs/{utterance.path.name}" in words) == (utterance.engine == "espeak")
+    files = sorted(p.relative_to(roots[0]) for p in roots[0].rglob("*.wav"))
+    assert files and all((roots[0] / f).read_bytes() == (roots[1] / f).read_bytes() for f in files)
+
+
 @pytest.mark.parametrize("source, packages", [("festival:kal_diphone", speech.FESTIVAL_PACKAGES),
                                               ("flite", speech.FLITE_PACKAGES)])
 def test_a_missing_synthesiser_is_one_line_naming_the_apt_command(tmp_path, monkeypatch, source, packages):
@@ -189,6 +247,9 @@ def test_bad_source_names_are_one_line(text, message):
         speech.Source.parse(text)
     assert str(speech.Source.parse("festival:kal_diphone")) == "festival:kal_diphone"
     assert speech.Source.parse("flite").title() == "CMU Flite"
+    assert speech.Source.parse("pico:en-GB").title() == "SVOX Pico en-GB"
+    with pytest.raises(DataError, match="SVOX Pico has no voice 'fr-FR'"):
+        speech.Source.parse("pico:fr-FR")
 
 
 def test_a_corpus_of_several_engines_labels_every_row_and_keeps_times_where_the_engine_gives_them(

@@ -456,12 +456,13 @@ def test_the_default_sources_never_speak_a_held_out_voice_or_engine_in_training(
 
     monkeypatch.setenv("SEQAPPS_DATA", str(tmp_path))
     config = resolve_config(SpeechRecognition.Config, "default", overrides=[
-        "corpus=pydoc", "train_utterances=9", "val_utterances=3", "test_utterances=2"])
+        "corpus=pydoc", "train_utterances=9", "val_utterances=4", "test_utterances=2"])
     assert config.test_sets == ["espeak", "festival:cmu_us_slt_arctic_hts", "flite"]
-    data = installed_or_skip(lambda: SpeechRecognition().load_data(config, None), SYNTHESISERS)
+    data = installed_or_skip(lambda: SpeechRecognition().load_data(config, None),
+                             f"{SYNTHESISERS}, and pip {speech.PICO_PACKAGE}")
     for split in ("train", "val"):
         labels = list(zip(data.arrays[split]["sources"], data.arrays[split]["speakers"]))
-        assert {source for source, _ in labels} == {"espeak", "festival:kal_diphone", "festival:ked_diphone"}
+        assert {source for source, _ in labels} == {"espeak", "festival:kal_diphone", "festival:ked_diphone", "pico"}
         assert all(not source.startswith("flite") and speaker != "cmu_us_slt_arctic_hts" for source, speaker in labels)
         assert not {speaker for source, speaker in labels if source == "espeak"} & set(speech.VARIANTS["test"])
     assert data.arrays["test"]["sources"] == ["espeak"] * 2 + ["festival:cmu_us_slt_arctic_hts"] * 2 + ["flite"] * 2
