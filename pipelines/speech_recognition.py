@@ -14,8 +14,9 @@ sees what the BiGRU sees.
 Data: without ``--data``, a spoken-sentence corpus generated into ``$SEQAPPS_DATA``
 (``seqapps.data.speech``; sentences from the KJV Bible, public domain, or for ``tiny``
 from Python's help topics, PSF) by the synthesisers ``sources`` lists: the default
-trains on espeak-ng (pip ``espeakng-loader``, GPL-3+) and two Festival voices (apt
-``festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts``), ``tiny`` on
+trains on espeak-ng (pip ``espeakng-loader``, GPL-3+), two Festival voices (apt
+``festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts``) and SVOX Pico's two
+female voices (pip ``ttspico``, Apache-2.0, the ``[speech]`` extra), ``tiny`` on
 espeak-ng alone. Validation and test read sentences that training never reads, and
 the test split holds one test set per entry of ``test_sets``: espeak-ng voice variants
 that training never hears, a Festival voice it never hears, and an engine it never

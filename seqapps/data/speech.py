@@ -401,7 +401,11 @@ def _pico_engine(voice: str) -> object:
         except ImportError:
             raise DataError(f"SVOX Pico needs the pip package {PICO_PACKAGE}: run `pip install {PICO_PACKAGE}` "
                             "(it compiles C: a C compiler and the Python headers), or pass --data your_audio/") from None
-        _PICO_ENGINES[voice] = ttspico.TtsEngine(voice)
+        try:
+            _PICO_ENGINES[voice] = ttspico.TtsEngine(voice)
+        except RuntimeError as error:  # its voice files are missing from the installed package
+            raise DataError(f"SVOX Pico voice {voice!r}: {error}; reinstall it with `pip install --force-reinstall "
+                            f"{PICO_PACKAGE}`") from None
     return _PICO_ENGINES[voice]
 
 

@@ -212,6 +212,20 @@ def test_a_missing_pico_is_one_line_naming_the_pip_command(monkeypatch):
     assert "`pip install ttspico`" in str(raised.value) and "\n" not in str(raised.value)
 
 
+def test_pico_without_its_voice_files_is_one_line_naming_the_reinstall(monkeypatch):
+    class NoVoiceFiles:
+        def __init__(self, language):
+            raise RuntimeError(f"Could not instantiate TTS engine with language {language}")
+
+    monkeypatch.setitem(sys.modules, "ttspico", type(sys)("ttspico"))
+    sys.modules["ttspico"].TtsEngine = NoVoiceFiles
+    monkeypatch.setattr(speech, "_PICO_ENGINES", {})
+    with pytest.raises(DataError) as raised:
+        speech.pico_synthesize("let there be light", "en-GB", 100, 100)
+    assert "'en-GB'" in str(raised.value) and "`pip install --force-reinstall ttspico`" in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
 def test_a_corpus_with_pico_labels_its_rows_gives_no_word_times_and_repeats_under_its_seed(tmp_path, monkeypatch):
     sentences = [SENTENCE, "and the earth was without form", "let there be light", "and there was light",
                  "and god saw the light", "that it was good"]
