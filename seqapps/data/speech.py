@@ -46,6 +46,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -393,11 +394,26 @@ def pico_synthesize(text: str, voice: str, rate: int, pitch: int) -> np.ndarray:
 _PICO_ENGINES: dict[str, object] = {}
 
 
+def _import_ttspico() -> object:
+    """Imports ttspico with its C library bound to its own symbols first (``RTLD_DEEPBIND``).
+
+    Pico carries Ooura's FFT (``rdft``, ``cftb1st``, ...) under the names that TensorFlow's framework library
+    exports globally; loaded after TensorFlow without this, Pico's calls reach TensorFlow's functions and crash.
+    """
+    flags = sys.getdlopenflags()
+    sys.setdlopenflags(flags | getattr(os, "RTLD_DEEPBIND", 0))
+    try:
+        import ttspico
+    finally:
+        sys.setdlopenflags(flags)
+    return ttspico
+
+
 def _pico_engine(voice: str) -> object:
     """One ``ttspico.TtsEngine`` per voice and process (each loads its voice's files once)."""
     if voice not in _PICO_ENGINES:
         try:
-            import ttspico
+            ttspico = _import_ttspico()
         except ImportError:
             raise DataError(f"SVOX Pico needs the pip package {PICO_PACKAGE}: run `pip install {PICO_PACKAGE}` "
                             "(it compiles C: a C compiler and the Python headers), or pass --data your_audio/") from None

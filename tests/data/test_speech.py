@@ -1,6 +1,8 @@
 """Tests of the spoken-sentence generator and the transcribed-audio reader (seqapps.data.speech)."""
 import csv
 import json
+import os
+import subprocess
 import sys
 
 import librosa
@@ -195,6 +197,19 @@ def test_pico_speaks_a_female_voice_at_the_rate_and_pitch_asked(voice):
     assert 1.6 < plain.size / faster.size < 2.1  # twice the rate, minus the pauses Pico keeps
     assert _median_f0(plain) > 150  # both voices are female (slt, the held-out voice, is at about 175 Hz)
     assert _median_f0(higher) / _median_f0(plain) == pytest.approx(1.41, rel=0.03)  # librosa's pyin as reference
+
+
+def test_pico_speaks_the_same_after_tensorflow_is_loaded():
+    """Pico and TensorFlow's framework library export the same FFT names (``rdft``, ...): Pico must call its
+    own, in a process that imported TensorFlow first (every training run's), as in one that never did."""
+    speak = ("from seqapps.data import speech; import hashlib; "
+             "print(hashlib.md5(speech.pico_synthesize('let there be light', 'en-GB', 120, 90).tobytes()).hexdigest())")
+    pico_or_skip(lambda: speech.pico_synthesize("a", "en-GB", 100, 100))
+    digests = [subprocess.run([sys.executable, "-c", first + speak], capture_output=True, text=True, check=False,
+                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+               for first in ("", "import tensorflow; ")]
+    assert [d.returncode for d in digests] == [0, 0], digests[1].stderr[-500:]
+    assert digests[0].stdout == digests[1].stdout and len(digests[0].stdout.strip()) == 32
 
 
 def test_pico_rate_and_pitch_come_from_the_jobs_scales():
