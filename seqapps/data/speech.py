@@ -409,19 +409,28 @@ def _import_ttspico() -> object:
     return ttspico
 
 
+def _new_pico_engine(voice: str) -> object:
+    """A ``ttspico.TtsEngine`` that has loaded ``voice``'s files.
+
+    Raises:
+        DataError: ttspico is not installed, or the voice's files are missing from it (one line each).
+    """
+    try:
+        ttspico = _import_ttspico()
+    except ImportError:
+        raise DataError(f"SVOX Pico needs the pip package {PICO_PACKAGE}: run `pip install {PICO_PACKAGE}` "
+                        "(it compiles C: a C compiler and the Python headers), or pass --data your_audio/") from None
+    try:
+        return ttspico.TtsEngine(voice)
+    except RuntimeError as error:  # its voice files are missing from the installed package
+        raise DataError(f"SVOX Pico voice {voice!r}: {error}; reinstall it with `pip install --force-reinstall "
+                        f"{PICO_PACKAGE}`") from None
+
+
 def _pico_engine(voice: str) -> object:
-    """One ``ttspico.TtsEngine`` per voice and process (each loads its voice's files once)."""
+    """The process's engine of ``voice``, made on first use (each engine loads its voice's files once)."""
     if voice not in _PICO_ENGINES:
-        try:
-            ttspico = _import_ttspico()
-        except ImportError:
-            raise DataError(f"SVOX Pico needs the pip package {PICO_PACKAGE}: run `pip install {PICO_PACKAGE}` "
-                            "(it compiles C: a C compiler and the Python headers), or pass --data your_audio/") from None
-        try:
-            _PICO_ENGINES[voice] = ttspico.TtsEngine(voice)
-        except RuntimeError as error:  # its voice files are missing from the installed package
-            raise DataError(f"SVOX Pico voice {voice!r}: {error}; reinstall it with `pip install --force-reinstall "
-                            f"{PICO_PACKAGE}`") from None
+        _PICO_ENGINES[voice] = _new_pico_engine(voice)
     return _PICO_ENGINES[voice]
 
 
@@ -480,8 +489,9 @@ class Source:
         if self.engine == "espeak":
             Espeak.get()
             return
-        if self.engine == "pico":
-            _pico_engine(self.voice or ENGINE_VOICES["pico"][0])
+        if self.engine == "pico":  # every voice it may draw, loaded and freed: the corpus is spoken in another process
+            for voice in (self.voice,) if self.voice else ENGINE_VOICES[self.engine]:
+                _new_pico_engine(voice)
             return
         installed = festival_voices() if self.engine == "festival" else flite_voices()
         packages = FESTIVAL_PACKAGES if self.engine == "festival" else FLITE_PACKAGES

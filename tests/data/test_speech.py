@@ -221,7 +221,6 @@ def test_pico_rate_and_pitch_come_from_the_jobs_scales():
 
 def test_a_missing_pico_is_one_line_naming_the_pip_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "ttspico", None)  # import ttspico raises ImportError
-    monkeypatch.setattr(speech, "_PICO_ENGINES", {})
     with pytest.raises(DataError) as raised:
         speech.Source.parse("pico").require()
     assert "`pip install ttspico`" in str(raised.value) and "\n" not in str(raised.value)
