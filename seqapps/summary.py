@@ -2,7 +2,7 @@
 
 The summary puts the pipeline's declared headline metrics (``Pipeline.headline_metrics``) in a
 table beside every baseline, in units; then the model's other numbers grouped by split or kind,
-nested results (per tag, per length penalty) on lines of their own, the split counts, what
+nested results on lines of their own (results per test set, voice or tag as a table), the split counts, what
 fine-tuning added to the vocabularies, and the export's path. It reads only the run's result
 dict, so it needs neither TensorFlow nor the trained model.
 """
@@ -15,6 +15,8 @@ from typing import Any, Iterable, Sequence
 from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline
 
 LINE_WIDTH = 100
+#: the widest a table of results per name may be before each name takes a line of its own
+TABLE_WIDTH = 120
 #: words of a vocabulary's additions named before "..."
 NAMED_ADDITIONS = 8
 
@@ -71,8 +73,36 @@ def flat_numbers(value: dict[str, Any], prefix: str = "") -> list[tuple[str, Any
     return pairs
 
 
+def _is_records(value: Any) -> bool:
+    """True for ``{name: {field: number}}``: results per test set, per voice or per tag, one row each."""
+    return bool(value) and all(isinstance(record, dict) and record and all(map(_is_number, record.values()))
+                               for record in value.values())
+
+
+def _records_table(label: str, records: dict[str, dict[str, Any]]) -> list[str]:
+    """A table of ``records``: a row per name, a column per field. Where the names are too long to share a line
+    with the numbers within ``TABLE_WIDTH``, each name takes a line of its own above its numbers."""
+    fields = list(dict.fromkeys(field for record in records.values() for field in record))
+    columns = [max(8, len(field)) + 2 for field in fields]
+    names = {name: f"  {name}" for name in records}
+    width = max(len(label) + 1, *(len(name) for name in names.values()))
+
+    def cells(record: dict[str, Any]) -> str:
+        return "".join(f"{number(record.get(field)):>{column}}" for field, column in zip(fields, columns))
+
+    header = "".join(f"{field:>{column}}" for field, column in zip(fields, columns))
+    if width + sum(columns) <= TABLE_WIDTH:
+        return [f"{label + ':':<{width}}{header}"] + [f"{names[name]:<{width}}{cells(record)}"
+                                                      for name, record in records.items()]
+    lines = [f"{label}:", f"    {header}"]
+    for name, record in records.items():
+        lines += [names[name], f"    {cells(record)}"]
+    return lines
+
+
 def _other_metrics(metrics: dict[str, Any], headlines: Sequence[Headline]) -> list[str]:
-    """The model's numbers that are not headlines: grouped by their ``split/`` prefix; nested ones on their own lines."""
+    """The model's numbers that are not headlines: grouped by their ``split/`` prefix; nested ones on their own
+    lines, and results per name (``_is_records``) as a table."""
     shown = {h.key for h in headlines}
     groups: dict[str, list[str]] = {}
     lines: list[str] = []
@@ -81,7 +111,9 @@ def _other_metrics(metrics: dict[str, Any], headlines: Sequence[Headline]) -> li
             continue
         if isinstance(value, dict):
             pairs = flat_numbers(value)
-            if pairs:
+            if _is_records(value):
+                lines += _records_table(key, value)
+            elif pairs:
                 lines += _wrapped(key, (f"{name} {number(item)}" for name, item in pairs))
         elif _is_number(value):
             group, _, name = key.rpartition("/")

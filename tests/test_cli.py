@@ -239,3 +239,22 @@ def test_run_summary_shows_headlines_in_units_against_baselines_named_otherwise_
     assert "split: 19 train / 2 validation / 3 test clips" in lines
     assert "words: 37 in all; 2 added (temple, flower); 5% of test words unknown" in lines
     assert lines[-1] == "export: out/p/1"
+
+def test_run_summary_prints_results_per_name_as_a_table_and_long_names_on_their_own_lines():
+    voices = {"awb": {"beam_cer": 0.168, "utterances": 44}, "slt": {"beam_cer": 0.3081, "utterances": 45}}
+    long_name = "Festival cmu_us_slt_arctic_hts (held-out voice) " + "x" * 80
+    result = {"pipeline": "p", "preset": "tiny", "seconds": 1.0, "export": "out/p/1",
+              "metrics": {"cer": 0.2, "per_voice": voices, "test_sets": {long_name: {"beam_cer": 0.2427}},
+                          "per_tag": {"rock": 0.9, "jazz": 0.8}}}
+    lines = run_summary(result).splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("per_voice:")))
+    header, awb, slt = lines[start: start + 3]
+    assert header.split() == ["per_voice:", "beam_cer", "utterances"]
+    assert awb.split() == ["awb", "0.168", "44"] and slt.split() == ["slt", "0.3081", "45"]
+    for row in (awb, slt):  # each number ends where its column's name ends
+        assert row.rstrip().endswith(row.split()[-1]) and len(row) == len(header)
+    assert awb.index("0.168") + len("0.168") == header.index("beam_cer") + len("beam_cer")
+    start = lines.index("test_sets:")
+    assert lines[start + 1].split() == ["beam_cer"] and lines[start + 2] == f"  {long_name}"
+    assert lines[start + 3].split() == ["0.2427"]
+    assert "per_tag: rock 0.9, jazz 0.8" in lines  # numbers per name, not records: one wrapped line
