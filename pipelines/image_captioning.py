@@ -76,7 +76,7 @@ from seqapps.generation import (Generation, Generator, evaluation_decoder, gener
 from seqapps.layers.attention_decoder import AttentionDecoder, PaddingMask
 from seqapps.layers.decoding import BeamSearch, DecodingStrategy, GreedySearch
 from seqapps.layers.batch_nce import BatchNCE, unigram_distribution
-from seqapps.layers.image_streams import RandomChannelMix
+from seqapps.layers.image_streams import LocalContrastNorm, RandomChannelMix
 from seqapps.losses import per_token_training_loss
 from seqapps.pipeline import SPLIT_COUNTS, VOCABULARIES, Headline, Pipeline, Splits, row_inputs
 from seqapps.report import plots
@@ -94,6 +94,7 @@ ATTENTION_WORDS = 12  # the most caption words whose attention map the report sh
 # split -> what the report calls it
 DECODER_INPUTS = ("words", "roles")  # what the decoder reads of each previous word
 IMAGE_STREAMS = ("joint", "colour_shape")  # one convnet over RGB, or a colour-blind shape stream beside a colour one
+SHAPE_VIEWS = ("grey", "local_contrast")  # what the colour-blind shape stream reads
 COLOUR_STREAM_FILTERS = 16
 TEST_SPLITS = {"test": "seen (test)", "test_novel": "novel (test_novel)", "test_style": "held-out style (test_style)"}
 
@@ -122,6 +123,9 @@ class CaptioningConfig(Seq2SeqConfig):
         image_streams: "joint" (the small convnet reads the RGB image) or "colour_shape" (it reads a
             colour-blind grey view, ``RandomChannelMix``, and 1 x 1 convolutions beside it read each pixel's
             colour, max-pooled to the same grid: shape features that cannot tie a shape to a colour).
+        shape_view: what the shape stream of ``image_streams=colour_shape`` reads: "grey" (the colour-blind
+            view) or "local_contrast" (its local contrast, ``LocalContrastNorm`` with a Gaussian of 4 px at
+            64 px: edges without the background's level).
         train_style: how generated training and validation scenes are drawn: "flat" (plain grey) or "varied"
             (``scenes.VARIED``: textures, blur and JPEG artefacts). The user's own images are read as they are.
     """
@@ -144,6 +148,7 @@ class CaptioningConfig(Seq2SeqConfig):
     max_eval_images: int | None = None
     decoder_inputs: str = "words"
     image_streams: str = "joint"
+    shape_view: str = "grey"
     train_style: str = scenes.FLAT.name
     batch_size: int = 64
     learning_rate: float = 2e-3
@@ -152,7 +157,7 @@ class CaptioningConfig(Seq2SeqConfig):
     lr_patience: int = 1
 
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {**Seq2SeqConfig.CHOICES, "decoder_inputs": DECODER_INPUTS,
-                                                   "image_streams": IMAGE_STREAMS,
+                                                   "image_streams": IMAGE_STREAMS, "shape_view": SHAPE_VIEWS,
                                                    "train_style": scenes.TRAINING_STYLES}
     PRESETS = {
         "tiny": {"num_train": 120, "num_val": 20, "num_test": 20, "num_novel": 20, "num_style": 20,
@@ -179,6 +184,8 @@ class CaptioningConfig(Seq2SeqConfig):
                 f"at least 2 ** len(cnn_filters) = {2 ** len(self.cnn_filters)}")
         require(self.image_streams == "joint" or self.cnn == "small", "image_streams", self.image_streams,
                 "joint with a keras.applications backbone (colour_shape needs cnn=small)")
+        require(self.shape_view == "grey" or self.image_streams == "colour_shape", "shape_view", self.shape_view,
+                "grey unless image_streams=colour_shape (only the shape stream reads it)")
         require(self.cnn_weights is None or Path(self.cnn_weights).is_file(), "cnn_weights", self.cnn_weights,
                 "null or an existing local weights file")
         require(self.vocabulary in VOCABULARY_CHOICES, "vocabulary", self.vocabulary,
@@ -331,6 +338,8 @@ class ImageCaptioning(Pipeline):
             hidden = pixels
             if config.image_streams == "colour_shape":
                 hidden = RandomChannelMix(seed=config.seed, name="colour_blind")(pixels)
+                if config.shape_view == "local_contrast":
+                    hidden = LocalContrastNorm(sigma=4.0 * config.image_size / 64, name="local_contrast")(hidden)
             for i, filters in enumerate(config.cnn_filters):
                 hidden = keras.layers.Conv2D(filters, 3, padding="same", activation="relu", name=f"conv_{i + 1}a")(hidden)
                 hidden = keras.layers.Conv2D(filters, 3, padding="same", activation="relu", name=f"conv_{i + 1}b")(hidden)

@@ -1,7 +1,9 @@
-"""RandomChannelMix: the colour-blind grey view of the captioning model's shape stream."""
+"""RandomChannelMix and LocalContrastNorm: the colour-blind grey view of the captioning model's shape stream."""
 import numpy as np
+import pytest
+from scipy import ndimage
 
-from seqapps.layers.image_streams import RandomChannelMix
+from seqapps.layers.image_streams import LocalContrastNorm, RandomChannelMix
 from tests.layers.harness import run_layer_test
 
 
@@ -41,3 +43,56 @@ def test_random_channel_mix_layer_harness():
     run_layer_test(RandomChannelMix, {"seed": 2}, _images(), expected_output_shape=(6, 5, 4, 1),
                    expected_num_trainable_weights=0, expected_num_non_trainable_weights=0,
                    other_input_data=_images(batch=2), not_applicable={"fit": "the layer has no weights to train"})
+
+
+def _local_contrast_reference(image: np.ndarray, sigma: float, min_deviation: float, epsilon: float) -> np.ndarray:
+    """The normalisation in NumPy: scipy's Gaussian (mirrored edges, the same reach) for the local statistics."""
+    def smooth(x: np.ndarray) -> np.ndarray:
+        return ndimage.gaussian_filter(x, sigma, mode="mirror", truncate=int(3 * sigma + 0.5) / sigma)
+
+    centred = image - smooth(image)
+    deviation = np.sqrt(np.maximum(smooth(centred ** 2), 0.0))
+    return centred / np.maximum(deviation, max(deviation.mean(), min_deviation) + epsilon)
+
+
+@pytest.mark.parametrize("sigma, min_deviation", [(1.0, 0.0), (2.5, 0.0), (1.0, 0.05)])
+def test_local_contrast_norm_equals_a_scipy_reference(sigma, min_deviation):
+    images = np.random.default_rng(3).uniform(0, 1, (3, 20, 17, 1)).astype("float64")
+    images[1] *= 0.1  # a low-contrast image: its floor is its own mean deviation, or min_deviation above it
+    found = LocalContrastNorm(sigma=sigma, min_deviation=min_deviation, dtype="float64")(images).numpy()
+    for image, out in zip(images, found):
+        # float64 on both sides: the two differ only by summation order
+        expected = _local_contrast_reference(image[..., 0], sigma, min_deviation, 1e-3)
+        np.testing.assert_allclose(out[..., 0], expected, atol=1e-9)
+
+
+def test_a_deviation_floor_keeps_faint_texture_faint():
+    faint = np.random.default_rng(4).uniform(0.45, 0.55, (1, 24, 24, 1)).astype("float32")
+    with_floor = LocalContrastNorm(sigma=2.0, min_deviation=0.1)(faint).numpy()
+    without = LocalContrastNorm(sigma=2.0)(faint).numpy()
+    # the faint texture's deviation (about 0.03) is below the floor: divided by 0.1, not scaled up to unit contrast
+    assert np.abs(with_floor).max() < 1 < np.abs(without).max()
+
+
+def test_local_contrast_norm_ignores_the_background_level_and_reads_a_filled_and_an_outlined_square_alike():
+    filled, outlined = np.full((2, 32, 32), 0.9), np.full((32, 32), 0.9)
+    filled[0, 10:22, 10:22] = filled[1, 10:22, 10:22] = 0.3
+    filled[1] -= 0.4  # the same square on a darker background
+    outlined[10:22, 10:22] = 0.3
+    outlined[12:20, 12:20] = 0.9
+    views = LocalContrastNorm(sigma=2.0)(np.concatenate([filled, outlined[None]])[..., None].astype("float32"))
+    views = views.numpy()[..., 0]
+    np.testing.assert_allclose(views[0], views[1], atol=1e-4)  # a shift of the level changes nothing
+    boundary = np.zeros((32, 32), bool)
+    boundary[10:22, 10:22] = True
+    boundary[12:20, 12:20] = False  # the ring where both squares are drawn
+    # on the ring where both are drawn, both views are dark against their surroundings
+    assert np.all(views[0][boundary] < 0) and np.all(views[2][boundary] < 0)
+
+
+def test_local_contrast_norm_layer_harness():
+    run_layer_test(LocalContrastNorm, {"sigma": 1.0}, np.random.default_rng(0).uniform(0, 1, (4, 9, 8, 1)).astype("float32"),
+                   expected_output_shape=(4, 9, 8, 1), expected_num_trainable_weights=0,
+                   expected_num_non_trainable_weights=0,
+                   other_input_data=np.random.default_rng(1).uniform(0, 1, (2, 9, 8, 1)).astype("float32"),
+                   not_applicable={"fit": "the layer has no weights to train"})

@@ -76,6 +76,27 @@ def test_the_colour_shape_streams_read_shape_without_colour_and_colour_without_s
     np.testing.assert_allclose(np.asarray(streams(shuffled)[1]), np.asarray(colour), rtol=1e-6)
 
 
+def test_the_local_contrast_shape_view_ignores_the_background_level(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQAPPS_DATA", str(tmp_path))
+    pipeline = image_captioning.ImageCaptioning()
+    image = np.full((1, 32, 32, 3), 200.0, "float32")
+    image[0, 8:20, 6:18] = (40, 80, 220)  # a blue square on light grey
+    changes = {}
+    for view in image_captioning.SHAPE_VIEWS:
+        config = resolve_config(image_captioning.CaptioningConfig, "tiny",
+                                overrides=["image_streams=colour_shape", f"shape_view={view}"])
+        model = pipeline.build_model(config, pipeline.load_data(config, None))
+        shape_stream = keras.Model(model.input["image"], model.get_layer(f"pool_{len(config.cnn_filters)}").output)
+        # every pixel 60 levels darker: the grey view shifts, its local contrast does not
+        changes[view] = np.abs(np.asarray(shape_stream(image)) - np.asarray(shape_stream(image - 60.0))).max()
+    assert changes["local_contrast"] < 1e-5 < 1e-2 < changes["grey"]
+
+
+def test_the_local_contrast_shape_view_needs_the_colour_shape_streams():
+    with pytest.raises(ConfigError, match="shape_view.*image_streams=colour_shape"):
+        resolve_config(image_captioning.CaptioningConfig, "tiny", overrides=["shape_view=local_contrast"])
+
+
 def test_colour_shape_streams_need_the_small_convnet():
     with pytest.raises(ConfigError, match="image_streams.*needs cnn=small"):
         resolve_config(image_captioning.CaptioningConfig, "tiny",
