@@ -1,9 +1,10 @@
 """Which part of the held-out drawing style a captioning export fails on: one factor of ``scenes.PHOTO`` at a time.
 
-A probe behind docs/results.md (issue 26 item 3), not library code. For each factor of the held-out style (the
-photo background, outlines, the other sizes, overlap, blur with JPEG artefacts), and for the procedural texture
-of the ``varied`` training style, it draws scenes of seen colour/shape pairs in ``scenes.FLAT`` with that one
-factor changed, plus ``FLAT`` and ``PHOTO`` themselves. It captions them with the export's greedy signature
+A probe behind docs/results.md (issue 26 item 3), not library code. It draws scenes of seen colour/shape pairs
+in ``scenes.FLAT`` with one factor changed: each factor of the held-out style (the photo background, outlines,
+the other sizes, overlap, blur with JPEG artefacts), the procedural texture of the ``varied`` training style, and
+the photo background's brightness alone (plain grey at 165, the median of ``scenes.photo_background``'s means,
+against 235). It adds ``FLAT`` and ``PHOTO`` themselves. It captions them with the export's greedy signature
 (``serving_default``, PNG bytes in) and prints, per export, the share of captions whose facts are all true
 (``scenes.check_caption``), as a Markdown table.
 
@@ -29,6 +30,7 @@ IMAGE_SIZE = 64
 VARIANTS = {
     "flat": scenes.FLAT,
     "photo background": dataclasses.replace(scenes.FLAT, photo=True),
+    "plain grey 165": dataclasses.replace(scenes.FLAT, background_grey=(165, 165)),
     "outlines": dataclasses.replace(scenes.FLAT, outline=scenes.PHOTO.outline),
     "other sizes": dataclasses.replace(scenes.FLAT, sizes=scenes.PHOTO.sizes),
     "overlap": dataclasses.replace(scenes.FLAT, spacing=scenes.PHOTO.spacing),
