@@ -62,11 +62,8 @@ class Style:
         spacing: objects' centres are at least ``spacing * (r1 + r2) + 0.02`` apart (below 1: they may overlap).
         photo: draw on a crop of a scikit-learn sample photo instead of plain grey.
         texture: draw on a procedural texture (``texture_background``) instead of plain grey.
-        dead_leaves: the share of a textured style's backgrounds drawn as dead leaves (``dead_leaves_background``)
-            instead of ``texture_background``.
         background_grey: the range of the grey level drawn per image: the plain background's, or the one a
             texture is faded towards (a photo is always faded towards ``BACKGROUND``).
-        size_jitter: each object's radius is its size word's times a factor drawn from ``[1 - j, 1 + j]``.
         outline: the outline's width in pixels at 64 px (0: filled shapes).
         blur: the range of the Gaussian blur's sigma, in pixels at 64 px ((0, 0): none).
         jpeg_quality: the range of the JPEG quality the image is compressed at (None: no compression).
@@ -78,9 +75,7 @@ class Style:
     spacing: float = 1.0
     photo: bool = False
     texture: bool = False
-    dead_leaves: float = 0.0
     background_grey: tuple[int, int] = (BACKGROUND[0], BACKGROUND[0])
-    size_jitter: float = 0.0
     outline: int = 0
     blur: tuple[float, float] = (0.0, 0.0)
     jpeg_quality: tuple[int, int] | None = None
@@ -151,11 +146,10 @@ def random_scene(rng: np.random.Generator, held_out: bool | None = False, max_tr
         for _ in range(count):
             shape, colour = SHAPES[rng.integers(len(SHAPES))], list(COLOURS)[rng.integers(len(COLOURS))]
             size = list(style.sizes)[rng.integers(len(style.sizes))]
-            radius = style.sizes[size] * (1 + style.size_jitter)  # the largest it may be drawn
+            radius = style.sizes[size]
             for _ in range(max_tries):
                 x, y = rng.uniform(radius, 1 - radius, size=2)
-                if all(np.hypot(x - o.x, y - o.y)
-                       > style.spacing * (radius + style.sizes[o.size] * (1 + style.size_jitter)) + 0.02
+                if all(np.hypot(x - o.x, y - o.y) > style.spacing * (radius + style.sizes[o.size]) + 0.02
                        for o in objects):
                     objects.append(SceneObject(shape, colour, size, round(float(x), 3), round(float(y), 3)))
                     break
@@ -187,16 +181,13 @@ def render(scene: Scene, size: int = 64, rng: np.random.Generator | None = None,
     if style.photo:
         image = photo_background(rng, size)
     elif style.texture:
-        leaves = style.dead_leaves > 0 and rng.uniform() < style.dead_leaves
-        image = (dead_leaves_background if leaves else texture_background)(rng, size, grey)
+        image = texture_background(rng, size, grey)
     else:
         image = Image.new("RGB", (size, size), grey)
     draw = ImageDraw.Draw(image)
     width = max(1, round(style.outline * size / 64)) if style.outline else 0
     for o in scene.objects:
         cx, cy, r = o.x * size, o.y * size, style.sizes[o.size] * size
-        if style.size_jitter:
-            r *= rng.uniform(1 - style.size_jitter, 1 + style.size_jitter)
         paint = {"outline": COLOURS[o.colour], "width": width} if width else {"fill": COLOURS[o.colour]}
         if o.shape == "circle":
             draw.ellipse([cx - r, cy - r, cx + r, cy + r], **paint)
@@ -248,32 +239,6 @@ def texture_background(rng: np.random.Generator, size: int,
     pixels = pixels + rng.normal(0.0, rng.uniform(0.0, 30.0), pixels.shape)
     fade = rng.uniform(0.5, 1.0)
     pixels = (1.0 - fade) * pixels + fade * np.asarray(grey, "float64")
-    return Image.fromarray(np.clip(np.round(pixels), 0, 255).astype("uint8"))
-
-
-def dead_leaves_radii(rng: np.random.Generator, count: int, low: float, high: float) -> np.ndarray:
-    """``count`` radii of density proportional to ``r^-3`` on ``[low, high]`` (the dead-leaves model's
-    scale-invariant law), by inverting the cumulative distribution."""
-    return (low ** -2 - rng.uniform(size=count) * (low ** -2 - high ** -2)) ** -0.5
-
-
-def dead_leaves_background(rng: np.random.Generator, size: int, grey: tuple[int, int, int] = BACKGROUND,
-                           leaves: int = 150) -> PIL.Image.Image:
-    """A dead-leaves background (Lee, Mumford and Huang, 2001): discs of random colours, with radii of density
-    proportional to ``r^-3`` between 1/64 and 1/4 of the side, dropped at uniform positions on a random colour
-    (later discs occlude earlier ones), faded 50-100% of the way to ``grey``. It has the
-    occluding edges and scale-free statistics of natural images without being a photo."""
-    from PIL import Image, ImageDraw
-
-    image = Image.new("RGB", (size, size), tuple(int(c) for c in rng.integers(0, 256, 3)))
-    draw = ImageDraw.Draw(image)
-    radii = dead_leaves_radii(rng, leaves, size / 64, size / 4)
-    centres = rng.uniform(0, size, (leaves, 2))
-    colours = rng.integers(0, 256, (leaves, 3))
-    for r, (cx, cy), colour in zip(radii, centres, colours):
-        draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=tuple(int(c) for c in colour))
-    fade = rng.uniform(0.5, 1.0)
-    pixels = (1.0 - fade) * np.asarray(image, "float64") + fade * np.asarray(grey, "float64")
     return Image.fromarray(np.clip(np.round(pixels), 0, 255).astype("uint8"))
 
 
