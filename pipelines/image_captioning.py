@@ -11,10 +11,7 @@ the decoder knows that it said a colour but not which. ``image_streams=colour_sh
 factorises the image features: the convnet reads a colour-blind grey view (a random mix of the channels per training
 image, ``RandomChannelMix``), so its features cannot tie a shape to the colours it was seen in, and 1 x 1
 convolutions beside it read each pixel's colour. On ``test_novel`` the streams raised fact accuracy 2.5x at a reduced
-size and the roles decoder did not help (docs/results.md, "Colour and shape read apart"). ``shape_view=local_contrast``
-makes the shape stream read the grey view's local contrast (``LocalContrastNorm``): edges without the background's
-level. It raised the held-out style's BLEU-4 at two seeds and cost the seen style's fact accuracy, so it is off by
-default (docs/results.md, "Beating the nearest neighbour on the held-out style").
+size and the roles decoder did not help (docs/results.md, "Colour and shape read apart").
 
 Data: by default generated scenes of 1-3 coloured shapes with their true captions
 (``seqapps.data.scenes``), written once from the seed into ``$SEQAPPS_DATA`` (default
@@ -97,7 +94,7 @@ ATTENTION_WORDS = 12  # the most caption words whose attention map the report sh
 # split -> what the report calls it
 DECODER_INPUTS = ("words", "roles")  # what the decoder reads of each previous word
 IMAGE_STREAMS = ("joint", "colour_shape")  # one convnet over RGB, or a colour-blind shape stream beside a colour one
-SHAPE_VIEWS = ("grey", "local_contrast", "grey_and_local_contrast")  # what the colour-blind shape stream reads
+SHAPE_VIEWS = ("grey", "local_contrast")  # what the colour-blind shape stream reads
 COLOUR_STREAM_FILTERS = 16
 TEST_SPLITS = {"test": "seen (test)", "test_novel": "novel (test_novel)", "test_style": "held-out style (test_style)"}
 
@@ -127,8 +124,8 @@ class CaptioningConfig(Seq2SeqConfig):
             colour-blind grey view, ``RandomChannelMix``, and 1 x 1 convolutions beside it read each pixel's
             colour, max-pooled to the same grid: shape features that cannot tie a shape to a colour).
         shape_view: what the shape stream of ``image_streams=colour_shape`` reads: "grey" (the colour-blind
-            view), "local_contrast" (its local contrast, ``LocalContrastNorm`` with a Gaussian of 4 px at
-            64 px: edges without the background's level) or "grey_and_local_contrast" (both, as two channels).
+            view) or "local_contrast" (its local contrast, ``LocalContrastNorm`` with a Gaussian of 4 px at
+            64 px: edges without the background's level).
         train_style: how generated training and validation scenes are drawn: "flat" (plain grey) or "varied"
             (``scenes.VARIED``: textures, blur and JPEG artefacts). The user's own images are read as they are.
     """
@@ -341,10 +338,8 @@ class ImageCaptioning(Pipeline):
             hidden = pixels
             if config.image_streams == "colour_shape":
                 hidden = RandomChannelMix(seed=config.seed, name="colour_blind")(pixels)
-                if config.shape_view != "grey":
-                    local = LocalContrastNorm(sigma=4.0 * config.image_size / 64, name="local_contrast")(hidden)
-                    hidden = (local if config.shape_view == "local_contrast"
-                              else keras.layers.Concatenate(name="shape_views")([hidden, local]))
+                if config.shape_view == "local_contrast":
+                    hidden = LocalContrastNorm(sigma=4.0 * config.image_size / 64, name="local_contrast")(hidden)
             for i, filters in enumerate(config.cnn_filters):
                 hidden = keras.layers.Conv2D(filters, 3, padding="same", activation="relu", name=f"conv_{i + 1}a")(hidden)
                 hidden = keras.layers.Conv2D(filters, 3, padding="same", activation="relu", name=f"conv_{i + 1}b")(hidden)

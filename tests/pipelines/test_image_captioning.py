@@ -81,7 +81,7 @@ def test_the_local_contrast_shape_view_ignores_the_background_level(tmp_path, mo
     pipeline = image_captioning.ImageCaptioning()
     image = np.full((1, 32, 32, 3), 200.0, "float32")
     image[0, 8:20, 6:18] = (40, 80, 220)  # a blue square on light grey
-    changes, channels = {}, {}
+    changes = {}
     for view in image_captioning.SHAPE_VIEWS:
         config = resolve_config(image_captioning.CaptioningConfig, "tiny",
                                 overrides=["image_streams=colour_shape", f"shape_view={view}"])
@@ -89,9 +89,7 @@ def test_the_local_contrast_shape_view_ignores_the_background_level(tmp_path, mo
         shape_stream = keras.Model(model.input["image"], model.get_layer(f"pool_{len(config.cnn_filters)}").output)
         # every pixel 60 levels darker: the grey view shifts, its local contrast does not
         changes[view] = np.abs(np.asarray(shape_stream(image)) - np.asarray(shape_stream(image - 60.0))).max()
-        channels[view] = model.get_layer("conv_1a").kernel.shape[2]
-    assert changes["local_contrast"] < 1e-5 < 1e-2 < min(changes["grey"], changes["grey_and_local_contrast"])
-    assert channels == {"grey": 1, "local_contrast": 1, "grey_and_local_contrast": 2}
+    assert changes["local_contrast"] < 1e-5 < 1e-2 < changes["grey"]
 
 
 def test_the_local_contrast_shape_view_needs_the_colour_shape_streams():
