@@ -22,7 +22,7 @@ REGISTERED = {
     "seqapps.layers.ctc": ("CTCSpeechModel",),
     "seqapps.layers.hierarchical_rnn": ("BidirectionalHRNN", "DecoupledHRNN"),
     "seqapps.layers.hrnn_model": ("HRNNSequenceModel",),
-    "seqapps.layers.image_streams": ("RandomChannelMix",),
+    "seqapps.layers.image_streams": ("LocalContrastNorm", "RandomChannelMix"),
     "seqapps.layers.lexicon": ("LexiconBias",),
     "seqapps.layers.ngram_context": ("NGramContext",),
     "seqapps.layers.spectrogram": ("LogMelSpectrogram", "SpecAugment", "TimeStatistics"),
