@@ -110,10 +110,9 @@ def _other_metrics(metrics: dict[str, Any], headlines: Sequence[Headline]) -> li
         if key in shown:
             continue
         if isinstance(value, dict):
-            pairs = flat_numbers(value)
             if _is_records(value):
                 lines += _records_table(key, value)
-            elif pairs:
+            elif pairs := flat_numbers(value):
                 lines += _wrapped(key, (f"{name} {number(item)}" for name, item in pairs))
         elif _is_number(value):
             group, _, name = key.rpartition("/")
