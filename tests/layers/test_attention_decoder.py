@@ -1,9 +1,10 @@
 """Tests of the attending RNN decoder and its in-graph word generator (seqapps.layers.attention_decoder)."""
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from seqapps.layers.attention_decoder import AttentionDecoder, PaddingMask
+from seqapps.layers.attention_decoder import AdditiveAttention, AttentionDecoder, PaddingMask
 from tests.layers.harness import run_layer_test
 
 BATCH, STEPS, SOURCE, UNITS, VOCAB = 3, 5, 4, 8, 11
@@ -22,6 +23,33 @@ def _fewer(inputs: dict, batch: int = 2, steps: int = 3, source: int = 3) -> dic
     """``inputs`` cut to another batch size, target length and memory length."""
     return {"ids": inputs["ids"][:batch, :steps], "memory": inputs["memory"][:batch, :source],
             "memory_mask": inputs["memory_mask"][:batch, :source], "state": [s[:batch] for s in inputs["state"]]}
+
+
+@pytest.mark.parametrize("use_scale", [True, False])
+def test_additive_attention_equals_keras_in_outputs_and_gradients(use_scale):
+    """The matrix-product scores give Keras' AdditiveAttention's outputs, scores and gradients (float32 sums in
+    another order: 1e-5), masks included, for a teacher-forced query sequence and a one-step query."""
+    rng = np.random.default_rng(3)
+    memory = tf.constant(rng.normal(size=(BATCH, SOURCE, UNITS)), tf.float32)
+    mask = tf.constant(_inputs("gru")["memory_mask"])
+    ours, theirs = AdditiveAttention(use_scale=use_scale), keras.layers.AdditiveAttention(use_scale=use_scale)
+    for layer in (ours, theirs):
+        layer.build([(None, None, UNITS), memory.shape])
+    if use_scale:
+        ours.scale.assign(rng.normal(size=UNITS).astype("float32"))
+        theirs.scale.assign(ours.scale)
+    for steps in (STEPS, 1):
+        query = tf.constant(rng.normal(size=(BATCH, steps, UNITS)), tf.float32)
+        results = []
+        for layer in (ours, theirs):
+            with tf.GradientTape() as tape:
+                tape.watch([query, memory])
+                context, scores = layer([query, memory], mask=[None, mask], return_attention_scores=True)
+                loss = tf.reduce_sum(tf.sin(context)) + tf.reduce_sum(tf.cos(scores))
+            results.append([context, scores, *tape.gradient(loss, [query, memory, *layer.trainable_weights])])
+        assert len(results[0]) == len(results[1]) == (5 if use_scale else 4)
+        for got, want in zip(*results):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 # Weights: the embedding 1, the LSTM/GRU 3 (kernel, recurrent kernel, bias), the attention's scale 1, the Dense 2.
