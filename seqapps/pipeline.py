@@ -99,6 +99,8 @@ class Splits:
             vocabularies); saved in the export for ``predict`` and ``finetune``.
         report: JSON-able facts about the data to show the user (rows, filled values).
         arrays: anything else evaluation needs (for example NumPy targets).
+        padding_values: what each component of an element of varying length is padded with in a batch, a
+            structure like the element's (None: zeros); ``seqapps.training.batch_datasets`` pads with it.
     """
 
     train: "tf.data.Dataset"
@@ -107,6 +109,7 @@ class Splits:
     state: dict[str, Any]
     report: dict[str, Any] = dataclasses.field(default_factory=dict)
     arrays: dict[str, Any] = dataclasses.field(default_factory=dict)
+    padding_values: Any = None
 
 
 class Pipeline:

@@ -47,10 +47,13 @@ class TrainingData(Protocol):
 
     Attributes:
         train, val: ``tf.data.Dataset``s of ``(inputs, targets)``, unbatched.
+        padding_values: what each component of an element of varying length is padded with in a batch,
+            a structure like the element's (None: zeros, ``padded_batch``'s default).
     """
 
     train: tf.data.Dataset
     val: tf.data.Dataset
+    padding_values: Any
 
 
 class ModelMaker(Protocol):
@@ -274,7 +277,7 @@ def make_optimizer(config: TrainingConfig) -> keras.optimizers.Optimizer:
 
 
 def seconds_per_training_step(model: keras.Model, config: TrainingConfig, compile_args: dict[str, Any],
-                              train: tf.data.Dataset, steps: int) -> float:
+                              train: tf.data.Dataset, steps: int, padding_values: Any = None) -> float:
     """Times training steps of a fresh copy of ``model`` (the trained weights are not touched).
 
     Args:
@@ -283,15 +286,16 @@ def seconds_per_training_step(model: keras.Model, config: TrainingConfig, compil
         compile_args: the pipeline's other ``compile`` arguments (loss, ``jit_compile``).
         train: the unbatched training split of ``(inputs, targets[, weights])`` elements.
         steps: timed steps, after one untimed step that traces and compiles.
+        padding_values: as ``TrainingData.padding_values``.
 
     Returns:
         The mean seconds of one step (batches of ``config.batch_size``).
     """
-    return _timed_steps(model, config, compile_args, _timing_batches(train, config.batch_size, steps))
+    return _timed_steps(model, config, compile_args, _timing_batches(train, config, steps, padding_values))
 
 
 def training_tokens_per_second(model: keras.Model, config: Any, compile_args: dict[str, Any],
-                               train: tf.data.Dataset) -> float:
+                               train: tf.data.Dataset, padding_values: Any = None) -> float:
     """A sequence-to-sequence model's training target tokens per second (``seconds_per_training_step``).
 
     The tokens are the real (non-zero weight) target tokens of the timed batches themselves: a model that
@@ -299,21 +303,29 @@ def training_tokens_per_second(model: keras.Model, config: Any, compile_args: di
     whole split would misstate it.
 
     Args:
-        model, compile_args, train: as ``seconds_per_training_step``; ``train``'s elements carry weights.
+        model, compile_args, train, padding_values: as ``seconds_per_training_step``; ``train``'s elements
+            carry weights.
         config: its ``batch_size`` and ``timing_steps`` (the timed steps), and the optimizer settings.
 
     Returns:
         The timed batches' target tokens per second.
     """
-    batches = _timing_batches(train, config.batch_size, config.timing_steps)
+    batches = _timing_batches(train, config, config.timing_steps, padding_values)
     step = _timed_steps(model, config, compile_args, batches)
     tokens = sum(float(np.count_nonzero(batch[2])) for batch in batches[1:]) / config.timing_steps
     return round(tokens / step, 1)
 
 
-def _timing_batches(train: tf.data.Dataset, batch_size: int, steps: int) -> list[tuple]:
-    """The first ``steps + 1`` full batches of ``train`` (repeated when it is shorter): one to trace, ``steps`` to time."""
-    return list(train.repeat().batch(batch_size, drop_remainder=True).take(steps + 1))
+def _timing_batches(train: tf.data.Dataset, config: TrainingConfig, steps: int, padding_values: Any) -> list[tuple]:
+    """The first ``steps + 1`` full batches of ``train`` (repeated when it is shorter), padded and grouped by length
+    as training batches them (``batch_datasets``): one to trace, ``steps`` to time."""
+    repeated = train.repeat()
+    if config.length_sorted_batches > 1:
+        batches = length_grouped_batches(repeated, config.batch_size, config.length_sorted_batches, config.seed,
+                                         padding_values)
+    else:
+        batches = repeated.padded_batch(config.batch_size, padding_values=padding_values, drop_remainder=True)
+    return list(batches.take(steps + 1))
 
 
 def _timed_steps(model: keras.Model, config: TrainingConfig, compile_args: dict[str, Any],
@@ -366,8 +378,8 @@ def _element_lengths(window: Any) -> tf.Tensor:
 
 
 def length_grouped_batches(elements: tf.data.Dataset, batch_size: int, window_batches: int,
-                           seed: int) -> tf.data.Dataset:
-    """Zero-padded batches of elements of similar length, in a shuffled order.
+                           seed: int, padding_values: Any = None) -> tf.data.Dataset:
+    """Padded batches of elements of similar length, in a shuffled order.
 
     Each window of ``batch_size * window_batches`` consecutive elements is sorted by length
     (``_element_lengths``) and cut into batches, and the batches are shuffled within a buffer of
@@ -380,6 +392,7 @@ def length_grouped_batches(elements: tf.data.Dataset, batch_size: int, window_ba
         batch_size: elements per batch.
         window_batches: batches per sorted window.
         seed: seed of the batches' shuffle.
+        padding_values: as ``TrainingData.padding_values`` (None: zeros).
 
     Returns:
         The batched dataset.
@@ -399,15 +412,15 @@ def length_grouped_batches(elements: tf.data.Dataset, batch_size: int, window_ba
                                      element)
 
     windows = elements.ragged_batch(batch_size * window_batches).map(whole(sort_by_length)).unbatch().map(whole(dense))
-    return windows.padded_batch(batch_size).shuffle(window_batches, seed=seed)
+    return windows.padded_batch(batch_size, padding_values=padding_values).shuffle(window_batches, seed=seed)
 
 
 def batch_datasets(data: TrainingData, config: TrainingConfig,
                    first_epoch: int = 0) -> tuple[tf.data.Dataset, tf.data.Dataset, int]:
     """Shuffles and batches the train split for epochs ``first_epoch..epochs-1``, batches the validation split.
 
-    Elements of varying length (audio clips, transcripts) are zero-padded to the longest
-    in their batch (grouped by length first when ``config.length_sorted_batches`` > 1); fixed-size
+    Elements of varying length (audio clips, transcripts, sentences) are padded to the longest in their batch
+    with ``data.padding_values`` (zeros by default; grouped by length first when ``config.length_sorted_batches`` > 1); fixed-size
     elements batch as they are. Epoch ``e`` is shuffled with a seed made of ``config.seed`` and ``e``, so a run resumed
     at epoch ``e`` sees the same batches as a run that never stopped.
 
@@ -436,13 +449,14 @@ def batch_datasets(data: TrainingData, config: TrainingConfig,
         if config.steps_per_epoch is not None:
             shuffled = shuffled.repeat()
         if config.length_sorted_batches > 1:
-            return length_grouped_batches(shuffled, config.batch_size, config.length_sorted_batches, seed).take(steps)
-        return shuffled.padded_batch(config.batch_size).take(steps)
+            return length_grouped_batches(shuffled, config.batch_size, config.length_sorted_batches, seed,
+                                          data.padding_values).take(steps)
+        return shuffled.padded_batch(config.batch_size, padding_values=data.padding_values).take(steps)
 
     epochs = [one_epoch(epoch) for epoch in range(first_epoch, max(config.epochs, first_epoch + 1))]
     order = tf.data.Dataset.range(len(epochs)).flat_map(lambda index: tf.data.Dataset.from_tensors(index).repeat(steps))
     train = tf.data.Dataset.choose_from_datasets(epochs, order).prefetch(tf.data.AUTOTUNE)
-    val = data.val.padded_batch(config.batch_size).prefetch(tf.data.AUTOTUNE)
+    val = data.val.padded_batch(config.batch_size, padding_values=data.padding_values).prefetch(tf.data.AUTOTUNE)
     return train, val, steps
 
 

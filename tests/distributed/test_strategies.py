@@ -21,8 +21,9 @@ OVERRIDES = ["epochs=2", "steps_per_epoch=3", "batch_size=32"]
 # shuffle then yields another order, so the comparisons batch without shuffling.
 UNSHUFFLED = """
 from seqapps import training
-training.batch_datasets = lambda data, config, first_epoch=0: (data.train.repeat().batch(config.batch_size),
-                                                data.val.batch(config.batch_size), config.steps_per_epoch)
+training.batch_datasets = lambda data, config, first_epoch=0: (
+    data.train.repeat().padded_batch(config.batch_size, padding_values=data.padding_values),
+    data.val.padded_batch(config.batch_size, padding_values=data.padding_values), config.steps_per_epoch)
 """
 
 

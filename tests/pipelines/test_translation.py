@@ -11,6 +11,7 @@ from seqapps import runner
 from seqapps.config import resolve_config
 from seqapps.export import ExportCalls
 from seqapps.pipeline import VOCABULARIES
+from seqapps.training import batch_datasets
 from seqapps.report import run_folder
 from seqapps.report.document import Table, figures_of
 from tests.export_harness import call_in_tensorflow_only_process, decoded
@@ -143,11 +144,11 @@ def test_user_pairs_keep_the_exported_vocabularies_and_map_new_words_to_unknown_
              "max_length": 30, "max_decode_length": 20, "beam_size": 2, "length_penalty": 0.6, "replace_unknown": True}
     data = pipeline.load_data(config, str(path), state=state)
     assert data.state is state and data.report["counts"]["blank_lines"] == 1
-    inputs, _, weights = next(iter(data.train.batch(1)))
-    assert inputs["source"].numpy()[0, :3].tolist() == [0, 3, translation.END_ID]  # "wordN" is unknown
-    assert inputs["target_in"].numpy()[0, :3].tolist() == [translation.START_ID, 0, 3]
-    assert inputs["target_out"].numpy()[0, :3].tolist() == [0, 3, translation.END_ID]
-    assert weights.numpy()[0, :4].tolist() == [1, 1, 1, 0]
+    inputs, _, weights = next(iter(data.train))  # each pair cut to its own length
+    assert inputs["source"].numpy().tolist() == [0, 3]  # "wordN" is unknown
+    assert inputs["target_in"].numpy().tolist() == [translation.START_ID, 0, 3]
+    assert inputs["target_out"].numpy().tolist() == [0, 3, translation.END_ID]
+    assert weights.numpy().tolist() == [1, 1, 1]
 
 
 def test_forty_user_pairs_split_as_requested(tmp_path):
@@ -159,6 +160,42 @@ def test_forty_user_pairs_split_as_requested(tmp_path):
     assert data.report["split_counts"] == {"unit": "pairs", "train": 30, "val": 6, "test": 4}
     held_out = [*data.arrays["val"].sources, *data.arrays["test"].sources]
     assert len(set(held_out)) == 10 and held_out != [f"word{i} one" for i in range(30, 40)]  # not the file's end
+
+
+@pytest.mark.parametrize("output", ["bnce", "softmax"])
+def test_batches_pad_to_their_longest_pair_with_end_and_lose_the_same_as_full_width_ones(output):
+    """Training batches pad each pair with END only to the batch's longest pair (grouped by length, every pair
+    once an epoch), and the per-token loss of the real tokens is that of the same pairs padded to the full
+    ``max_length`` width, in training (B-NCE's batch-wide noise included) and in evaluation."""
+    pipeline = translation.Translation()
+    config = resolve_config(translation.TranslationConfig, "tiny", overrides=[f"output={output}", "dropout=0.0",
+                                                                              "steps_per_epoch=null"])
+    data = pipeline.load_data(config, None)
+    train, _, steps = batch_datasets(data, config)
+    widths = [int(batch[0]["target_in"].shape[1]) for batch in train.take(steps)]
+    assert sum(1 for _ in train.take(steps).unbatch()) == int(data.train.cardinality())  # every pair once
+    assert len(set(widths)) > 1 and max(widths) < config.max_length + 1  # each batch its own width, not the full
+
+    pairs = list(data.train.take(64))
+    inputs, _, weights = next(iter(data.train.take(64).padded_batch(64, padding_values=data.padding_values)))
+    assert len({len(pair[2]) for pair in pairs}) > 1  # pairs of several lengths: the batch pads some
+    for row, (pair, _, pair_weights) in enumerate(pairs):
+        for key, ids in pair.items():
+            length = len(ids)
+            np.testing.assert_array_equal(inputs[key][row, :length], ids)
+            assert np.all(inputs[key].numpy()[row, length:] == translation.END_ID), key
+        assert np.all(weights.numpy()[row, len(pair_weights):] == 0)
+
+    model = pipeline.build_model(config, data)
+    full = {key: np.pad(value.numpy(), [(0, 0), (0, (config.max_length + 1) - value.shape[1])],
+                        constant_values=translation.END_ID)[:, :config.max_length if key == "source" else None]
+            for key, value in inputs.items()}
+    real = weights.numpy() > 0
+    for training in (True, False):
+        cut = keras.ops.convert_to_numpy(model(inputs, training=training))
+        wide = keras.ops.convert_to_numpy(model(full, training=training))[:, :cut.shape[1]]
+        # float32 sums over another number of masked steps: 1e-5
+        np.testing.assert_allclose(cut[real], wide[real], rtol=1e-5, atol=1e-5)
 
 
 ENGLISH, SPANISH = ["one", "two", "three", "four"], ["uno", "dos", "tres", "cuatro"]
@@ -204,7 +241,7 @@ def test_fine_tuning_pairs_with_new_words_grow_the_vocabularies_and_keep_the_old
     size = len(old.state["target_vocabulary"])
     assert grown.get_layer("output").vocab_size == size + 2 and grown.get_layer("output").loss == output
     assert grown.get_layer("source_embedding").input_dim == len(old.state["source_vocabulary"]) + 2
-    inputs = next(iter(old.test.batch(4)))[0]  # old words only: the same ids in both vocabularies
+    inputs = next(iter(old.test.padded_batch(4, padding_values=old.padding_values)))[0]  # old words only: same ids
     before, after = _step_logits(model, inputs), _step_logits(grown, inputs)
     # float32 matmuls of the same numbers in another order; logits are O(10)
     np.testing.assert_allclose(after[..., :size], before, rtol=1e-5, atol=1e-4)
