@@ -330,10 +330,13 @@ def _timing_batches(train: tf.data.Dataset, config: TrainingConfig, steps: int, 
 
 def _timed_steps(model: keras.Model, config: TrainingConfig, compile_args: dict[str, Any],
                  batches: list[tuple]) -> float:
-    """Mean seconds of a training step of a fresh copy of ``model`` over ``batches[1:]``, after tracing on the first."""
+    """Mean seconds of a training step of a fresh copy of ``model`` over ``batches[1:]``, after an untimed pass over
+    all ``batches``: batches of different widths retrace the step until its trace generalises, and the timed
+    steps must not include tracing."""
     copy = keras.Model.from_config(model.get_config())
     copy.compile(optimizer=make_optimizer(config), **compile_args)
-    copy.train_on_batch(*batches[0])  # trace and compile
+    for batch in batches:
+        copy.train_on_batch(*batch)
     start = time.perf_counter()
     for batch in batches[1:]:
         copy.train_on_batch(*batch)

@@ -369,6 +369,32 @@ def test_tokens_per_second_counts_the_real_tokens_of_the_timed_batches(monkeypat
     assert training.seconds_per_training_step(model, config, per_token, rows, 2) == 2.0
 
 
+def test_timed_steps_exclude_tracing_a_new_batch_width(monkeypatch):
+    """Batches of several widths (padded to their longest element) each trace the step once; the timing leaves
+    that out. The fake step takes 2 s, plus 10 s the first time it sees a width."""
+    clock, widths_seen = [0.0], set()
+    monkeypatch.setattr(training.time, "perf_counter", lambda: clock[0])
+    lengths = [1] * 4 + [2] * 4 + [3] * 4
+    rows = tf.data.Dataset.from_generator(
+        lambda: ((np.ones(n, "float32"), np.zeros(n, "float32"), np.ones(n, "float32")) for n in lengths),
+        output_signature=(tf.TensorSpec([None], tf.float32),) * 3)
+    inputs = keras.Input((None,))
+    model = keras.Model(inputs, keras.layers.Rescaling(2.0)(inputs))
+    config = Seq2SeqConfig(batch_size=4, timing_steps=2, optimizer="sgd", learning_rate=0.0)
+    real_train_on_batch = keras.Model.train_on_batch
+
+    def train_on_batch(self, *batch):
+        width = int(batch[0].shape[1])
+        clock[0] += 2.0 + (10.0 if width not in widths_seen else 0.0)
+        widths_seen.add(width)
+        return real_train_on_batch(self, *batch)
+
+    monkeypatch.setattr(keras.Model, "train_on_batch", train_on_batch)
+    per_token = {"loss": lambda y_true, y_pred: tf.square(y_true - y_pred)}
+    assert training.seconds_per_training_step(model, config, per_token, rows, 2) == 2.0
+    assert widths_seen == {1, 2, 3}  # three widths: the timed batches were not all the traced one's
+
+
 @pytest.mark.parametrize("progress", ["lines", "bar"])
 def test_a_labelled_fit_names_itself_before_its_epochs(tmp_path, capsys, progress):
     """A run that trains more than once (forecasting's shrinkage origins, then the final fit) says which fit is which."""
