@@ -429,7 +429,7 @@ class ImageCaptioning(Pipeline):
         metrics: dict[str, Any] = {"parameters": int(model.count_params())}
         if config.timing_steps:
             metrics["train_tokens_per_s"] = training_tokens_per_second(
-                model, config, self.compile_args(config, data), data.train)
+                model, config, self.compile_args(config, data), data)
         baselines: dict[str, dict[str, Any]] = {"most_frequent": {}, "nearest_neighbour": {}}
         for split in (name for name in TEST_SPLITS if name in parts):
             count = min(len(parts[split]), config.max_eval_images or len(parts[split]))

@@ -354,8 +354,7 @@ class LanguageModel(Pipeline):
         """
         if config.timing_steps == 0:
             return {}
-        step = seconds_per_training_step(model, config, self.compile_args(config, data), data.train,
-                                         config.timing_steps)
+        step = seconds_per_training_step(model, config, self.compile_args(config, data), data, config.timing_steps)
         steps = config.steps_per_epoch or math.ceil(int(data.train.cardinality()) / config.batch_size)
         return {"train_tokens_per_s": round(config.batch_size * config.seq_len / step, 1),
                 "train_seconds_per_epoch": round(steps * step, 1)}

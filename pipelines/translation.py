@@ -70,7 +70,7 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import keras
 import numpy as np
@@ -275,6 +275,21 @@ def _pair_elements(arrays: dict[str, np.ndarray]) -> tf.data.Dataset:
         np.zeros_like(arrays["weights"]), arrays["weights"])).map(cut)
 
 
+def _weigh_as_full_width(width: int) -> Callable[..., tuple]:
+    """A ``Splits.batch_map`` that scales a batch's weights by its width over ``width``.
+
+    Keras divides a batch's weighted per-token loss by its number of cells (``sum_over_batch_size``), so a
+    batch cut to its longest pair would weigh each of its tokens by ``1 / (batch * its width)``: a batch of
+    short pairs would count each token up to 3x as much as one of long pairs. Scaled, every token weighs
+    ``1 / (batch * width)`` in every batch, the objective of batches padded to the full width.
+    """
+
+    def weigh(inputs: dict[str, tf.Tensor], zeros: tf.Tensor, weights: tf.Tensor) -> tuple:
+        return inputs, zeros, weights * (tf.cast(tf.shape(weights)[1], weights.dtype) / width)
+
+    return weigh
+
+
 class Translation(Pipeline):
     """RNN encoder-decoder with attention; greedy and beam search in the export."""
 
@@ -342,7 +357,7 @@ class Translation(Pipeline):
                                                                    tokens["test"])}}
         return Splits(datasets_["train"], datasets_["val"], datasets_["test"], state=state, report=report,
                       arrays={"val": parts["val"], "test": parts["test"], "lexical": lexical, "target_counts": target_counts},
-                      padding_values=PADDING_VALUES)
+                      padding_values=PADDING_VALUES, batch_map=_weigh_as_full_width(config.max_length + 1))
 
     # --- model ------------------------------------------------------------------------------
 
@@ -450,7 +465,7 @@ class Translation(Pipeline):
                    "parameters": int(model.count_params()), "eval_pairs": count}
         if config.timing_steps:
             metrics["train_tokens_per_s"] = training_tokens_per_second(
-                model, config, self.compile_args(config, data), data.train, data.padding_values)
+                model, config, self.compile_args(config, data), data)
         if config.length_penalty_choices:  # what calibrate chose, and on what (not yet before a fine-tuning)
             metrics.update({key: data.state[key] for key in ("length_penalty", "val_beam_bleu_by_length_penalty")
                             if key in data.state})

@@ -17,7 +17,7 @@ import dataclasses
 import importlib
 import importlib.util
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Sequence
 
 from seqapps.config import TrainingConfig
 from seqapps.errors import ConfigError, DataError
@@ -101,6 +101,8 @@ class Splits:
         arrays: anything else evaluation needs (for example NumPy targets).
         padding_values: what each component of an element of varying length is padded with in a batch, a
             structure like the element's (None: zeros); ``seqapps.training.batch_datasets`` pads with it.
+        batch_map: a function ``batch_datasets`` applies to every padded training and validation batch, called as
+            ``tf.data.Dataset.map`` calls it (None: none).
     """
 
     train: "tf.data.Dataset"
@@ -110,6 +112,7 @@ class Splits:
     report: dict[str, Any] = dataclasses.field(default_factory=dict)
     arrays: dict[str, Any] = dataclasses.field(default_factory=dict)
     padding_values: Any = None
+    batch_map: Callable[..., Any] | None = None
 
 
 class Pipeline:

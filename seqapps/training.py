@@ -49,11 +49,14 @@ class TrainingData(Protocol):
         train, val: ``tf.data.Dataset``s of ``(inputs, targets)``, unbatched.
         padding_values: what each component of an element of varying length is padded with in a batch,
             a structure like the element's (None: zeros, ``padded_batch``'s default).
+        batch_map: a function applied to every padded training, validation and timing batch, called as
+            ``tf.data.Dataset.map`` calls it (None: none).
     """
 
     train: tf.data.Dataset
     val: tf.data.Dataset
     padding_values: Any
+    batch_map: Callable[..., Any] | None
 
 
 class ModelMaker(Protocol):
@@ -277,25 +280,25 @@ def make_optimizer(config: TrainingConfig) -> keras.optimizers.Optimizer:
 
 
 def seconds_per_training_step(model: keras.Model, config: TrainingConfig, compile_args: dict[str, Any],
-                              train: tf.data.Dataset, steps: int, padding_values: Any = None) -> float:
+                              data: TrainingData, steps: int) -> float:
     """Times training steps of a fresh copy of ``model`` (the trained weights are not touched).
 
     Args:
         model: the model; its config is copied and compiled with ``make_optimizer(config)``.
         config: batch size and optimizer settings.
         compile_args: the pipeline's other ``compile`` arguments (loss, ``jit_compile``).
-        train: the unbatched training split of ``(inputs, targets[, weights])`` elements.
-        steps: timed steps, after one untimed step that traces and compiles.
-        padding_values: as ``TrainingData.padding_values``.
+        data: its unbatched training split of ``(inputs, targets[, weights])`` elements, batched as
+            ``batch_datasets`` batches it.
+        steps: timed steps, after an untimed pass that traces and compiles.
 
     Returns:
         The mean seconds of one step (batches of ``config.batch_size``).
     """
-    return _timed_steps(model, config, compile_args, _timing_batches(train, config, steps, padding_values))
+    return _timed_steps(model, config, compile_args, _timing_batches(data, config, steps))
 
 
 def training_tokens_per_second(model: keras.Model, config: Any, compile_args: dict[str, Any],
-                               train: tf.data.Dataset, padding_values: Any = None) -> float:
+                               data: TrainingData) -> float:
     """A sequence-to-sequence model's training target tokens per second (``seconds_per_training_step``).
 
     The tokens are the real (non-zero weight) target tokens of the timed batches themselves: a model that
@@ -303,29 +306,33 @@ def training_tokens_per_second(model: keras.Model, config: Any, compile_args: di
     whole split would misstate it.
 
     Args:
-        model, compile_args, train, padding_values: as ``seconds_per_training_step``; ``train``'s elements
-            carry weights.
+        model, compile_args, data: as ``seconds_per_training_step``; the training elements carry weights.
         config: its ``batch_size`` and ``timing_steps`` (the timed steps), and the optimizer settings.
 
     Returns:
         The timed batches' target tokens per second.
     """
-    batches = _timing_batches(train, config, config.timing_steps, padding_values)
+    batches = _timing_batches(data, config, config.timing_steps)
     step = _timed_steps(model, config, compile_args, batches)
     tokens = sum(float(np.count_nonzero(batch[2])) for batch in batches[1:]) / config.timing_steps
     return round(tokens / step, 1)
 
 
-def _timing_batches(train: tf.data.Dataset, config: TrainingConfig, steps: int, padding_values: Any) -> list[tuple]:
-    """The first ``steps + 1`` full batches of ``train`` (repeated when it is shorter), padded and grouped by length
-    as training batches them (``batch_datasets``): one to trace, ``steps`` to time."""
-    repeated = train.repeat()
+def _timing_batches(data: TrainingData, config: TrainingConfig, steps: int) -> list[tuple]:
+    """The first ``steps + 1`` full batches of the training split (repeated when it is shorter), padded, grouped by
+    length and mapped as training batches them (``batch_datasets``): one to trace, ``steps`` to time."""
+    repeated = data.train.repeat()
     if config.length_sorted_batches > 1:
         batches = length_grouped_batches(repeated, config.batch_size, config.length_sorted_batches, config.seed,
-                                         padding_values)
+                                         data.padding_values)
     else:
-        batches = repeated.padded_batch(config.batch_size, padding_values=padding_values, drop_remainder=True)
-    return list(batches.take(steps + 1))
+        batches = repeated.padded_batch(config.batch_size, padding_values=data.padding_values, drop_remainder=True)
+    return list(_mapped(batches, data).take(steps + 1))
+
+
+def _mapped(batches: tf.data.Dataset, data: TrainingData) -> tf.data.Dataset:
+    """``batches`` through ``data.batch_map``, when it has one."""
+    return batches.map(data.batch_map) if data.batch_map is not None else batches
 
 
 def _timed_steps(model: keras.Model, config: TrainingConfig, compile_args: dict[str, Any],
@@ -423,7 +430,8 @@ def batch_datasets(data: TrainingData, config: TrainingConfig,
     """Shuffles and batches the train split for epochs ``first_epoch..epochs-1``, batches the validation split.
 
     Elements of varying length (audio clips, transcripts, sentences) are padded to the longest in their batch
-    with ``data.padding_values`` (zeros by default; grouped by length first when ``config.length_sorted_batches`` > 1); fixed-size
+    with ``data.padding_values`` (zeros by default; grouped by length first when ``config.length_sorted_batches`` > 1)
+    and mapped by ``data.batch_map``; fixed-size
     elements batch as they are. Epoch ``e`` is shuffled with a seed made of ``config.seed`` and ``e``, so a run resumed
     at epoch ``e`` sees the same batches as a run that never stopped.
 
@@ -458,8 +466,9 @@ def batch_datasets(data: TrainingData, config: TrainingConfig,
 
     epochs = [one_epoch(epoch) for epoch in range(first_epoch, max(config.epochs, first_epoch + 1))]
     order = tf.data.Dataset.range(len(epochs)).flat_map(lambda index: tf.data.Dataset.from_tensors(index).repeat(steps))
-    train = tf.data.Dataset.choose_from_datasets(epochs, order).prefetch(tf.data.AUTOTUNE)
-    val = data.val.padded_batch(config.batch_size, padding_values=data.padding_values).prefetch(tf.data.AUTOTUNE)
+    train = _mapped(tf.data.Dataset.choose_from_datasets(epochs, order), data).prefetch(tf.data.AUTOTUNE)
+    val = _mapped(data.val.padded_batch(config.batch_size, padding_values=data.padding_values), data)
+    val = val.prefetch(tf.data.AUTOTUNE)
     return train, val, steps
 
 

@@ -365,8 +365,9 @@ def test_tokens_per_second_counts_the_real_tokens_of_the_timed_batches(monkeypat
 
     monkeypatch.setattr(keras.Model, "train_on_batch", train_on_batch)
     per_token = {"loss": lambda y_true, y_pred: tf.square(y_true - y_pred)}  # [batch, 3], as the weights
-    assert training.training_tokens_per_second(model, config, per_token, rows) == 2.0  # 4 tokens / 2 s
-    assert training.seconds_per_training_step(model, config, per_token, rows, 2) == 2.0
+    data = Splits(rows, rows, rows, state={})
+    assert training.training_tokens_per_second(model, config, per_token, data) == 2.0  # 4 tokens / 2 s
+    assert training.seconds_per_training_step(model, config, per_token, data, 2) == 2.0
 
 
 def test_timed_steps_exclude_tracing_a_new_batch_width(monkeypatch):
@@ -391,7 +392,7 @@ def test_timed_steps_exclude_tracing_a_new_batch_width(monkeypatch):
 
     monkeypatch.setattr(keras.Model, "train_on_batch", train_on_batch)
     per_token = {"loss": lambda y_true, y_pred: tf.square(y_true - y_pred)}
-    assert training.seconds_per_training_step(model, config, per_token, rows, 2) == 2.0
+    assert training.seconds_per_training_step(model, config, per_token, Splits(rows, rows, rows, state={}), 2) == 2.0
     assert widths_seen == {1, 2, 3}  # three widths: the timed batches were not all the traced one's
 
 

@@ -177,7 +177,7 @@ def test_batches_pad_to_their_longest_pair_with_end_and_lose_the_same_as_full_wi
     assert len(set(widths)) > 1 and max(widths) < config.max_length + 1  # each batch its own width, not the full
 
     pairs = list(data.train.take(64))
-    inputs, _, weights = next(iter(data.train.take(64).padded_batch(64, padding_values=data.padding_values)))
+    inputs, zeros, weights = next(iter(data.train.take(64).padded_batch(64, padding_values=data.padding_values)))
     assert len({len(pair[2]) for pair in pairs}) > 1  # pairs of several lengths: the batch pads some
     for row, (pair, _, pair_weights) in enumerate(pairs):
         for key, ids in pair.items():
@@ -187,6 +187,7 @@ def test_batches_pad_to_their_longest_pair_with_end_and_lose_the_same_as_full_wi
         assert np.all(weights.numpy()[row, len(pair_weights):] == 0)
 
     model = pipeline.build_model(config, data)
+    model.compile(optimizer="sgd", **pipeline.compile_args(config, data))
     full = {key: np.pad(value.numpy(), [(0, 0), (0, (config.max_length + 1) - value.shape[1])],
                         constant_values=translation.END_ID)[:, :config.max_length if key == "source" else None]
             for key, value in inputs.items()}
@@ -196,6 +197,11 @@ def test_batches_pad_to_their_longest_pair_with_end_and_lose_the_same_as_full_wi
         wide = keras.ops.convert_to_numpy(model(full, training=training))[:, :cut.shape[1]]
         # float32 sums over another number of masked steps: 1e-5
         np.testing.assert_allclose(cut[real], wide[real], rtol=1e-5, atol=1e-5)
+    # Keras' loss of the batch (a mean over its cells) is the full-width batch's once batch_map reweighs it
+    full_weights = np.pad(weights.numpy(), [(0, 0), (0, config.max_length + 1 - weights.shape[1])])
+    wide_loss = model.test_on_batch(full, np.zeros_like(full_weights), full_weights)
+    assert model.test_on_batch(*data.batch_map(inputs, zeros, weights)) == pytest.approx(wide_loss, rel=1e-5)
+    assert model.test_on_batch(inputs, zeros, weights) > 1.5 * wide_loss  # unweighed: the cut batch's cells are fewer
 
 
 ENGLISH, SPANISH = ["one", "two", "three", "four"], ["uno", "dos", "tres", "cuatro"]
