@@ -392,7 +392,8 @@ def test_timed_steps_exclude_tracing_a_new_batch_width(monkeypatch):
 
     monkeypatch.setattr(keras.Model, "train_on_batch", train_on_batch)
     per_token = {"loss": lambda y_true, y_pred: tf.square(y_true - y_pred)}
-    assert training.seconds_per_training_step(model, config, per_token, Splits(rows, rows, rows, state={}), 2) == 2.0
+    data = Splits(rows, rows, rows, state={})
+    assert training.seconds_per_training_step(model, config, per_token, data, 2) == 2.0
     assert widths_seen == {1, 2, 3}  # three widths: the timed batches were not all the traced one's
 
 

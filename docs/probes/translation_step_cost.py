@@ -6,12 +6,12 @@ A probe behind docs/results.md (issue 27 item 1), not library code. It builds th
 (every padded row reaches the output layer; B-NCE scores the ``N x N`` columns) and on (real rows only; B-NCE on
 the batch's distinct words). It times 10 training batches two ways on each model in turn, three rounds, so that
 the ratios are taken under one load: "full width" (shuffled pairs padded to ``max_length``, the batches training
-made before pairs were cut to their own length) and "grouped" (the first batches of ``batch_datasets``: pairs of
-similar length, padded to the batch's longest).
+made before pairs were cut to their own length) and "as trained" (the first batches of ``batch_datasets``: padded
+to the batch's longest pair, and of pairs of similar length with ``length_sorted_batches=32``).
 
 Usage::
 
-    python docs/probes/translation_step_cost.py [key=value ...]   # e.g. min_count=1
+    python docs/probes/translation_step_cost.py [key=value ...]   # e.g. min_count=1 length_sorted_batches=32
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def main(overrides: list[str]) -> None:
         config.batch_size, padded_shapes=(widths, [widths["target_in"]], [widths["target_in"]]),
         padding_values=data.padding_values, drop_remainder=True)
     batchings = {"full width": list(full_width.take(STEPS + 1)),
-                 "grouped": list(batch_datasets(data, config)[0].take(STEPS + 1))}
+                 "as trained": list(batch_datasets(data, config)[0].take(STEPS + 1))}
     print(f"target words {len(data.state['target_vocabulary'])}")
     tokens = {}
     for way, batches in batchings.items():

@@ -20,7 +20,7 @@ ATTENTIONS = ("bahdanau", "luong", "none")
 
 
 class AdditiveAttention(keras.layers.AdditiveAttention):
-    """Keras' ``AdditiveAttention`` (the same weights, scores and outputs) with the scale contracted by a matrix product.
+    """Keras' ``AdditiveAttention`` (the same weights, scores and outputs), its scale contracted by a matrix product.
 
     Keras scores ``sum(scale * tanh(q + k), axis=-1)``: an elementwise product and a sum over the
     ``[batch, Tq, Tv, dim]`` tensor, whose gradient tiles and multiplies that tensor twice more. A

@@ -164,12 +164,13 @@ def test_forty_user_pairs_split_as_requested(tmp_path):
 
 @pytest.mark.parametrize("output", ["bnce", "softmax"])
 def test_batches_pad_to_their_longest_pair_with_end_and_lose_the_same_as_full_width_ones(output):
-    """Training batches pad each pair with END only to the batch's longest pair (grouped by length, every pair
-    once an epoch), and the per-token loss of the real tokens is that of the same pairs padded to the full
+    """Training batches pad each pair with END only to the batch's longest pair (here grouped by length; every
+    pair once an epoch), and the per-token loss of the real tokens is that of the same pairs padded to the full
     ``max_length`` width, in training (B-NCE's batch-wide noise included) and in evaluation."""
     pipeline = translation.Translation()
     config = resolve_config(translation.TranslationConfig, "tiny", overrides=[f"output={output}", "dropout=0.0",
-                                                                              "steps_per_epoch=null"])
+                                                                              "steps_per_epoch=null",
+                                                                              "length_sorted_batches=32"])
     data = pipeline.load_data(config, None)
     train, _, steps = batch_datasets(data, config)
     widths = [int(batch[0]["target_in"].shape[1]) for batch in train.take(steps)]
