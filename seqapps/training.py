@@ -321,17 +321,19 @@ def training_tokens_per_second(model: keras.Model, config: Any, compile_args: di
 def _timing_batches(data: TrainingData, config: TrainingConfig, steps: int) -> list[tuple]:
     """The first ``steps + 1`` full batches of the training split (repeated when it is shorter), padded, grouped by
     length and mapped as training batches them (``batch_datasets``): one to trace, ``steps`` to time."""
-    repeated = data.train.repeat()
-    if config.length_sorted_batches > 1:
-        batches = length_grouped_batches(repeated, config.batch_size, config.length_sorted_batches, config.seed,
+    return list(_padded_batches(data.train.repeat(), data, config, config.seed, drop_remainder=True).take(steps + 1))
+
+
+def _padded_batches(elements: tf.data.Dataset, data: TrainingData, config: TrainingConfig, seed: int,
+                    group: bool = True, drop_remainder: bool = False) -> tf.data.Dataset:
+    """``elements`` in batches padded with ``data.padding_values``, grouped by length when ``group`` and
+    ``config.length_sorted_batches`` > 1, and mapped by ``data.batch_map`` when it has one."""
+    if group and config.length_sorted_batches > 1:
+        batches = length_grouped_batches(elements, config.batch_size, config.length_sorted_batches, seed,
                                          data.padding_values)
     else:
-        batches = repeated.padded_batch(config.batch_size, padding_values=data.padding_values, drop_remainder=True)
-    return list(_mapped(batches, data).take(steps + 1))
-
-
-def _mapped(batches: tf.data.Dataset, data: TrainingData) -> tf.data.Dataset:
-    """``batches`` through ``data.batch_map``, when it has one."""
+        batches = elements.padded_batch(config.batch_size, padding_values=data.padding_values,
+                                        drop_remainder=drop_remainder)
     return batches.map(data.batch_map) if data.batch_map is not None else batches
 
 
@@ -459,16 +461,12 @@ def batch_datasets(data: TrainingData, config: TrainingConfig,
         shuffled = data.train.shuffle(4096, seed=seed, reshuffle_each_iteration=True)
         if config.steps_per_epoch is not None:
             shuffled = shuffled.repeat()
-        if config.length_sorted_batches > 1:
-            return length_grouped_batches(shuffled, config.batch_size, config.length_sorted_batches, seed,
-                                          data.padding_values).take(steps)
-        return shuffled.padded_batch(config.batch_size, padding_values=data.padding_values).take(steps)
+        return _padded_batches(shuffled, data, config, seed).take(steps)
 
     epochs = [one_epoch(epoch) for epoch in range(first_epoch, max(config.epochs, first_epoch + 1))]
     order = tf.data.Dataset.range(len(epochs)).flat_map(lambda index: tf.data.Dataset.from_tensors(index).repeat(steps))
-    train = _mapped(tf.data.Dataset.choose_from_datasets(epochs, order), data).prefetch(tf.data.AUTOTUNE)
-    val = _mapped(data.val.padded_batch(config.batch_size, padding_values=data.padding_values), data)
-    val = val.prefetch(tf.data.AUTOTUNE)
+    train = tf.data.Dataset.choose_from_datasets(epochs, order).prefetch(tf.data.AUTOTUNE)
+    val = _padded_batches(data.val, data, config, config.seed, group=False).prefetch(tf.data.AUTOTUNE)
     return train, val, steps
 
 
