@@ -5,9 +5,9 @@ graph, normalised per utterance, time subsampled by a strided convolution, then
 stacked bidirectional GRU/LSTM layers and logits over the characters plus the CTC
 blank, trained with ``tf.nn.ctc_loss``. ``--set encoder=hrnn`` swaps the recurrent
 stack for a causal ``DecoupledHRNN`` (lower level at the subsampled frame rate,
-upper level every ``hrnn_periods`` frames), trained in its memory-lean mode; its
-input frames are stacked rather than convolved, since the lean gradients stop at
-the layer's inputs. ``--set encoder=bihrnn`` reads the frames both ways with a
+upper level every ``hrnn_periods`` frames), trained in its memory-lean mode, behind
+the same strided convolution (trained through the gradient the lean path returns for
+the layer's inputs; ``conv_filters=0`` stacks frames instead). ``--set encoder=bihrnn`` reads the frames both ways with a
 ``BidirectionalHRNN`` (the same layer and a copy on the reversed frames, their logits summed), which
 sees what the BiGRU sees.
 

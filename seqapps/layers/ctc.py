@@ -354,7 +354,8 @@ class CTCSpeechModel(keras.Model):
         stride: output frames per ``stride`` feature frames.
         conv_filters: filters of the strided Conv1D that subsamples time (kernel
             ``2 * stride + 1``, ReLU); 0 stacks ``stride`` frames instead (no weights).
-            The HRNN encoder always stacks: its lean gradients stop at its inputs.
+            With an HRNN encoder the convolution trains through the gradient that the HRNN's lean
+            path returns for its inputs; it sees ``stride`` frames ahead (30 ms by default).
         encoder: "birnn" (stacked bidirectional RNNs), "hrnn" (``DecoupledHRNN``,
             causal, trained with its memory-lean gradients) or "bihrnn" (``BidirectionalHRNN``:
             that layer and a copy reading backwards, each with its lean gradients).
@@ -419,7 +420,7 @@ class CTCSpeechModel(keras.Model):
                                   if on_features else None)
         self.conv = (keras.layers.Conv1D(conv_filters, 2 * stride + 1, strides=stride, padding="same",
                                          activation="relu", name="subsample")
-                     if conv_filters and encoder == "birnn" else None)
+                     if conv_filters else None)
         if encoder == "birnn":
             self.rnns = [keras.layers.Bidirectional(CELLS[cell](n, return_sequences=True), name=f"birnn_{i}")
                          for i, n in enumerate(units)]
@@ -535,9 +536,14 @@ class CTCSpeechModel(keras.Model):
 
         CTC is not a sum of per-frame losses, so the lean path gets a per-frame linear
         surrogate ``<g_t, logits_t>`` with ``g = dCTC/dlogits`` from a forward pass: its
-        gradient is the CTC gradient, computed with the layer's segment recomputation.
+        gradient is the CTC gradient, computed with the layer's segment recomputation. The
+        convolution before the HRNN, if any, gets the gradient the lean path returns for its inputs.
+
+        Returns:
+            ``(loss, gradients)``, the gradients aligned with ``self.trainable_variables``.
         """
-        x, mask = self.features(inputs, training=True)  # augmented once: both passes below read this x
+        with tf.GradientTape() as front_end:  # the convolution, if any: trained through the HRNN's input gradient
+            x, mask = self.features(inputs, training=True)  # augmented once: both passes below read this x
         logits = self.hrnn(x, mask=mask, training=False)
         with tf.GradientTape() as tape:
             tape.watch(logits)
@@ -545,11 +551,15 @@ class CTCSpeechModel(keras.Model):
         steps = tf.maximum(tf.reduce_sum(tf.cast(mask, tf.float32)), 1.0)  # the lean path divides by them
         targets = tf.stop_gradient(tape.gradient(loss, logits)) * steps
         if self.encoder == "bihrnn":
-            _, grads = self.hrnn.linear_gradients(x, targets, mask=mask)
+            _, grads, d_x = self.hrnn.linear_gradients(x, targets, mask=mask, return_input_gradients=True)
         else:
-            _, grads = self.hrnn.loss_and_gradients(x, targets, lambda g, y: tf.reduce_sum(g * y, axis=-1),
-                                                    mask=mask)
-        return loss, grads
+            _, grads, d_x = self.hrnn.loss_and_gradients(x, targets, lambda g, y: tf.reduce_sum(g * y, axis=-1),
+                                                         mask=mask, return_input_gradients=True)
+        by_variable = {id(v): g for v, g in zip(self.hrnn.trainable_variables, grads)}
+        if self.conv is not None:
+            conv_variables = self.conv.trainable_variables
+            by_variable.update(zip(map(id, conv_variables), front_end.gradient(x, conv_variables, output_gradients=d_x)))
+        return loss, [by_variable[id(v)] for v in self.trainable_variables]
 
     def test_step(self, data: tuple) -> dict[str, tf.Tensor]:
         inputs, labels = data[0], data[1]

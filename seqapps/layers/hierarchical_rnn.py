@@ -66,6 +66,14 @@ def _chunk_time(x: tf.Tensor, k: int, n_chunks: tf.Tensor, pad: tf.Tensor) -> tf
     return tf.transpose(x, [1, 2, 0] + list(range(3, rank + 1)))
 
 
+def _unchunk_time(x: tf.Tensor, length: tf.Tensor) -> tf.Tensor:
+    """Inverse of ``_chunk_time``: (n_chunks, k, batch, ...) -> (batch, length, ...), the padding dropped."""
+    rank = len(x.shape)
+    x = tf.transpose(x, [2, 0, 1] + list(range(3, rank)))
+    x = tf.reshape(x, tf.concat([[tf.shape(x)[0], -1], tf.shape(x)[3:]], 0))
+    return x[:, :length]
+
+
 def _gradient(
     tape: tf.GradientTape, target: Any, sources: list, output_gradients: list | None = None
 ) -> list[tf.Tensor]:
@@ -574,7 +582,7 @@ class DecoupledHRNN(keras.layers.Layer):
             index = 1 + tf.cast(tf.floor(data["u"][last][:, 0] * k), tf.int32)
             index = tf.minimum(index, k)
             rows = tf.stack([k - index, tf.range(batch)], axis=1)
-            target = tf.gather_nd(data["x"], rows)
+            target = tf.stop_gradient(tf.gather_nd(data["x"], rows))  # a constant, as the buffer's entries are
             carry, aux_sums, aux_counts = self._tick(
                 carry, tick, index, target, tf.gather_nd(data["mask"], rows), data["u"][last], compute_aux, training
             )
@@ -739,7 +747,8 @@ class DecoupledHRNN(keras.layers.Layer):
         mask: Any = None,
         seed: int | None = None,
         lean: bool = True,
-    ) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        return_input_gradients: bool = False,
+    ) -> tuple:
         """The training loss and its gradients, memory-lean where the mode allows.
 
         ``gr_hrnn`` and ``decoupled``: segment recomputation in a reverse loop.
@@ -755,15 +764,23 @@ class DecoupledHRNN(keras.layers.Layer):
             mask: boolean (batch, T) mask of valid steps.
             seed: int seed of the auxiliary indices (None: the layer's generator).
             lean: False forces plain autodiff.
+            return_input_gradients: also return the loss's gradient with respect to ``x``, so that a
+                layer before this one (a convolutional front end) can be trained through the lean path.
 
         Returns:
-            ``(loss, gradients)``, the gradients aligned with
-            ``self.trainable_variables``.
+            ``(loss, gradients)``, the gradients aligned with ``self.trainable_variables``; with
+            ``return_input_gradients``, ``(loss, gradients, input_gradients)``, the last (batch, T, features).
+            The auxiliary decoders' reconstruction targets count as constants: ``x`` reaches the loss
+            through the cells only.
         """
         if not lean or self.mode == "hrnn":
+            x, boundaries = self._split_inputs(inputs)
             with tf.GradientTape() as tape:
-                loss = self.sequence_loss(inputs, targets, task_loss, mask=mask, seed=seed)
-            return loss, _gradient(tape, loss, self.trainable_variables)
+                tape.watch(x)
+                loss = self.sequence_loss(x if boundaries is None else [x, boundaries], targets, task_loss,
+                                          mask=mask, seed=seed)
+            grads = _gradient(tape, loss, [*self.trainable_variables] + [x] * return_input_gradients)
+            return (loss, grads[:-1], grads[-1]) if return_input_gradients else (loss, grads)
         for cell in self.cells:
             if getattr(cell, "dropout", 0) or getattr(cell, "recurrent_dropout", 0):
                 raise ValueError(f"cell dropout is not supported by the lean path, got cell {cell.name}")
@@ -771,8 +788,12 @@ class DecoupledHRNN(keras.layers.Layer):
         variables = self.trainable_variables
         carry0 = self._initial_carry(tf.shape(data["x"])[2], boundary_mode)
         if self.mode == "mr_hrnn":
-            return self._windowed_gradients(data, carry0, variables, task_loss, valid_steps, length)
-        return self._recomputed_gradients(data, carry0, variables, task_loss, valid_steps)
+            loss, grads, d_x = self._windowed_gradients(data, carry0, variables, task_loss, valid_steps, length,
+                                                        return_input_gradients)
+        else:
+            loss, grads, d_x = self._recomputed_gradients(data, carry0, variables, task_loss, valid_steps,
+                                                          return_input_gradients)
+        return (loss, grads, _unchunk_time(d_x, length)) if return_input_gradients else (loss, grads)
 
     def _recomputed_gradients(
         self,
@@ -781,8 +802,12 @@ class DecoupledHRNN(keras.layers.Layer):
         variables: list,
         task_loss: Callable,
         valid_steps: tf.Tensor,
-    ) -> tuple[tf.Tensor, list[tf.Tensor]]:
-        """Restricted gradients: store segment carries, recompute segments in reverse."""
+        input_gradients: bool,
+    ) -> tuple[tf.Tensor, list[tf.Tensor], tf.Tensor | None]:
+        """Restricted gradients: store segment carries, recompute segments in reverse.
+
+        Returns the loss, the variables' gradients and, with ``input_gradients``, the gradient of the
+        segments' ``x`` (else None)."""
         n_chunks = tf.shape(data["x"])[0]
         names = sorted(carry0)
         floating = [n for n in names if carry0[n].dtype.is_floating]
@@ -804,11 +829,11 @@ class DecoupledHRNN(keras.layers.Layer):
         )
         scales = [beta / tf.maximum(count, 1.0) for beta, count in zip(self._betas, counts)]
 
-        def backward(c, d_carry, grads, total):
+        def backward(c, d_carry, grads, total, d_x):
             carry = {n: stored[n].read(c) for n in names}
             segment = {n: v[c] for n, v in data.items()}
             with tf.GradientTape() as tape:
-                tape.watch([carry[n] for n in floating])
+                tape.watch([carry[n] for n in floating] + [segment["x"]] * input_gradients)
                 out, _, task_sum, aux_sums, _ = self._segment(
                     carry, segment, False, self._decoders, task_loss, True
                 )
@@ -816,21 +841,23 @@ class DecoupledHRNN(keras.layers.Layer):
             g = _gradient(
                 tape,
                 [local] + [out[n] for n in floating],
-                list(variables) + [carry[n] for n in floating],
+                list(variables) + [carry[n] for n in floating] + [segment["x"]] * input_gradients,
                 output_gradients=[tf.ones_like(local)] + [d_carry[n] for n in floating],
             )
             grads = [a + b for a, b in zip(grads, g[: len(variables)])]
-            d_carry = dict(zip(floating, g[len(variables) :]))
-            return c - 1, d_carry, grads, total + local
+            d_carry = dict(zip(floating, g[len(variables) : len(variables) + len(floating)]))
+            return c - 1, d_carry, grads, total + local, d_x.write(c, g[-1]) if input_gradients else d_x
 
         d_carry0 = {n: tf.zeros_like(carry0[n]) for n in floating}
-        _, _, grads, loss = tf.while_loop(
+        d_x = tf.TensorArray(data["x"].dtype, size=n_chunks if input_gradients else 0,
+                             element_shape=data["x"].shape[1:])
+        _, _, grads, loss, d_x = tf.while_loop(
             lambda c, *_: c >= 0,
             backward,
-            (n_chunks - 1, d_carry0, [tf.zeros(v.shape, v.dtype) for v in variables], zero),
+            (n_chunks - 1, d_carry0, [tf.zeros(v.shape, v.dtype) for v in variables], zero, d_x),
             parallel_iterations=1,  # else the next recomputations start early and hold their activations
         )
-        return loss, grads
+        return loss, grads, d_x.stack() if input_gradients else None
 
     def _windowed_gradients(
         self,
@@ -840,29 +867,37 @@ class DecoupledHRNN(keras.layers.Layer):
         task_loss: Callable,
         valid_steps: tf.Tensor,
         length: tf.Tensor,
-    ) -> tuple[tf.Tensor, list[tf.Tensor]]:
-        """``mr_hrnn`` gradients: backpropagate each truncation window as it ends."""
+        input_gradients: bool,
+    ) -> tuple[tf.Tensor, list[tf.Tensor], tf.Tensor | None]:
+        """``mr_hrnn`` gradients: backpropagate each truncation window as it ends.
+
+        Returns the loss, the variables' gradients and, with ``input_gradients``, the gradient of the
+        segments' ``x`` (else None)."""
         n_chunks = tf.shape(data["x"])[0]
         window = self._window_chunks(length)
         zero = tf.zeros([], self.compute_dtype)
 
-        def body(start, carry, grads, total):
+        def body(start, carry, grads, total, d_x):
             carry = {n: tf.stop_gradient(v) for n, v in carry.items()}
             with tf.GradientTape() as tape:
+                if input_gradients:
+                    tape.watch(data["x"])
                 carry, _, task_sum, _, _ = self._run(
                     data, carry, start, tf.minimum(start + window, n_chunks), False, False, task_loss, True
                 )
                 local = task_sum / valid_steps
-            g = _gradient(tape, local, variables)
-            return start + window, carry, [a + b for a, b in zip(grads, g)], total + local
+            g = _gradient(tape, local, [*variables] + [data["x"]] * input_gradients)
+            grads = [a + b for a, b in zip(grads, g[: len(variables)])]
+            return start + window, carry, grads, total + local, d_x + g[-1] if input_gradients else d_x
 
-        _, _, grads, loss = tf.while_loop(
+        d_x0 = tf.zeros_like(data["x"]) if input_gradients else zero
+        _, _, grads, loss, d_x = tf.while_loop(
             lambda start, *_: start < n_chunks,
             body,
-            (tf.constant(0), carry0, [tf.zeros(v.shape, v.dtype) for v in variables], zero),
+            (tf.constant(0), carry0, [tf.zeros(v.shape, v.dtype) for v in variables], zero, d_x0),
             parallel_iterations=1,
         )
-        return loss, grads
+        return loss, grads, d_x if input_gradients else None
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
@@ -958,8 +993,8 @@ class BidirectionalHRNN(keras.layers.Layer):
         batch, steps, width = self.forward.compute_output_shape(input_shape)
         return (batch, steps, width if self.forward.output_units else 2 * width)
 
-    def linear_gradients(self, inputs: tf.Tensor, step_gradients: tf.Tensor,
-                         mask: Any = None) -> tuple[tf.Tensor, list[tf.Tensor]]:
+    def linear_gradients(self, inputs: tf.Tensor, step_gradients: tf.Tensor, mask: Any = None,
+                         return_input_gradients: bool = False) -> tuple:
         """Gradients of ``sum_t <g_t, y_t> / valid steps`` (plus each direction's auxiliary loss), memory-lean.
 
         A loss that is not a sum over steps (CTC) reaches the lean path as this linear surrogate, with
@@ -970,10 +1005,12 @@ class BidirectionalHRNN(keras.layers.Layer):
             inputs: ``x`` (batch, T, features).
             step_gradients: ``g`` (batch, T, output width), without gradient.
             mask: boolean (batch, T) mask of valid steps.
+            return_input_gradients: also return the gradient with respect to ``inputs`` (both directions').
 
         Returns:
             ``(loss, gradients)``: the surrogate's value and its gradients, aligned with
-            ``self.trainable_variables`` (the forward layer's, then the backward one's).
+            ``self.trainable_variables`` (the forward layer's, then the backward one's); with
+            ``return_input_gradients``, ``(loss, gradients, input_gradients)``.
         """
         if not self.forward.output_units:
             raise ValueError("linear_gradients needs output_units: the surrogate is over the summed heads")
@@ -982,10 +1019,15 @@ class BidirectionalHRNN(keras.layers.Layer):
         def surrogate(g: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
             return tf.reduce_sum(g * y, axis=-1)
 
-        forward_loss, forward_grads = self.forward.loss_and_gradients(inputs, step_gradients, surrogate, mask=mask)
-        backward_loss, backward_grads = self.backward.loss_and_gradients(
-            _reverse_valid(inputs, lengths), _reverse_valid(step_gradients, lengths), surrogate, mask=mask)
-        return forward_loss + backward_loss, [*forward_grads, *backward_grads]
+        forward_loss, forward_grads, *forward_input = self.forward.loss_and_gradients(
+            inputs, step_gradients, surrogate, mask=mask, return_input_gradients=return_input_gradients)
+        backward_loss, backward_grads, *backward_input = self.backward.loss_and_gradients(
+            _reverse_valid(inputs, lengths), _reverse_valid(step_gradients, lengths), surrogate, mask=mask,
+            return_input_gradients=return_input_gradients)
+        loss, grads = forward_loss + backward_loss, [*forward_grads, *backward_grads]
+        if not return_input_gradients:
+            return loss, grads
+        return loss, grads, forward_input[0] + _reverse_valid(backward_input[0], lengths)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "layer": keras.saving.serialize_keras_object(self.forward)}

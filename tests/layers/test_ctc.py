@@ -99,10 +99,10 @@ def _inputs():
              "length": np.array([4000, 2500], np.int32)}, np.array([[1, 2, 3], [2, 2, 0]], np.int32))
 
 
-# Trainable weights: birnn, the conv 2, two bidirectional GRUs 12, the head 2; hrnn (frames stacked, no conv), two
-# GRU cells 6, the decoder's two Dense 4, the head 2; bihrnn twice that. The mel filterbank is the one non-trainable
-# weight.
-@pytest.mark.parametrize("encoder, weights", [("birnn", 16), ("hrnn", 12), ("bihrnn", 24)])
+# Trainable weights: birnn, the conv 2, two bidirectional GRUs 12, the head 2; hrnn, the conv 2, two GRU cells 6,
+# the decoder's two Dense 4, the head 2; bihrnn the conv and twice the rest. The mel filterbank is the one
+# non-trainable weight.
+@pytest.mark.parametrize("encoder, weights", [("birnn", 16), ("hrnn", 14), ("bihrnn", 26)])
 def test_speech_model_passes_the_layer_harness(encoder, weights):
     inputs, labels = _inputs()
     shorter = {"waveform": inputs["waveform"][:1, :3000], "length": inputs["length"][:1] - 1000}
@@ -114,18 +114,21 @@ def test_speech_model_passes_the_layer_harness(encoder, weights):
     assert model.output_lengths(inputs["length"]).numpy().tolist() == [13, 8]
 
 
-@pytest.mark.parametrize("encoder", ["hrnn", "bihrnn"])
-def test_hrnn_lean_ctc_gradients_equal_plain_autodiff(encoder):
+@pytest.mark.parametrize("encoder, conv_filters", [("hrnn", 0), ("hrnn", 5), ("bihrnn", 0), ("bihrnn", 5)])
+def test_hrnn_lean_ctc_gradients_equal_plain_autodiff(encoder, conv_filters):
+    """The lean path's gradients of every weight, the convolution before the HRNN included, against autodiff."""
     model = ctc.CTCSpeechModel(num_classes=4, n_mels=8, units=[8, 6], encoder=encoder, hrnn_mode="gr_hrnn",
-                               hrnn_periods=3, stride=2)
+                               hrnn_periods=3, stride=2, conv_filters=conv_filters)
     model.build()
     inputs, labels = _inputs()
     _, lean = model._lean_hrnn_gradients(inputs, labels)
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(ctc.ctc_loss(labels, model(inputs), model.output_lengths(inputs["length"])))
     plain = tape.gradient(loss, model.trainable_variables)
-    for a, b in zip(lean, plain):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)  # float32 summation order differs
+    assert len(lean) == len(plain) == len(model.hrnn.trainable_variables) + 2 * bool(conv_filters)
+    for a, b, variable in zip(lean, plain, model.trainable_variables):
+        assert np.abs(b.numpy()).max() > 0, variable.path
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=variable.path)  # summation order differs
 
 
 def test_augmentation_runs_in_train_step_only():

@@ -54,7 +54,8 @@ def _reference_loss(layer: DecoupledHRNN, x: np.ndarray, y: np.ndarray, seed: in
         task += tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y[:, t], logits=logits))
         if (t + 1) % K == 0:
             index = 1 + tf.cast(tf.floor(uniforms[:, t, 0] * K), tf.int32)
-            target = tf.gather_nd(x, tf.stack([tf.range(batch), t + 1 - index], 1))  # x[b, t + 1 - index[b]]
+            # x[b, t + 1 - index[b]], a constant target: x reaches the loss through the cells only
+            target = tf.stop_gradient(tf.gather_nd(x, tf.stack([tf.range(batch), t + 1 - index], 1)))
             decoded = layer.decoder_output[0](
                 layer.decoder_hidden[0](tf.concat([h[0], tf.one_hot(index - 1, K)], -1))
             )
@@ -81,6 +82,41 @@ def test_lean_gradients_equal_restricted_autodiff(length):
         assert r is not None and np.abs(r.numpy()).max() > 0, v.path
         np.testing.assert_allclose(a, r.numpy(), rtol=RTOL, atol=ATOL, err_msg=v.path)
         np.testing.assert_allclose(b, r.numpy(), rtol=RTOL, atol=ATOL, err_msg=v.path)
+
+
+@pytest.mark.parametrize("length", [24, 23])
+def test_lean_input_gradients_equal_the_reference(length):
+    """The gradient with respect to x (what trains a front end before the layer), padding and all, against
+    autodiff of the plain-loop reference; the plain path's too. A mask cuts one row short."""
+    layer = _layer()
+    x, y = _data(length)
+    mask = np.arange(length)[None, :] < np.array([length, length, length - 7])[:, None]
+    run = tf.function(lambda lean: layer.loss_and_gradients(x, y, "sparse_categorical_crossentropy", seed=3,
+                                                            lean=lean, return_input_gradients=True))
+    (_, _, lean), (_, _, plain) = run(True), run(False)
+    masked = tf.function(lambda: layer.loss_and_gradients(x, y, "sparse_categorical_crossentropy", mask=mask,
+                                                          seed=3, return_input_gradients=True))()[2]
+    x_tensor = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(x_tensor)
+        ref_loss = _reference_loss(layer, x_tensor, y, seed=3)
+    reference = tape.gradient(ref_loss, x_tensor).numpy()
+    assert lean.shape == x.shape and np.abs(reference).min() > 0  # every step reaches the loss
+    np.testing.assert_allclose(lean, reference, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(plain, reference, rtol=RTOL, atol=ATOL)
+    assert np.all(masked.numpy()[2, length - 7:] == 0) and np.abs(masked.numpy()[2, :length - 7]).min() > 0
+
+
+@pytest.mark.parametrize("mode", ["gr_hrnn", "mr_hrnn"])
+def test_lean_input_gradients_equal_autodiff_other_modes(mode):
+    layer = _layer(mode)
+    x, y = _data(34)
+    run = tf.function(lambda lean: layer.loss_and_gradients(x, y, "sparse_categorical_crossentropy", lean=lean,
+                                                            return_input_gradients=True))
+    (lean_loss, _, lean), (plain_loss, _, plain) = run(True), run(False)
+    np.testing.assert_allclose(float(lean_loss), float(plain_loss), rtol=RTOL)
+    assert np.abs(plain.numpy()).max() > 0
+    np.testing.assert_allclose(lean, plain, rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize("mode", ["gr_hrnn", "mr_hrnn"])
@@ -286,14 +322,18 @@ def test_bidirectional_lean_gradients_equal_plain_autodiff(mode):
     lengths = np.array([14, 9, 5])
     mask = np.arange(14)[None, :] < lengths[:, None]
     g = np.random.default_rng(3).normal(size=(BATCH, 14, CLASSES)).astype("float32") * mask[:, :, None]
-    loss, lean = tf.function(lambda: layer.linear_gradients(x, g, mask=mask))()
+    loss, lean, lean_x = tf.function(lambda: layer.linear_gradients(x, g, mask=mask, return_input_gradients=True))()
+    x_tensor = tf.constant(x)
     with tf.GradientTape() as tape:
-        surrogate = tf.reduce_sum(g * layer(x, mask=mask)) / mask.sum()  # a mean over the valid steps
-    plain = tape.gradient(surrogate, layer.trainable_variables)
+        tape.watch(x_tensor)
+        surrogate = tf.reduce_sum(g * layer(x_tensor, mask=mask)) / mask.sum()  # a mean over the valid steps
+    *plain, plain_x = tape.gradient(surrogate, [*layer.trainable_variables, x_tensor])
     assert len(lean) == len(plain) == len(layer.forward.trainable_variables) * 2
     np.testing.assert_allclose(float(loss), float(surrogate), rtol=RTOL)
     for a, b in zip(lean, plain):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(lean_x, plain_x, rtol=RTOL, atol=ATOL)  # both directions' share, padding 0
+    assert np.abs(plain_x.numpy()[1, :9]).min() > 0 and np.all(plain_x.numpy()[1, 9:] == 0)
 
 
 def test_bidirectional_outputs_see_the_whole_sequence_and_never_the_padding():
