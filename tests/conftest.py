@@ -21,12 +21,37 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items[:] = scheduled_order(items)
     if config.getoption("--run-extra-large"):
         return
     marker = pytest.mark.skip(reason="extra_large: opt in with --run-extra-large")
     for item in items:
         if "extra_large" in item.keywords:
             item.add_marker(marker)
+
+
+def scheduled_order(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The tests, module by module, in the order pytest-xdist hands the modules to its workers.
+
+    ``--dist loadscope`` gives each worker a whole module at a time, in this order (setup.cfg turns off its
+    own reordering). The modules marked ``long_fixtures`` go first, so that a module whose shared
+    fixture runs for minutes is not the last one a worker starts while the other worker sits idle;
+    then the rest, the modules with most tests first (what pytest-xdist's reordering does).
+
+    Args:
+        items: the collected tests.
+
+    Returns:
+        The same tests; a module's tests keep their order.
+    """
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+
+    def weight(tests: list[pytest.Item]) -> tuple[bool, int]:
+        return "long_fixtures" not in tests[0].keywords, -len(tests)
+
+    return [item for tests in sorted(modules.values(), key=weight) for item in tests]
 
 
 def shared_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:

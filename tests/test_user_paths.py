@@ -17,7 +17,7 @@ from seqapps.export_format import ASSETS_EXTRA, EXAMPLES_INPUT
 from seqapps.pipeline import REGISTRY, SPLIT_COUNTS, VOCABULARIES
 from seqapps.summary import headlines_of
 
-pytestmark = pytest.mark.large
+pytestmark = [pytest.mark.large, pytest.mark.long_fixtures]
 
 #: the share of a small data set that must reach training (the issue's floor)
 MIN_TRAIN_SHARE = 0.6
