@@ -403,23 +403,29 @@ class SpeechRecognition(Pipeline):
         kinds = ["greedy", "beam", *(f"fused_{i}" for i in range(len(fusions)))]
 
         @tf.function(reduce_retracing=True)
-        def decode(inputs: dict[str, tf.Tensor]) -> tuple[dict[str, tf.Tensor], tf.Tensor, tf.Tensor]:
+        def decode(inputs: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor, dict[str, tf.Tensor], dict]:
             logits = model(inputs, training=False)
             lengths = model.output_lengths(inputs["length"])
             spans = ctc.ctc_word_spans(logits, lengths, table, space_id, model.seconds_per_frame)
             texts = {"greedy": ctc.ids_to_text(ctc.ctc_greedy_decode(logits, lengths)[0], table),
                      "beam": ctc.ids_to_text(ctc.ctc_beam_decode(logits, lengths, beam_width)[0], table)}
-            for i, (weight, bonus) in enumerate(fusions):
-                ids, _ = ctc.ctc_lm_beam_decode(logits, lengths, language_model, beam_width, weight, bonus, space_id)
-                texts[f"fused_{i}"] = ctc.ids_to_text(ids, table)
-            return texts, spans["start"], spans["num_words"]
+            return logits, lengths, texts, spans
+
+        # One graph serves every (weight, bonus) pair: tracing the search is most of the cost on small sets.
+        @tf.function(reduce_retracing=True)
+        def fuse(logits: tf.Tensor, lengths: tf.Tensor, weight: tf.Tensor, bonus: tf.Tensor) -> tf.Tensor:
+            ids, _ = ctc.ctc_lm_beam_decode(logits, lengths, language_model, beam_width, weight, bonus, space_id)
+            return ctc.ids_to_text(ids, table)
 
         found: dict[str, list] = {kind: [] for kind in [*kinds, "starts"]}
         for inputs, _ in dataset.padded_batch(16):
-            texts, starts, counts = decode(inputs)
+            logits, lengths, texts, spans = decode(inputs)
+            for i, (weight, bonus) in enumerate(fusions):
+                texts[f"fused_{i}"] = fuse(logits, lengths, tf.constant(weight, tf.float32),
+                                           tf.constant(bonus, tf.float32))
             for kind in kinds:
                 found[kind] += [t.decode("utf-8") for t in texts[kind].numpy()]
-            found["starts"] += [row[:n].tolist() for row, n in zip(starts.numpy(), counts.numpy())]
+            found["starts"] += [row[:n].tolist() for row, n in zip(spans["start"].numpy(), spans["num_words"].numpy())]
         return found
 
     def calibrate(self, model: keras.Model, config: SpeechRecognitionConfig, data: Splits) -> dict[str, Any]:
