@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from tensorflow.core.framework import tensor_pb2
 from seqapps import export_format, serializable
 from seqapps.config import resolve_config
 from seqapps.pipeline import REGISTRY
-from tests.export_harness import call_in_tensorflow_only_process
+from tests.export_harness import call_many_in_tensorflow_only_process
 
 pytestmark = pytest.mark.large
 
@@ -33,13 +34,28 @@ def warmup_calls(export_dir) -> list[tuple[str, dict[str, np.ndarray]]]:
               for name, proto in log.predict_log.request.inputs.items()}) for log in logs]
 
 
+@pytest.fixture(scope="module")
+def moved_exports(tiny_exports, tmp_path_factory) -> dict[str, tuple[Path, list, dict]]:
+    """Every pipeline's tiny export moved to another folder, then each one's warm-up requests sent to it
+    in one process that imports only TensorFlow.
+
+    Returns:
+        ``{name: (the moved export, its warm-up calls, the answer of call_many_in_tensorflow_only_process)}``.
+    """
+    root = tmp_path_factory.mktemp("elsewhere")
+    jobs = {}
+    for name in REGISTRY.names():
+        moved = root / name / "1"
+        shutil.copytree(tiny_exports[name]["export"], moved)
+        jobs[name] = (moved, warmup_calls(moved))
+    answers = call_many_in_tensorflow_only_process(jobs)
+    return {name: (moved, calls, answers[name]) for name, (moved, calls) in jobs.items()}
+
+
 @pytest.mark.parametrize("name", REGISTRY.names())
-def test_moved_export_runs_every_signature_like_the_keras_model(tiny_exports, tmp_path, name):
-    original = tiny_exports[name]["export"]
-    moved = tmp_path / "elsewhere" / name / "1"
-    shutil.copytree(original, moved)
-    calls = warmup_calls(moved)
-    answer = call_in_tensorflow_only_process(moved, calls)
+def test_moved_export_runs_every_signature_like_the_keras_model(moved_exports, name):
+    moved, calls, answer = moved_exports[name]
+    assert "error" not in answer, answer["error"]
     assert answer["imported"] == []
     assert {signature for signature, _ in calls} == set(answer["signatures"])
     assert "serving_default" in answer["signatures"]
