@@ -244,9 +244,8 @@ def test_finetune_on_a_new_character_grows_the_export_to_emit_it(tiny_finetune):
     assert tuned["code"] == 0, tuned["err"]
     old_chars, grown = read_export(tuned["from"]).state["chars"], read_export(tuned["export"])
     chars = grown.state["chars"]
-    added = json.loads((grown.path / "assets.extra" / "metrics.json").read_text())["data"][VOCABULARIES]
-    assert sorted(added["characters"]["added"]) == ["é", "ñ"]
-    assert chars == [*old_chars, *added["characters"]["added"]]
+    added = grown.metrics["data"][VOCABULARIES]["characters"]["added"]
+    assert sorted(added) == ["é", "ñ"] and chars == [*old_chars, *added]
     # the serving graph's character table holds the new characters
     assert chars in _graph_string_constants(grown.path) and chars not in _graph_string_constants(Path(tuned["from"]))
     model = serializable.load_model(grown.keras_model_path)
